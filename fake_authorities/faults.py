@@ -1,0 +1,62 @@
+"""Faults an operator can inject into one fake authority.
+
+| kind          | effect |
+|---------------|--------|
+| ``down``      | the DirPort refuses connections (``mode="refuse"``) or accepts and never answers (``mode="hang"``); the authority takes no part in voting |
+| ``slow``      | every DirPort reply and every upload it makes is delayed by ``delay_s`` (uploads that arrive after the vote cutoff are refused, §2.2) |
+| ``stale-vote``| it keeps serving and sending the vote it had when the fault was set; others reject it for its old valid-after |
+| ``refuse-sign``| it computes the consensus but does not sign it |
+| ``malformed`` | its vote has mis-ordered params (tor rejects the whole document) and it serves a truncated consensus |
+| ``wrong-key`` | it signs with a signing key its certificate does not certify: its vote and signatures fail verification |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+FAULT_KINDS = ("down", "slow", "stale-vote", "refuse-sign", "malformed", "wrong-key")
+DOWN_MODES = ("refuse", "hang")
+
+
+class FaultError(ValueError):
+    """An invalid fault description (reported to the operator as HTTP 400)."""
+
+
+@attrs.frozen
+class Fault:
+    kind: str
+    delay_s: float = 0.0  # for "slow"
+    mode: str = "refuse"  # for "down"
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise FaultError(f"unknown fault {self.kind!r} (one of {', '.join(FAULT_KINDS)})")
+        if self.kind == "slow" and not 0 < self.delay_s <= 600:
+            raise FaultError(f"fault slow needs 0 < delay_s <= 600, got {self.delay_s!r}")
+        if self.mode not in DOWN_MODES:
+            raise FaultError(f"fault down mode must be one of {', '.join(DOWN_MODES)}, got {self.mode!r}")
+
+    @classmethod
+    def from_json(cls, data: Any) -> Fault:
+        if isinstance(data, str):
+            return cls(data)
+        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+            raise FaultError('a fault is {"kind": ..., "delay_s": ..., "mode": ...}')
+        unknown = set(data) - {"kind", "delay_s", "mode"}
+        if unknown:
+            raise FaultError(f"unknown fault field(s): {', '.join(sorted(unknown))}")
+        try:
+            delay = float(data.get("delay_s", 0.0))
+        except (TypeError, ValueError):
+            raise FaultError(f"delay_s must be a number, got {data.get('delay_s')!r}") from None
+        return cls(data["kind"], delay, str(data.get("mode", "refuse")))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.kind == "slow":
+            out["delay_s"] = self.delay_s
+        if self.kind == "down":
+            out["mode"] = self.mode
+        return out

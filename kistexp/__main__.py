@@ -1,0 +1,3 @@
+from kistexp.cli import main
+
+main()

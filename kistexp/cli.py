@@ -1,0 +1,31 @@
+"""The kistexp command line. Thin: each command lives in kistexp/commands/ and only
+parses arguments, calls the library and prints."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from kistexp.commands import register_all
+from kistexp.errors import KistexpError
+
+app = typer.Typer(
+    name="kistexp",
+    help="Plan, rehearse, run and roll back Tor consensus-parameter experiments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+register_all(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except KistexpError as exc:
+        print(f"kistexp: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("kistexp: interrupted", file=sys.stderr)
+        sys.exit(130)

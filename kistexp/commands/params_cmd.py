@@ -1,0 +1,61 @@
+"""`kistexp params [NAME]`: the consensus-parameter catalogue."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from kistexp import params as catalogue
+from kistexp.errors import KistexpError
+from kistexp.output import console, emit_json
+
+
+def _bounds_dict(b: catalogue.Bounds) -> dict:
+    return {"default": b.default, "min": b.minimum, "max": b.maximum, "tor_versions": str(b.versions),
+            "note": b.note}
+
+
+def _param_dict(p: catalogue.ConsensusParam) -> dict:
+    return {"name": p.name, "unit": p.unit, "meaning": p.meaning, "category": p.category,
+            "read_by": p.read_by, "torrc_override": p.torrc_override, "source": p.source,
+            "bounds": [_bounds_dict(b) for b in p.bounds]}
+
+
+def params(
+    name: str = typer.Argument(None, help="Show one parameter (case-sensitive, as tor matches it)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List the consensus parameters kistexp knows, or show one."""
+    if name is not None:
+        entry = catalogue.get(name)
+        if entry is None:
+            close = catalogue.suggest(name)
+            hint = f"; did you mean {close}?" if close else ""
+            raise KistexpError(f"unknown consensus parameter {name!r}{hint}")
+        if as_json:
+            emit_json(_param_dict(entry))
+            return
+        console.print(f"[bold]{entry.name}[/bold] ({entry.unit}) - {entry.meaning}")
+        console.print(f"  category: {entry.category}; read by: {entry.read_by}")
+        for b in entry.bounds:
+            note = f"  ({b.note})" if b.note else ""
+            console.print(f"  tor {b.versions}: default {b.default}, min {b.minimum}, max {b.maximum}{note}")
+        if entry.torrc_override:
+            console.print(f"  override: {entry.torrc_override}")
+        console.print(f"  source: {entry.source}")
+        return
+    if as_json:
+        emit_json([_param_dict(p) for p in catalogue.CATALOGUE])
+        return
+    table = Table(title="Consensus parameters", show_lines=False)
+    for col in ("name", "default", "min", "max", "unit", "tor versions", "meaning"):
+        table.add_column(col, overflow="fold")
+    for p in catalogue.CATALOGUE:
+        for i, b in enumerate(p.bounds):
+            table.add_row(p.name if i == 0 else "", str(b.default), str(b.minimum), str(b.maximum),
+                          p.unit if i == 0 else "", str(b.versions), p.meaning if i == 0 else "")
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("params")(params)

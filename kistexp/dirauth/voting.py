@@ -1,0 +1,364 @@
+"""tor's rule for the consensus ``params`` line and the consensus-formation thresholds.
+
+Everything here follows dirspec-params.md: §1.2 (an authority's own params), §1.3
+(``dirvote_compute_params``), §2.1 (votes, consensus method and signatures needed) and §4
+(how a relay reads a parameter). ``N`` is always the number of *configured* v3 authorities,
+never the number of votes received (real-tor.md, Params results, exp 3).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN, sort_params, tor_item_key
+from kistexp.errors import KistexpError
+
+Params = tuple[tuple[str, int], ...]
+
+MIN_VOTES_FOR_PARAM = 3  # dirvote.c: a key listed by this many votes is kept whatever N is
+DEFAULT_AUTH_DIR_MAX_SERVERS_PER_ADDR = 2
+SUPPORTED_CONSENSUS_METHODS = tuple(range(28, 34))  # tor 0.4.8 (§2.2)
+
+
+class VotingError(KistexpError):
+    """Bad input to the voting model (authority count, duplicate votes, unknown parameter)."""
+
+
+class VoteRejected(VotingError):
+    """tor would refuse this authority's own vote, so it does not vote this round (§1.2)."""
+
+
+# ---------------------------------------------------------------------------------------
+# votes
+
+
+def _params_converter(value: Mapping[str, int] | Iterable[tuple[str, int]]) -> Params:
+    items = list(value.items()) if isinstance(value, Mapping) else list(value)
+    seen: set[str] = set()
+    for key, val in items:
+        if not isinstance(key, str) or not key or "=" in key or any(c.isspace() for c in key):
+            raise VoteRejected(f"params: bad keyword {key!r}")
+        if isinstance(val, bool) or not isinstance(val, int):
+            raise VoteRejected(f"params: {key} has a non-integer value {val!r}")
+        if not INT32_MIN <= val <= INT32_MAX:
+            raise VoteRejected(f"params: {key}={val} is outside the int32 range")
+        if key in seen:
+            raise VoteRejected(f"params: {key} is listed twice")
+        seen.add(key)
+    return sort_params(items)
+
+
+@attrs.frozen
+class Vote:
+    """One authority's vote as far as the params rule cares (§1.2, §2.1).
+
+    ``params`` is kept in tor's order (strcmp on ``key=value``); a duplicate keyword or a
+    non-int32 value raises VoteRejected, because tor cannot parse such a vote.
+    """
+
+    authority: str  # nickname
+    params: Params = attrs.field(factory=tuple, converter=_params_converter)
+    v3ident: str = ""
+    consensus_methods: tuple[int, ...] = SUPPORTED_CONSENSUS_METHODS
+    lists_running: bool = True  # known-flags contains Running (needed to compute, §2.1)
+
+    def value(self, key: str) -> int | None:
+        for k, v in self.params:
+            if k == key:
+                return v
+        return None
+
+
+VoteLike = Vote | Mapping[str, int] | Iterable[tuple[str, int]]
+
+
+def _as_votes(votes: Iterable[VoteLike]) -> list[Vote]:
+    out: list[Vote] = []
+    for i, vote in enumerate(votes):
+        out.append(vote if isinstance(vote, Vote) else Vote(f"vote{i + 1}", vote))
+    names = [v.authority for v in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise VotingError(f"two votes from authority {dupes[0]}: an authority holds one vote per voter")
+    return out
+
+
+def _check_n(n_authorities: int, n_votes: int) -> None:
+    if isinstance(n_authorities, bool) or not isinstance(n_authorities, int) or n_authorities < 1:
+        raise VotingError(f"n_authorities must be a positive integer, got {n_authorities!r}")
+    if n_votes > n_authorities:
+        raise VotingError(
+            f"{n_votes} votes but only {n_authorities} configured authorities: N counts configured authorities"
+        )
+
+
+def own_vote_params(
+    consensus_params: str | Sequence[str] | None,
+    auth_dir_max_servers_per_addr: int = DEFAULT_AUTH_DIR_MAX_SERVERS_PER_ADDR,
+) -> Params:
+    """The params an authority puts in its own vote from its torrc ``ConsensusParams`` lines (§1.2).
+
+    If any parameter is configured, ``AuthDirMaxServersPerAddr=<value>`` is appended and the
+    list sorted. Raises VoteRejected when tor could not store its own vote (duplicate key —
+    including AuthDirMaxServersPerAddr given by hand —, item without ``=``, non-int32 value).
+    """
+    lines = [consensus_params] if isinstance(consensus_params, str) else list(consensus_params or ())
+    tokens = [tok for line in lines for tok in line.split()]
+    if not tokens:
+        return ()
+    tokens.append(f"AuthDirMaxServersPerAddr={auth_dir_max_servers_per_addr}")
+    items: list[tuple[str, int]] = []
+    for tok in tokens:
+        key, sep, raw = tok.partition("=")
+        if not sep or not key or not re.fullmatch(r"[+-]?[0-9]+", raw):
+            raise VoteRejected(f"ConsensusParams item {tok!r} is not key=int32: the authority does not vote")
+        items.append((key, int(raw)))
+    try:
+        return _params_converter(items)
+    except VoteRejected as exc:
+        raise VoteRejected(f"{exc}: the authority does not vote (Couldn't store my own vote)") from None
+
+
+# ---------------------------------------------------------------------------------------
+# the params rule (§1.3)
+
+
+def param_inclusion_threshold(n_authorities: int) -> int:
+    """Votes that must list a key for it to enter the consensus: ``min(3, floor(N/2)+1)`` (§1.3)."""
+    _check_n(n_authorities, 0)
+    return min(MIN_VOTES_FOR_PARAM, n_authorities // 2 + 1)
+
+
+def low_median(values: Sequence[int]) -> int:
+    """tor's ``median_int32``: the element at index ``(n-1)//2`` of the sorted values."""
+    if not values:
+        raise VotingError("low median of no values")
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+@attrs.frozen
+class ParamTally:
+    """How one key fared in the vote (§1.3)."""
+
+    key: str
+    n_authorities: int
+    threshold: int
+    listed: tuple[tuple[str, int], ...]  # (authority, value), sorted by value then name
+    silent: tuple[str, ...]  # held votes that do not list the key
+    median: int  # low median of the listed values
+    included: bool
+
+    @property
+    def n_listing(self) -> int:
+        return len(self.listed)
+
+    @property
+    def values(self) -> tuple[int, ...]:
+        return tuple(v for _, v in self.listed)
+
+    @property
+    def reason(self) -> str:
+        n, th, big_n = self.n_listing, self.threshold, self.n_authorities
+        rule = f"needs {th} = min(3, floor({big_n}/2)+1)"
+        if not self.included:
+            return f"left out: {n} of {big_n} authorities list it, {rule}"
+        return (
+            f"included: {n} of {big_n} authorities list it ({rule}); "
+            f"low median of {list(sorted(self.values))} is {self.median}"
+        )
+
+
+def tally_params(votes: Iterable[VoteLike], n_authorities: int) -> tuple[ParamTally, ...]:
+    """Tally every key listed in any held vote, in tor's output order (§1.3)."""
+    held = _as_votes(votes)
+    _check_n(n_authorities, len(held))
+    threshold = param_inclusion_threshold(n_authorities)
+    by_key: dict[str, list[tuple[str, int]]] = {}
+    for vote in held:
+        for key, value in vote.params:
+            by_key.setdefault(key, []).append((vote.authority, value))
+    tallies = []
+    for key, listed in by_key.items():
+        names = {a for a, _ in listed}
+        ordered = tuple(sorted(listed, key=lambda av: (av[1], av[0])))
+        tallies.append(
+            ParamTally(
+                key=key,
+                n_authorities=n_authorities,
+                threshold=threshold,
+                listed=ordered,
+                silent=tuple(v.authority for v in held if v.authority not in names),
+                median=low_median([v for _, v in listed]),
+                included=len(listed) >= threshold,
+            )
+        )
+    return tuple(sorted(tallies, key=lambda t: tor_item_key((t.key, t.median))))
+
+
+def compute_consensus_params(votes: Iterable[VoteLike], n_authorities: int) -> Params:
+    """The consensus ``params`` items exactly as tor's ``dirvote_compute_params`` makes them (§1.3).
+
+    A key enters iff ``n_k > floor(N/2)`` or ``n_k >= 3``; its value is the low median of
+    the listed values; items are in strcmp order of ``key=value``.
+    """
+    return tuple((t.key, t.median) for t in tally_params(votes, n_authorities) if t.included)
+
+
+# ---------------------------------------------------------------------------------------
+# consensus formation (§2.1)
+
+
+def votes_needed_to_compute(n_authorities: int) -> int:
+    """An authority computes a consensus only with more than floor(N/2) votes (§2.1)."""
+    _check_n(n_authorities, 0)
+    return n_authorities // 2 + 1
+
+
+def signatures_needed(n_authorities: int) -> int:
+    """Good signatures needed to publish at VA and for a client to accept: floor(N/2)+1 (§2.1)."""
+    _check_n(n_authorities, 0)
+    return n_authorities // 2 + 1
+
+
+@attrs.frozen
+class Formation:
+    """Whether an authority holding these votes computes a consensus, and with which method."""
+
+    n_authorities: int
+    n_votes: int
+    votes_needed: int
+    any_running: bool
+    can_compute: bool
+    consensus_method: int | None
+    reason: str
+
+
+def consensus_method(
+    votes: Iterable[VoteLike], supported: Sequence[int] = SUPPORTED_CONSENSUS_METHODS
+) -> int:
+    """The method tor picks: the highest one listed by more than floor(2V/3) of the V votes (§2.1).
+
+    If that method is not in ``supported`` the computing authority falls back to its own
+    highest method (tor 0.4.x); with no method frequent enough tor uses 1.
+    """
+    held = _as_votes(votes)
+    floor_two_thirds = (len(held) * 2) // 3
+    counts: dict[int, int] = {}
+    for vote in held:
+        for method in set(vote.consensus_methods):
+            counts[method] = counts.get(method, 0) + 1
+    frequent = [m for m, c in counts.items() if c > floor_two_thirds]
+    method = max(frequent) if frequent else 1
+    if method not in supported:
+        return max(supported)
+    return method
+
+
+def formation(votes: Iterable[VoteLike], n_authorities: int) -> Formation:
+    """Votes needed to compute (> floor(N/2), one listing Running) and the method (§2.1)."""
+    held = _as_votes(votes)
+    _check_n(n_authorities, len(held))
+    needed = votes_needed_to_compute(n_authorities)
+    any_running = any(v.lists_running for v in held)
+    can = len(held) >= needed and any_running
+    if len(held) < needed:
+        reason = (
+            f"not enough votes to generate a consensus: {len(held)} of {n_authorities} held, "
+            f"need more than {n_authorities // 2}"
+        )
+    elif not any_running:
+        reason = "no held vote lists the Running flag"
+    else:
+        reason = f"{len(held)} of {n_authorities} votes held (need {needed})"
+    return Formation(
+        n_authorities=n_authorities,
+        n_votes=len(held),
+        votes_needed=needed,
+        any_running=any_running,
+        can_compute=can,
+        consensus_method=consensus_method(held) if can else None,
+        reason=reason,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# how a relay reads a parameter (§4)
+
+# Version-keyed bounds for the KIST interval (dirspec-params.md §4). Kept here until the
+# parameter catalogue (kistexp/params.py) provides them.
+# (first version, default, min, max, client key or None when clients read the same key)
+_KIST_BOUNDS: tuple[tuple[tuple[int, int, int, int], int, int, int, str | None], ...] = (
+    ((0, 3, 2, 0), 10, 0, 100, None),
+    ((0, 4, 8, 2), 2, 2, 100, "KISTSchedRunIntervalClient"),
+)
+_BOUNDED = {"KISTSchedRunInterval": _KIST_BOUNDS, "KISTSchedRunIntervalClient": _KIST_BOUNDS}
+_TORRC_MAX = {"KISTSchedRunInterval": 100}  # config.c rejects larger torrc values
+
+
+def parse_tor_version(version: str) -> tuple[int, int, int, int]:
+    """``0.4.8.2-alpha`` -> (0, 4, 8, 2); a leading ``Tor `` is allowed."""
+    text = version.strip()
+    if text.lower().startswith("tor "):
+        text = text[4:].strip()
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?:-[A-Za-z0-9.-]+)?(?: \(.*\))?", text)
+    if not m:
+        raise VotingError(f"tor version {version!r} is not like 0.4.8.13")
+    return (int(m[1]), int(m[2]), int(m[3]), int(m[4] or 0))
+
+
+@attrs.frozen
+class ParamBounds:
+    key: str  # the consensus key this tor reads
+    default: int
+    minimum: int
+    maximum: int
+
+
+def param_bounds(name: str, tor_version: str, is_server: bool = True) -> ParamBounds:
+    """Key read, default, min and max for ``name`` on this tor version and role (§4)."""
+    table = _BOUNDED.get(name)
+    if table is None:
+        raise VotingError(f"no bounds known for consensus parameter {name}")
+    version = parse_tor_version(tor_version)
+    rows = [row for row in table if version >= row[0]]
+    if not rows:
+        raise VotingError(f"{name} does not exist in tor {tor_version} (first in 0.3.2)")
+    _, default, lo, hi, client_key = rows[-1]
+    key = "KISTSchedRunInterval" if name.startswith("KISTSchedRunInterval") else name
+    if client_key and not is_server:
+        key = client_key
+    return ParamBounds(key=key, default=default, minimum=lo, maximum=hi)
+
+
+def effective_value(
+    consensus_params: Mapping[str, int] | Iterable[tuple[str, int]] | None,
+    name: str,
+    tor_version: str,
+    torrc_value: int | None = None,
+    is_server: bool = True,
+) -> int:
+    """The value a tor of ``tor_version`` runs for ``name`` (§4, ``networkstatus_get_param``).
+
+    A non-zero torrc value wins and is not clamped (tor rejects only > 100 at config load);
+    otherwise the consensus key this tor reads (clients on 0.4.8.2+ read
+    ``KISTSchedRunIntervalClient``) clamped to [min, max], or the compiled default when absent.
+    """
+    bounds = param_bounds(name, tor_version, is_server)
+    torrc_max = _TORRC_MAX.get(name)
+    if torrc_value:
+        if torrc_max is not None and torrc_value > torrc_max:
+            raise VotingError(f"torrc {name} {torrc_value} is rejected by tor (maximum {torrc_max})")
+        if torrc_value < 0:
+            raise VotingError(f"torrc {name} {torrc_value} is negative")
+        return int(torrc_value)
+    if consensus_params is None:
+        return bounds.default
+    items = consensus_params.items() if isinstance(consensus_params, Mapping) else consensus_params
+    for key, value in items:  # first exact match, as get_net_param_from_list
+        if key == bounds.key:
+            return max(bounds.minimum, min(bounds.maximum, int(value)))
+    return bounds.default

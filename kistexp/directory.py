@@ -1,0 +1,559 @@
+"""A hardened client for directory authorities' DirPorts (dirspec-params.md §5).
+
+It talks to real authorities, to a local tor network or to ``fake_authorities`` (over
+sockets, or in-process through an httpx transport) and never hands back a document it
+has not checked:
+
+* every request is bounded: connect/read timeouts plus an overall deadline, a maximum
+  number of body bytes read off the wire, and a decompression guard (hard cap on the
+  decoded size and tor's ratio rule, §5.2 encodings deflate/gzip/x-zstd/x-tor-lzma);
+* a ``Content-Encoding`` that does not match the body, or one that was not offered, is
+  reported as a lie, not guessed around;
+* a consensus is returned only if at least floor(N/2)+1 of the configured authorities
+  signed it with keys certified by their certificates (§2.1); otherwise a
+  DocumentError is raised and the previously accepted consensus is kept.
+
+Errors are DirectoryError / DocumentError with one line naming the authority and URL.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import random
+import re
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.errors import DirectoryError, DocumentError, KistexpError
+
+#: What tor clients offer, best first (§5: lzma > zstd > deflate > gzip > identity).
+ACCEPT_ENCODINGS: tuple[str, ...] = ("x-tor-lzma", "x-zstd", "deflate", "gzip", "identity")
+
+#: tor's compression-bomb rule (src/lib/compress/compress.c): once 64 KiB have been
+#: produced, more than 25 output bytes per input byte is a bomb.
+BOMB_CHECK_AFTER_BYTES = 64 * 1024
+BOMB_MAX_RATIO = 25
+
+#: Largest decoded piece produced per step, so memory stays bounded whatever the input.
+_DECODE_STEP = 64 * 1024
+
+CONSENSUS_PATHS = {
+    "ns": "/tor/status-vote/current/consensus",
+    "microdesc": "/tor/status-vote/current/consensus-microdesc",
+}
+
+
+@attrs.frozen
+class Endpoint:
+    """A DirPort to talk to; ``v3ident`` is empty when only host:port is known."""
+
+    nickname: str
+    host: str
+    port: int
+    v3ident: str = ""
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @classmethod
+    def of(cls, item: DirectoryAuthority | Endpoint | tuple[str, int] | str) -> Endpoint:
+        if isinstance(item, Endpoint):
+            return item
+        if isinstance(item, DirectoryAuthority):
+            return cls(item.nickname, item.address, item.dirport, item.v3ident.upper())
+        if isinstance(item, str):
+            return parse_authority_spec(item)
+        host, port = item
+        return cls(f"{host}:{port}", str(host), int(port))
+
+
+_SPEC_RE = re.compile(r"^(?:(?P<nick>[A-Za-z0-9_-]{1,19})=)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(?P<port>\d{1,5})$")
+
+
+def parse_authority_spec(spec: str) -> Endpoint:
+    """Parse ``NICK=HOST:PORT`` (or ``HOST:PORT``) as given to ``--authority``."""
+    m = _SPEC_RE.match(spec.strip())
+    if not m or not 0 < int(m["port"]) < 65536:
+        raise DirectoryError(f"--authority {spec!r}: expected NICK=HOST:PORT, e.g. moria1=127.0.0.1:7001")
+    host = m["host"].strip("[]")
+    nick = m["nick"] or f"{host}:{m['port']}"
+    return Endpoint(nick, host, int(m["port"]))
+
+
+@attrs.frozen
+class Limits:
+    """Bounds on one response; the defaults leave room for a full live vote."""
+
+    max_body_bytes: int = 32 * 1024 * 1024  # bytes read off the wire
+    max_decoded_bytes: int = 64 * 1024 * 1024  # bytes after decompression
+    max_ratio: int = BOMB_MAX_RATIO
+    ratio_check_after_bytes: int = BOMB_CHECK_AFTER_BYTES
+
+
+@attrs.frozen
+class Fetched:
+    """One decoded response body and how it arrived."""
+
+    endpoint: Endpoint
+    url: str
+    status: int
+    content_encoding: str
+    wire_bytes: int
+    body: bytes
+    headers: dict[str, str]
+    elapsed_s: float
+
+
+class _Retryable(DirectoryError):
+    """A failure worth another attempt (network trouble, timeouts, 5xx)."""
+
+
+# --- decoding -----------------------------------------------------------------------
+
+
+def detect_compression(head: bytes) -> str:
+    """The encoding a body's first bytes show, as tor's ``detect_compression_method``."""
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) >= 2 and head[0] == 0x78 and (head[0] * 256 + head[1]) % 31 == 0:
+        return "deflate"
+    if head[:4] == b"\x28\xb5\x2f\xfd":
+        return "x-zstd"
+    if head[:3] == b"\x5d\x00\x00" or head[:6] == b"\xfd7zXZ\x00":
+        return "x-tor-lzma"
+    return "identity"
+
+
+class _ChunkReader(io.RawIOBase):
+    """A file-like view of an iterator of byte chunks (for zstandard's stream reader)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buf:
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+def _decode_stream(encoding: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Decoded pieces of at most _DECODE_STEP bytes each; raises ValueError on bad data."""
+    if encoding == "identity":
+        yield from chunks
+        return
+    if encoding == "x-zstd":
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(_ChunkReader(chunks), read_size=16384)
+        try:
+            while piece := reader.read(_DECODE_STEP):
+                yield piece
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"bad zstd data ({exc})") from None
+        return
+    if encoding == "x-tor-lzma":
+        dec: Any = lzma.LZMADecompressor(format=lzma.FORMAT_AUTO)
+        errors: tuple[type[Exception], ...] = (lzma.LZMAError, EOFError)
+    else:
+        dec = zlib.decompressobj(zlib.MAX_WBITS | (16 if encoding == "gzip" else 0))
+        errors = (zlib.error,)
+    try:
+        for chunk in chunks:
+            data = chunk
+            while data:
+                if dec.eof:
+                    raise ValueError("data after the end of the compressed stream")
+                piece = dec.decompress(data, _DECODE_STEP)
+                yield piece
+                if encoding != "x-tor-lzma" and dec.unused_data:
+                    raise ValueError("data after the end of the compressed stream")
+                data = dec.unconsumed_tail if encoding != "x-tor-lzma" else b""
+                # lzma keeps unconsumed input inside; drain it with empty calls.
+                while encoding == "x-tor-lzma" and not dec.eof and not dec.needs_input:
+                    yield dec.decompress(b"", _DECODE_STEP)
+        if not dec.eof:
+            raise ValueError("compressed stream is truncated")
+    except errors as exc:
+        raise ValueError(f"bad {encoding} data ({exc})") from None
+
+
+# --- the client ---------------------------------------------------------------------
+
+
+def _doc_module() -> Any:
+    # Imported late: the document layer is large and only needed once a body arrives.
+    from kistexp.dirauth import documents
+
+    return documents
+
+
+class DirectoryClient:
+    """Fetch consensuses, votes and key certificates from a list of DirPorts.
+
+    ``authorities``: DirectoryAuthority objects (today's nine by default), Endpoints,
+    ``(host, port)`` pairs or ``NICK=HOST:PORT`` strings. ``n_authorities`` is the N of
+    the signature rule (defaults to the length of the list). ``transport`` is any httpx
+    transport (e.g. ``fake_authorities`` in-process). Backoff between attempts is
+    exponential with full jitter: U(0, min(backoff_max_s, backoff_s * 2**attempt)).
+    """
+
+    def __init__(
+        self,
+        authorities: Iterable[DirectoryAuthority | Endpoint | tuple[str, int] | str] = DEFAULT_AUTHORITIES,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout_s: float = 10.0,
+        deadline_s: float | None = None,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        limits: Limits | None = None,
+        accept_encodings: Sequence[str] = ACCEPT_ENCODINGS,
+        n_authorities: int | None = None,
+        certificates: Iterable[Any] | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.endpoints: tuple[Endpoint, ...] = tuple(Endpoint.of(a) for a in authorities)
+        if not self.endpoints:
+            raise DirectoryError("no directory authorities given")
+        bad = [e for e in accept_encodings if e not in ACCEPT_ENCODINGS]
+        if bad:
+            raise DirectoryError(f"unsupported Accept-Encoding value(s): {', '.join(bad)}")
+        self.accept_encodings = tuple(accept_encodings) if "identity" in accept_encodings else (
+            *accept_encodings, "identity")
+        self.timeout_s = timeout_s
+        self.deadline_s = deadline_s if deadline_s is not None else 3 * timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.limits = limits or Limits()
+        self.n_authorities = n_authorities or len(self.endpoints)
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._http = httpx.Client(
+            transport=transport,
+            timeout=httpx.Timeout(timeout_s),
+            follow_redirects=False,
+            headers={"User-Agent": "kistexp-directory-client"},
+        )
+        # State kept across calls; replaced only by documents that passed every check.
+        self.certificates: dict[str, Any] = {}
+        self.consensus: dict[str, Any] = {}
+        if certificates is not None:
+            self._adopt_certificates(certificates, "given certificates")
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> DirectoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def endpoint(self, name: str) -> Endpoint:
+        for e in self.endpoints:
+            if e.nickname.lower() == name.lower() or (e.v3ident and e.v3ident == name.upper()):
+                return e
+        raise DirectoryError(f"unknown authority {name!r} (known: {', '.join(e.nickname for e in self.endpoints)})")
+
+    def _backoff(self, attempt: int) -> None:
+        self._sleep(self._rng.uniform(0.0, min(self.backoff_max_s, self.backoff_s * 2**attempt)))
+
+    def fetch_once(self, endpoint: Endpoint, path: str, headers: dict[str, str] | None = None) -> Fetched:
+        """One GET, fully bounded; raises DirectoryError naming the authority and URL."""
+        url = endpoint.base_url + path
+        where = f"{endpoint.nickname} {url}"
+        lim = self.limits
+        req_headers = {"Accept-Encoding": ", ".join(self.accept_encodings), **(headers or {})}
+        start = time.monotonic()
+        deadline = start + self.deadline_s
+        try:
+            with self._http.stream("GET", url, headers=req_headers) as resp:
+                status = resp.status_code
+                resp_headers = {k.lower(): v for k, v in resp.headers.items()}
+                if status == 304:
+                    return Fetched(endpoint, url, 304, "", 0, b"", resp_headers, time.monotonic() - start)
+                if status != 200:
+                    reason = resp.reason_phrase or ""
+                    cls = _Retryable if status >= 500 else DirectoryError
+                    raise cls(f"{where}: HTTP {status} {reason}".rstrip())
+                declared = resp_headers.get("content-encoding", "identity").strip().lower() or "identity"
+                if declared not in self.accept_encodings:
+                    raise DirectoryError(f"{where}: server sent Content-Encoding {declared!r}, "
+                                         f"which was not offered ({', '.join(self.accept_encodings)})")
+                length = resp_headers.get("content-length")
+                if length is not None and length.isdigit() and int(length) > lim.max_body_bytes:
+                    raise DirectoryError(f"{where}: Content-Length {length} exceeds the "
+                                         f"{lim.max_body_bytes}-byte limit")
+                wire = 0
+
+                def raw() -> Iterator[bytes]:
+                    nonlocal wire
+                    for chunk in resp.iter_raw():
+                        wire += len(chunk)
+                        if wire > lim.max_body_bytes:
+                            raise DirectoryError(f"{where}: body exceeds the {lim.max_body_bytes}-byte limit")
+                        if time.monotonic() > deadline:
+                            raise _Retryable(f"{where}: transfer exceeded the {self.deadline_s:g} s deadline")
+                        yield chunk
+
+                body = self._decode(where, declared, raw())
+                return Fetched(endpoint, url, status, declared, wire, body, resp_headers,
+                               time.monotonic() - start)
+        except KistexpError:
+            raise
+        except httpx.TimeoutException:
+            raise _Retryable(f"{where}: timed out after {self.timeout_s:g} s") from None
+        except httpx.ConnectError as exc:
+            raise _Retryable(f"{where}: cannot connect ({_short(exc)})") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            raise _Retryable(f"{where}: connection failed mid-transfer ({_short(exc)})") from None
+        except httpx.HTTPError as exc:
+            raise DirectoryError(f"{where}: {type(exc).__name__}: {_short(exc)}") from None
+
+    def _decode(self, where: str, declared: str, raw: Iterator[bytes]) -> bytes:
+        lim = self.limits
+        # Peek at the first bytes to catch a Content-Encoding that lies about the body.
+        head = b""
+        for chunk in raw:
+            head += chunk
+            if len(head) >= 6:
+                break
+        if not head:
+            return b""
+        actual = detect_compression(head)
+        if actual != declared:
+            body_kind = "uncompressed text" if actual == "identity" else f"{actual} data"
+            raise DirectoryError(f"{where}: Content-Encoding says {declared} but the body is {body_kind}")
+        wire_in = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal wire_in
+            wire_in += len(head)
+            yield head
+            for chunk in raw:
+                wire_in += len(chunk)
+                yield chunk
+
+        out = bytearray()
+        try:
+            for piece in _decode_stream(declared, counted()):
+                out += piece
+                if len(out) > lim.max_decoded_bytes:
+                    raise DirectoryError(f"{where}: decoded body exceeds the {lim.max_decoded_bytes}-byte "
+                                         "limit (decompression bomb?)")
+                if (declared != "identity" and len(out) >= lim.ratio_check_after_bytes
+                        and len(out) > lim.max_ratio * max(wire_in, 1)):
+                    raise DirectoryError(f"{where}: decompression bomb: {wire_in} {declared} bytes "
+                                         f"expand to more than {len(out)} (ratio > {lim.max_ratio})")
+        except ValueError as exc:
+            raise DirectoryError(f"{where}: cannot decode {declared} body: {exc}") from None
+        return bytes(out)
+
+    def fetch(self, endpoint: Endpoint | str, path: str, headers: dict[str, str] | None = None) -> Fetched:
+        """GET from one authority, retrying transient failures with jittered backoff."""
+        ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
+        for attempt in range(self.retries + 1):
+            try:
+                return self.fetch_once(ep, path, headers)
+            except _Retryable as exc:
+                if attempt == self.retries:
+                    raise DirectoryError(f"{exc} (after {attempt + 1} attempts)") from None
+                self._backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _from_any(self, path: str, accept: Callable[[Fetched], Any], what: str) -> Any:
+        """Try authorities in random order (as tor picks one) until ``accept`` takes a body."""
+        order = list(self.endpoints)
+        self._rng.shuffle(order)
+        problems: list[str] = []
+        for i, ep in enumerate(order):
+            if i:
+                self._backoff(min(i - 1, 4))
+            try:
+                return accept(self.fetch_once(ep, path))
+            except KistexpError as exc:
+                problems.append(str(exc))
+        raise DirectoryError(f"no authority served {what}: " + "; ".join(problems))
+
+    # -- key certificates ----------------------------------------------------------
+
+    def trusted_v3idents(self) -> frozenset[str]:
+        return frozenset(e.v3ident for e in self.endpoints if e.v3ident)
+
+    def _adopt_certificates(self, certs: Iterable[Any], source: str) -> int:
+        trusted = self.trusted_v3idents()
+        n = 0
+        for cert in certs:
+            ident = _cert_ident(cert)
+            if trusted and ident not in trusted:
+                continue  # a certificate for an authority we do not recognise is useless
+            self.certificates[ident] = cert
+            n += 1
+        return n
+
+    def load_certificates(self, path: str | Path) -> int:
+        """Trust the key certificates in a file (e.g. tor's cached-certs)."""
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise DocumentError(f"{p}: cannot read certificates ({exc.strerror})") from None
+        return self._adopt_certificates(_doc_module().parse_key_certificates(data, str(p)), str(p))
+
+    def fetch_certificates(self) -> int:
+        """Fetch the authorities' key certificates (§5.1 /tor/keys/...).
+
+        With v3idents known, any authority may serve them (``/tor/keys/fp/..``; only
+        certificates for configured identities are kept). For bare host:port entries each
+        authority's own ``/tor/keys/authority`` is taken as its identity, as a
+        ``DirAuthority`` line would configure it.
+        """
+        docs = _doc_module()
+        known = sorted(self.trusted_v3idents())
+        if known:
+            path = "/tor/keys/fp/" + "+".join(known)
+
+            def accept(f: Fetched) -> int:
+                return self._adopt_certificates(docs.parse_key_certificates(f.body, f.url), f.url)
+
+            return self._from_any(path, accept, "key certificates")
+        problems = []
+        learned = []
+        for ep in self.endpoints:
+            try:
+                f = self.fetch(ep, "/tor/keys/authority")
+                for cert in docs.parse_key_certificates(f.body, f.url):
+                    self.certificates[_cert_ident(cert)] = cert
+                    learned.append(attrs.evolve(ep, v3ident=_cert_ident(cert)))
+            except KistexpError as exc:
+                problems.append(str(exc))
+                learned.append(ep)
+        self.endpoints = tuple(learned)
+        if not self.certificates:
+            raise DirectoryError("no authority served its key certificate: " + "; ".join(problems))
+        return len(self.certificates)
+
+    # -- documents -----------------------------------------------------------------
+
+    def verify_consensus(self, doc: Any, where: str) -> Any:
+        """The signature check of §2.1; DocumentError unless >= floor(N/2)+1 verify."""
+        if not self.certificates:
+            raise DocumentError(f"{where}: no authority key certificates to check the consensus against")
+        check = _doc_module().verify_signatures(doc, list(self.certificates.values()),
+                                                n_authorities=self.n_authorities)
+        if not check.ok:
+            raise DocumentError(f"{where}: consensus rejected: {_check_text(check)}")
+        return check
+
+    def fetch_consensus(self, flavour: str = "microdesc", endpoint: Endpoint | str | None = None) -> Any:
+        """A verified consensus (``ns`` or ``microdesc``); kept as ``self.consensus[flavour]``.
+
+        Without ``endpoint`` the authorities are tried in random order. A body that does
+        not parse, is older than the one held, or lacks enough valid signatures is
+        rejected with a clear error and the consensus held so far is kept.
+        """
+        if flavour not in CONSENSUS_PATHS:
+            raise DirectoryError(f"unknown consensus flavour {flavour!r} (ns or microdesc)")
+        if not self.certificates:
+            self.fetch_certificates()
+        docs = _doc_module()
+        path = CONSENSUS_PATHS[flavour]
+
+        def accept(f: Fetched) -> Any:
+            where = f"{f.endpoint.nickname} {f.url}"
+            doc = docs.parse_network_status(f.body, where)
+            if getattr(doc, "is_vote", False) or _doc_flavour(doc) != flavour:
+                raise DocumentError(f"{where}: expected a {flavour} consensus, got {_describe(doc)}")
+            self.verify_consensus(doc, where)
+            held = self.consensus.get(flavour)
+            if held is not None and doc.valid_after < held.valid_after:
+                raise DocumentError(f"{where}: consensus valid-after {doc.valid_after} is older than the "
+                                    f"one held ({held.valid_after})")
+            self.consensus[flavour] = doc
+            return doc
+
+        if endpoint is not None:
+            ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
+            return accept(self.fetch(ep, path))
+        return self._from_any(path, accept, f"a valid {flavour} consensus")
+
+    def fetch_vote(self, endpoint: Endpoint | str, which: str = "current") -> Any:
+        """An authority's own vote (``current`` or ``next``), parsed (§5.1)."""
+        if which not in ("current", "next"):
+            raise DirectoryError(f"vote must be 'current' or 'next', not {which!r}")
+        ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
+        f = self.fetch(ep, f"/tor/status-vote/{which}/authority")
+        where = f"{ep.nickname} {f.url}"
+        doc = _doc_module().parse_network_status(f.body, where)
+        if not getattr(doc, "is_vote", True):
+            raise DocumentError(f"{where}: expected a vote, got {_describe(doc)}")
+        return doc
+
+    def fetch_votes(self, which: str = "current") -> dict[str, Any]:
+        """Every authority's own vote; an unreachable one maps to its DirectoryError."""
+        out: dict[str, Any] = {}
+        for ep in self.endpoints:
+            try:
+                out[ep.nickname] = self.fetch_vote(ep, which)
+            except KistexpError as exc:
+                out[ep.nickname] = exc
+        return out
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:200]
+
+
+def _cert_ident(cert: Any) -> str:
+    for name in ("v3ident", "fingerprint", "identity_fingerprint"):
+        value = getattr(cert, name, None)
+        if value:
+            return str(value).upper()
+    raise DocumentError(f"key certificate without a fingerprint: {cert!r}"[:200])
+
+
+def _doc_flavour(doc: Any) -> str:
+    flavour = getattr(doc, "flavour", None) or getattr(doc, "flavor", None) or "ns"
+    return "microdesc" if str(flavour).startswith("microdesc") else "ns"
+
+
+def _describe(doc: Any) -> str:
+    kind = "vote" if getattr(doc, "is_vote", False) else "consensus"
+    return f"a {_doc_flavour(doc)} {kind}"
+
+
+def _check_text(check: Any) -> str:
+    valid = getattr(check, "valid", None)
+    needed = getattr(check, "needed", None)
+    total = getattr(check, "total", None)
+    text = f"{valid} valid signature(s) of {total}, {needed} needed"
+    problems = getattr(check, "problems", None) or getattr(check, "errors", None)
+    if problems:
+        text += " (" + "; ".join(str(p) for p in list(problems)[:3]) + ")"
+    return text

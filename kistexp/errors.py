@@ -1,0 +1,37 @@
+"""Error types. Every error a user can cause is a KistexpError with a one-line message;
+the CLI prints it and exits non-zero, never with a traceback."""
+
+
+class KistexpError(Exception):
+    """Base class: the message is one line naming the file, key or URL and the problem."""
+
+    exit_code = 1
+
+
+class PlanError(KistexpError):
+    """An experiment plan cannot be loaded (syntax, schema, types).
+
+    ``file``, ``line`` and ``key`` locate the problem where known, so the linter can
+    report it as a finding.
+    """
+
+    def __init__(self, message: str, *, file: str = "", line: int | None = None, key: str = "",
+                 problem: str = "") -> None:
+        super().__init__(message)
+        self.file, self.line, self.key, self.problem = file, line, key, problem or message
+
+
+class DocumentError(KistexpError):
+    """A directory document (vote, consensus, certificate) is malformed or fails verification."""
+
+
+class DirectoryError(KistexpError):
+    """A directory server could not be reached or answered badly."""
+
+
+class SimConfigError(KistexpError):
+    """Invalid simulator configuration, detected before anything runs."""
+
+
+class LocalNetError(KistexpError):
+    """The local tor network could not be started, queried or stopped."""

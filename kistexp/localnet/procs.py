@@ -1,0 +1,120 @@
+"""Processes of a local network: only the tors we started, identified by pid AND command
+line (the torrc path), are ever signalled; every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from kistexp.errors import LocalNetError
+
+POLL_S = 0.1
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """The argv of a live, non-zombie process, or None."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # state is the field after the parenthesised command name
+    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+    if state in ("Z", "X") or not raw:
+        return None
+    return raw.rstrip(b"\0").decode(errors="replace").split("\0")
+
+
+def is_our_tor(pid: int | None, torrc: Path) -> bool:
+    """True if ``pid`` is alive and is a tor started with ``-f torrc``."""
+    if not pid or pid <= 1:
+        return False
+    argv = cmdline(pid)
+    if not argv:
+        return False
+    return Path(argv[0]).name == "tor" and str(torrc) in argv
+
+
+def signal_ours(pid: int | None, torrc: Path, sig: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is our tor; returns whether it was sent."""
+    if not is_our_tor(pid, torrc):
+        return False
+    try:
+        os.kill(pid, sig)  # type: ignore[arg-type]
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def terminate(procs: Iterable[tuple[int | None, Path]], timeout_s: float = 10.0) -> dict[int, str]:
+    """SIGTERM each of our tors, then SIGKILL those still alive after ``timeout_s``.
+
+    Returns {pid: "terminated" | "killed" | "not running" | "not ours"}. With
+    ShutdownWaitLength 0 tor exits at once on SIGTERM.
+    """
+    result: dict[int, str] = {}
+    waiting: list[tuple[int, Path]] = []
+    signalled: list[int] = []
+    for pid, torrc in procs:
+        if not pid:
+            continue
+        if cmdline(pid) is None:
+            result[pid] = "not running"
+        elif signal_ours(pid, torrc, signal.SIGTERM):
+            waiting.append((pid, torrc))
+            signalled.append(pid)
+        else:
+            result[pid] = "not ours"
+    deadline = time.monotonic() + timeout_s
+    while waiting and time.monotonic() < deadline:
+        waiting = [(p, t) for p, t in waiting if is_our_tor(p, t)]
+        if waiting:
+            time.sleep(POLL_S)
+    for pid, torrc in waiting:
+        if signal_ours(pid, torrc, signal.SIGKILL):
+            result[pid] = "killed"
+    for pid in signalled:
+        result.setdefault(pid, "terminated")
+    return result
+
+
+def poll(what: str, check: Callable[[], object], timeout_s: float, interval_s: float = 0.25) -> object:
+    """Call ``check`` until it returns a truthy value; LocalNetError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise LocalNetError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def port_in_use(address: str, port: int) -> bool:
+    """True if something listens on address:port (a bind with SO_REUSEADDR fails)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+    except OSError:
+        return True
+    finally:
+        sock.close()
+    return False
+
+
+def last_log_line(path: Path) -> str:
+    """The last non-empty line of a log file, for error messages."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1].strip() if lines else "(empty log)"

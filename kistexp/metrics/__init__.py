@@ -1,0 +1,1 @@
+"""Metrics: the catalogue of what collectors provide, series, collectors and storage."""

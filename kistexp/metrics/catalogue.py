@@ -1,0 +1,71 @@
+"""Which metrics exist, who provides them, and how fast samples arrive.
+
+A rollback criterion may only name a metric some collector provides. The sample rate
+is what the linter uses to tell whether a stage is long enough to gather a criterion's
+minimum number of samples.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+COLLECTORS = {
+    "onionperf": "OnionPerf / tgen analysis JSON (client transfers of 50 KiB, 1 MiB, 5 MiB)",
+    "metricsport": "a relay's MetricsPort (Prometheus text: tor_relay_* families)",
+    "prometheus": "any Prometheus endpoint beside a relay (node or process exporter: CPU, memory)",
+    "consensus-archive": "consensus documents (CollecTor archives or DirPort fetches)",
+    "simulator": "kistexp's relay-scheduling simulator",
+}
+
+
+@attrs.frozen
+class Metric:
+    name: str
+    unit: str
+    population: str  # "clients" or "relays": whose adoption of the value the metric reflects
+    collectors: tuple[str, ...]
+    samples_per_hour: float  # from one measuring instance, in normal operation
+    higher_is_worse: bool
+    meaning: str
+
+
+METRICS: tuple[Metric, ...] = (
+    # OnionPerf runs one transfer every 5 minutes per instance and records the time at
+    # which 50 KiB, 1 MiB and 5 MiB have arrived.
+    Metric("client_ttfb_s", "s", "clients", ("onionperf", "simulator"), 12.0, True,
+           "time to first byte of a client transfer"),
+    Metric("client_ttlb_50kib_s", "s", "clients", ("onionperf", "simulator"), 12.0, True,
+           "time to last byte of a 50 KiB client transfer"),
+    Metric("client_ttlb_1mib_s", "s", "clients", ("onionperf", "simulator"), 12.0, True,
+           "time to last byte of a 1 MiB client transfer"),
+    Metric("client_ttlb_5mib_s", "s", "clients", ("onionperf", "simulator"), 12.0, True,
+           "time to last byte of a 5 MiB client transfer"),
+    Metric("client_throughput_mbytes_per_s", "MB/s", "clients", ("onionperf", "simulator"), 12.0, False,
+           "client transfer throughput (bytes between 1 MiB and 5 MiB over their time)"),
+    Metric("client_transfer_failure_ratio", "ratio", "clients", ("onionperf",), 12.0, True,
+           "share of client transfers that failed or timed out"),
+    Metric("quiet_circuit_latency_ms", "ms", "relays", ("simulator", "onionperf"), 12.0, True,
+           "queueing delay of cells on quiet (interactive) circuits sharing channels with bulk ones"),
+    Metric("relay_cpu_utilization", "ratio", "relays", ("prometheus", "simulator"), 60.0, True,
+           "tor process CPU time per wall second (1.0 = one core)"),
+    Metric("relay_rss_bytes", "bytes", "relays", ("prometheus", "simulator"), 60.0, True,
+           "tor process resident memory"),
+    Metric("relay_bandwidth_bytes_per_s", "bytes/s", "relays", ("metricsport", "simulator"), 60.0, False,
+           "relay traffic (read + written) per second"),
+    Metric("relay_global_rate_limit_reached", "events/h", "relays", ("metricsport",), 60.0, True,
+           "times a relay hit its global token-bucket limit (tor_relay_load_global_rate_limit_reached_total)"),
+    Metric("relay_oom_bytes", "bytes", "relays", ("metricsport",), 60.0, True,
+           "bytes freed by tor's out-of-memory handler (tor_relay_load_oom_bytes_total)"),
+    Metric("relay_kernel_queue_bytes", "bytes", "relays", ("simulator",), 3600.0, True,
+           "bytes waiting in kernel socket send buffers"),
+)
+
+_BY_NAME = {m.name: m for m in METRICS}
+
+
+def get(name: str) -> Metric | None:
+    return _BY_NAME.get(name)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_BY_NAME)

@@ -1,0 +1,258 @@
+"""Tor-aware checks of experiment plans. Each finding has a stable rule code.
+
+| code  | severity | rule |
+|-------|----------|------|
+| KX001 | error    | the plan does not load (TOML syntax, schema, types) |
+| KX101 | error    | unknown consensus parameter (with a did-you-mean) |
+| KX102 | error    | value outside tor's bounds for the stated tor versions (tor clamps it) |
+| KX103 | warning  | parameter not read by part of the stated tor versions |
+| KX104 | warning  | a stage repeats the previous stage's values (no change reaches relays) |
+| KX201 | error    | stage shorter than consensus propagation plus the criteria's minimum sample time |
+| KX202 | warning  | switchback washout shorter than propagation to the criteria's population |
+| KX301 | error    | criterion on a metric no collector provides |
+| KX302 | error    | plan without any rollback criterion |
+| KX401 | error    | overlapping experiments on the same parameter across the files given |
+| KX501 | error    | start time in the past |
+| KX601 | error    | fewer participating authorities than needed to move the value |
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Sequence
+
+import attrs
+
+from kistexp import params as catalogue
+from kistexp.errors import PlanError
+from kistexp.metrics import catalogue as metrics
+from kistexp.plan.durations import format_duration
+from kistexp.plan.loader import load_plan
+from kistexp.plan.locate import index_lines, line_of
+from kistexp.plan.model import UNSET, Plan
+from kistexp.plan.timeline import authorities_needed, propagation_delay, sample_time
+
+RULES = {
+    "KX001": "the plan does not load",
+    "KX101": "unknown consensus parameter",
+    "KX102": "value outside tor's bounds",
+    "KX103": "parameter not read by some stated tor versions",
+    "KX104": "stage repeats the previous values",
+    "KX201": "stage too short for propagation and samples",
+    "KX202": "switchback washout shorter than propagation",
+    "KX301": "criterion on a metric no collector provides",
+    "KX302": "no rollback criterion",
+    "KX401": "overlapping experiments on one parameter",
+    "KX501": "start time in the past",
+    "KX601": "too few authorities to move the value",
+}
+
+
+@attrs.frozen
+class Finding:
+    code: str
+    severity: str  # "error" or "warning"
+    file: str
+    line: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        key = f" {self.key}:" if self.key else ""
+        return f"{where}: {self.severity} {self.code}{key} {self.message}"
+
+
+@attrs.frozen
+class LintReport:
+    findings: tuple[Finding, ...]
+    files: tuple[str, ...]
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.severity == "warning")
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.errors else 0
+
+
+class _Collector:
+    def __init__(self, plan: Plan, source: str) -> None:
+        self.plan = plan
+        self._index = index_lines(source)
+        self.findings: list[Finding] = []
+
+    def add(self, code: str, key: str, message: str, severity: str = "error") -> None:
+        self.findings.append(Finding(code, severity, self.plan.path, line_of(self._index, key), key, message))
+
+
+def lint_paths(paths: Sequence[str], now: dt.datetime | None = None) -> LintReport:
+    """Load and check every plan; findings of all files, cross-file rules included."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    findings: list[Finding] = []
+    loaded: list[tuple[Plan, _Collector]] = []
+    for path in paths:
+        try:
+            plan = load_plan(path)
+        except PlanError as exc:
+            findings.append(Finding("KX001", "error", exc.file or str(path), exc.line, exc.key, exc.problem))
+            continue
+        with open(path, encoding="utf-8") as fh:
+            collector = _Collector(plan, fh.read())
+        check_plan(plan, collector, now)
+        loaded.append((plan, collector))
+    _check_overlaps(loaded)
+    for _, collector in loaded:
+        findings.extend(collector.findings)
+    return LintReport(tuple(findings), tuple(str(p) for p in paths))
+
+
+def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
+    _check_parameters(plan, out)
+    _check_criteria(plan, out)
+    _check_stage_lengths(plan, out)
+    _check_start(plan, out, now)
+    _check_authorities(plan, out)
+
+
+def _value_sets(plan: Plan):
+    """(key path, values) for the baseline and every stage as written in the file."""
+    if plan.baseline.values:
+        yield "baseline.values", plan.baseline.values
+    if plan.switchback is not None:
+        yield "switchback.treatment", plan.switchback.treatment
+        yield "switchback.control", plan.switchback.control
+    else:
+        for i, stage in enumerate(plan.stages):
+            yield f"stages[{i}].values", stage.values
+
+
+def _check_parameters(plan: Plan, out: _Collector) -> None:
+    known = set()
+    for i, name in enumerate(plan.parameters):
+        entry = catalogue.get(name)
+        if entry is None:
+            close = catalogue.suggest(name)
+            hint = f"; did you mean {close}?" if close else ""
+            out.add("KX101", f"experiment.parameters[{i}]", f"{name} is not a consensus parameter tor reads{hint}")
+            continue
+        known.add(name)
+        covered = entry.bounds_in(plan.tor_versions)
+        if not covered:
+            out.add("KX103", f"experiment.parameters[{i}]",
+                    f"{name} is not read by tor {plan.tor_versions}; it exists for "
+                    + ", ".join(str(b.versions) for b in entry.bounds), "error")
+        elif not all(_covers(entry, plan)):
+            versions = ", ".join(str(b.versions) for b in entry.bounds)
+            out.add("KX103", f"experiment.parameters[{i}]",
+                    f"{name} is read only by tor {versions}, not by all of {plan.tor_versions}", "warning")
+    for path, values in _value_sets(plan):
+        for name, value in values:
+            if name not in known or value == UNSET:
+                continue
+            for bounds in catalogue.get(name).bounds_in(plan.tor_versions):  # type: ignore[union-attr]
+                if not bounds.minimum <= value <= bounds.maximum:
+                    side = "below tor's minimum" if value < bounds.minimum else "above tor's maximum"
+                    limit = bounds.minimum if value < bounds.minimum else bounds.maximum
+                    out.add("KX102", f"{path}.{name}",
+                            f"{name}={value} is {side} of {limit} for tor {bounds.versions}: "
+                            f"tors clamp it to {bounds.clamp(value)}")
+    if plan.switchback is None:
+        for i in range(1, len(plan.stages)):
+            if plan.stages[i].values == plan.stages[i - 1].values:
+                out.add("KX104", f"stages[{i}].values",
+                        f"stage {plan.stages[i].name!r} repeats the values of {plan.stages[i - 1].name!r}",
+                        "warning")
+
+
+def _covers(entry: catalogue.ConsensusParam, plan: Plan) -> list[bool]:
+    """Whether the ends of the plan's version range are read by tor."""
+    return [entry.bounds_for(plan.tor_versions.low) is not None,
+            entry.bounds_for(plan.tor_versions.high) is not None]
+
+
+def _check_criteria(plan: Plan, out: _Collector) -> None:
+    if not plan.criteria:
+        out.add("KX302", "criteria" if plan.path else "",
+                "the plan has no rollback criterion: add at least one [[criteria]]")
+    for i, criterion in enumerate(plan.criteria):
+        if metrics.get(criterion.metric) is None:
+            close = difflib.get_close_matches(criterion.metric, metrics.names(), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(metrics.names())}"
+            out.add("KX301", f"criteria[{i}].metric", f"no collector provides {criterion.metric!r}{hint}")
+
+
+def _check_stage_lengths(plan: Plan, out: _Collector) -> None:
+    judged = [(c, metrics.get(c.metric)) for c in plan.criteria]
+    judged = [(c, m) for c, m in judged if m is not None]
+    if not judged:
+        return
+    for i, (stage, start, _end) in enumerate(plan.stage_windows()):
+        worst = None
+        for criterion, metric in judged:
+            delay = propagation_delay(start, metric.population)
+            settle = delay
+            if plan.switchback is not None:
+                settle = max(delay, plan.switchback.washout)
+            need = settle + sample_time(criterion.min_samples, metric.samples_per_hour)
+            if worst is None or need > worst[0]:
+                worst = (need, criterion, metric, delay)
+        assert worst is not None
+        need, criterion, metric, delay = worst
+        if stage.duration < need:
+            key = f"stages[{i}].duration" if plan.switchback is None else "switchback.period"
+            out.add("KX201", key,
+                    f"stage {stage.name!r} lasts {format_duration(stage.duration)} but needs "
+                    f"{format_duration(need)}: {format_duration(delay)} until all {metric.population} run the "
+                    f"value plus {format_duration(need - delay)} for {criterion.min_samples} samples of "
+                    f"{criterion.metric}")
+            if plan.switchback is not None:
+                break  # every period has the same length: one finding is enough
+    if plan.switchback is not None:
+        populations = {m.population for _, m in judged}
+        for population in sorted(populations):
+            delay = propagation_delay(plan.start, population)
+            if plan.switchback.washout < delay:
+                out.add("KX202", "switchback.washout",
+                        f"washout {format_duration(plan.switchback.washout)} is shorter than the "
+                        f"{format_duration(delay)} until all {population} run a switched value", "warning")
+
+
+def _check_start(plan: Plan, out: _Collector, now: dt.datetime) -> None:
+    if plan.start < now:
+        out.add("KX501", "experiment.start",
+                f"start {plan.start:%Y-%m-%d %H:%M} UTC is in the past (now {now:%Y-%m-%d %H:%M} UTC)")
+
+
+def _check_authorities(plan: Plan, out: _Collector) -> None:
+    n = len(plan.authorities.authorities)
+    need = authorities_needed(n, plan.authorities.others)
+    have = len(plan.authorities.participating)
+    if have < need:
+        if plan.authorities.others == "listing":
+            why = (f"with the other authorities listing the parameter, moving the low median needs "
+                   f"floor({n}/2)+1 = {need}")
+        else:
+            why = f"a parameter enters the consensus only when min(3, floor({n}/2)+1) = {need} authorities list it"
+        out.add("KX601", "authorities.participating",
+                f"{have} of {n} authorities participate; {why}")
+
+
+def _check_overlaps(loaded: list[tuple[Plan, _Collector]]) -> None:
+    for i, (a, out_a) in enumerate(loaded):
+        for b, _ in loaded[i + 1:]:
+            shared = sorted(set(a.parameters) & set(b.parameters))
+            if not shared:
+                continue
+            a_end = a.end + propagation_delay(a.end, "clients")
+            b_end = b.end + propagation_delay(b.end, "clients")
+            if a.start < b_end and b.start < a_end:
+                out_a.add("KX401", "experiment.start",
+                          f"{a.name} and {b.name} ({b.path}) both change {', '.join(shared)} between "
+                          f"{max(a.start, b.start):%Y-%m-%d} and {min(a_end, b_end):%Y-%m-%d}")

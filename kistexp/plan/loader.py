@@ -1,0 +1,422 @@
+"""Load and validate experiment plans (TOML, read with tomli) into frozen Plan objects.
+
+Every problem becomes a PlanError whose one-line message names the file, the line where
+it can be found, the key path and what is wrong. Nothing else escapes the loader.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import tomli
+
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.errors import PlanError
+from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
+from kistexp.plan import model
+from kistexp.plan.durations import parse_duration
+from kistexp.plan.locate import index_lines, line_of
+
+MAX_PLAN_BYTES = 1024 * 1024
+MAX_STAGES = 200
+MAX_CRITERIA = 100
+MAX_STRING = 10_000
+DEFAULT_TOR_VERSIONS = ">=0.4.8.2"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_HEX40_RE = re.compile(r"^[0-9A-Fa-f]{40}$")
+
+
+class _Source:
+    """The file being loaded: raises located errors."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self._text = text
+        self._index: dict[str, int] | None = None
+
+    def error(self, key: str, problem: str) -> PlanError:
+        if self._index is None:
+            self._index = index_lines(self._text)
+        line = line_of(self._index, key) if key else None
+        where = f"{self.path}:{line}" if line else self.path
+        message = f"{where}: {key}: {problem}" if key else f"{where}: {problem}"
+        return PlanError(message, file=self.path, line=line, key=key, problem=problem)
+
+
+class _Table:
+    """A TOML table with its key path; typed getters that fail with located errors."""
+
+    def __init__(self, src: _Source, data: Any, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise src.error(path, f"expected a table, got {_type_name(data)}")
+        self.src, self.data, self.path = src, data, path
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def check_keys(self, allowed: tuple[str, ...]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(allowed)})"
+                raise self.src.error(self.key(str(key)), f"unknown key{hint}")
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def _get(self, name: str, required: bool, default: Any) -> Any:
+        if name not in self.data:
+            if required:
+                raise self.src.error(self.path, f"missing required key {name!r}")
+            return default
+        return self.data[name]
+
+    def string(self, name: str, required: bool = True, default: str = "") -> str:
+        value = self._get(name, required, default)
+        if not isinstance(value, str):
+            raise self.src.error(self.key(name), f"expected a string, got {_type_name(value)}")
+        if len(value) > MAX_STRING:
+            raise self.src.error(self.key(name), f"string is longer than {MAX_STRING} characters")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        value = self.string(name, required=default is None, default=default or "")
+        if value not in choices:
+            raise self.src.error(self.key(name), f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def integer(self, name: str, low: int, high: int, required: bool = True, default: int = 0) -> int:
+        value = self._get(name, required, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.src.error(self.key(name), f"expected an integer, got {_type_name(value)}")
+        if not low <= value <= high:
+            raise self.src.error(self.key(name), f"{value} is outside {low}..{high}")
+        return value
+
+    def number(self, name: str, required: bool = True, default: float = 0.0) -> float:
+        value = self._get(name, required, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.src.error(self.key(name), f"expected a number, got {_type_name(value)}")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise self.src.error(self.key(name), "expected a finite number")
+        return float(value)
+
+    def duration(self, name: str, required: bool = True, default: str = "") -> dt.timedelta:
+        text = self.string(name, required, default)
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise self.src.error(self.key(name), str(exc)) from None
+
+    def table(self, name: str, required: bool = True) -> _Table | None:
+        value = self._get(name, required, None)
+        return None if value is None else _Table(self.src, value, self.key(name))
+
+    def array(self, name: str, required: bool = True, limit: int = 1000) -> list[Any]:
+        value = self._get(name, required, [])
+        if not isinstance(value, list):
+            raise self.src.error(self.key(name), f"expected an array, got {_type_name(value)}")
+        if len(value) > limit:
+            raise self.src.error(self.key(name), f"has {len(value)} entries, more than the limit of {limit}")
+        return value
+
+    def strings(self, name: str, required: bool = True, limit: int = 1000) -> tuple[str, ...]:
+        items = self.array(name, required, limit)
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.src.error(f"{self.key(name)}[{i}]", f"expected a string, got {_type_name(item)}")
+        return tuple(items)
+
+
+def _type_name(value: Any) -> str:
+    return {
+        bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+        dict: "a table", dt.datetime: "a date-time", dt.date: "a date", dt.time: "a time",
+    }.get(type(value), type(value).__name__)
+
+
+def load_plan(path: str | os.PathLike[str]) -> model.Plan:
+    """Read, parse and validate a plan file; raises PlanError with a one-line message."""
+    path_str = str(path)
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if not p.is_file():
+            raise PlanError(f"{path_str}: not a regular file")
+        if size > MAX_PLAN_BYTES:
+            raise PlanError(f"{path_str}: file is {size} bytes, larger than the {MAX_PLAN_BYTES}-byte limit")
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise PlanError(f"{path_str}: no such file") from None
+    except PlanError:
+        raise
+    except OSError as exc:
+        raise PlanError(f"{path_str}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path_str}: not UTF-8 text (byte {exc.start})") from None
+    return parse_plan(text, path_str)
+
+
+def parse_plan(text: str, path: str = "<plan>") -> model.Plan:
+    """Parse plan text; ``path`` is used in messages."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_PLAN_BYTES:
+        raise PlanError(f"{path}: plan is larger than the {MAX_PLAN_BYTES}-byte limit")
+    try:
+        data = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
+        line = getattr(exc, "lineno", None)
+        raise PlanError(f"{path}: TOML syntax error: {message}", file=path, line=line,
+                        problem=f"TOML syntax error: {message}") from None
+    except (RecursionError, ValueError) as exc:
+        raise PlanError(f"{path}: TOML syntax error: {exc}") from None
+    return _build(_Source(path, text), data)
+
+
+_TOP_KEYS = ("experiment", "baseline", "stages", "switchback", "authorities", "criteria", "simulation")
+_EXPERIMENT_KEYS = ("name", "kind", "owner", "contact", "description", "start", "tor_versions", "parameters",
+                    "tickets")
+
+
+def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
+    root = _Table(src, data, "")
+    root.check_keys(_TOP_KEYS)
+    exp = root.table("experiment")
+    assert exp is not None
+    exp.check_keys(_EXPERIMENT_KEYS)
+    name = exp.string("name")
+    if not _NAME_RE.match(name):
+        raise src.error(exp.key("name"), "use 1-100 letters, digits, '.', '_' or '-', starting alphanumeric")
+    kind = exp.choice("kind", model.PLAN_KINDS, default="staged")
+    owner = exp.string("owner")
+    contact = exp.string("contact")
+    description = exp.string("description", required=False)
+    start = _start_time(exp)
+    versions_text = exp.string("tor_versions", required=False, default=DEFAULT_TOR_VERSIONS)
+    try:
+        versions = parse_version_range(versions_text)
+    except ValueError as exc:
+        raise src.error(exp.key("tor_versions"), str(exc)) from None
+    exp.strings("tickets", required=False)
+    parameters = exp.strings("parameters", limit=50)
+    if not parameters:
+        raise src.error(exp.key("parameters"), "name at least one parameter under test")
+    for i, param in enumerate(parameters):
+        if param in parameters[:i]:
+            raise src.error(f"{exp.key('parameters')}[{i}]", f"{param} is listed twice")
+        if not param or " " in param or "=" in param:
+            raise src.error(f"{exp.key('parameters')}[{i}]", f"{param!r} is not a parameter name")
+
+    switchback = None
+    if kind == "staged":
+        if root.has("switchback"):
+            raise src.error("switchback", "only plans of kind \"switchback\" take a [switchback] table")
+        stages = _stages(root, parameters)
+    else:
+        if root.has("stages"):
+            raise src.error("stages", "a switchback plan has no [[stages]]; its [switchback] table makes them")
+        switchback = _switchback(root, parameters)
+        stages = _expand_switchback(switchback)
+
+    baseline = _baseline(root, parameters)
+    authorities = _authorities(root)
+    criteria = _criteria(root)
+    simulation = _simulation(root)
+    return model.Plan(
+        path=src.path, name=name, kind=kind, owner=owner, contact=contact, description=description,
+        start=start, tor_versions=versions, tor_versions_text=versions_text, parameters=parameters,
+        stages=stages, baseline=baseline, authorities=authorities, criteria=criteria, simulation=simulation,
+        switchback=switchback,
+    )
+
+
+def _start_time(exp: _Table) -> dt.datetime:
+    value = exp._get("start", True, None)
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise exp.src.error(exp.key("start"), f"{value!r} is not an RFC 3339 date-time") from None
+    if not isinstance(value, dt.datetime):
+        raise exp.src.error(exp.key("start"), f"expected an RFC 3339 date-time, got {_type_name(value)}")
+    if value.tzinfo is None:
+        raise exp.src.error(exp.key("start"), "give the time in UTC with an offset, e.g. 2027-06-07T12:00:00Z")
+    return value.astimezone(dt.timezone.utc)
+
+
+def _values(src: _Source, data: Any, path: str, parameters: tuple[str, ...],
+            require_all: bool = True) -> tuple[tuple[str, model.ParamValue], ...]:
+    table = _Table(src, data, path)
+    values: list[tuple[str, model.ParamValue]] = []
+    for key, value in table.data.items():
+        if key not in parameters:
+            raise src.error(table.key(key), f"{key} is not in experiment.parameters ({', '.join(parameters)})")
+        if isinstance(value, str) and value == model.UNSET:
+            values.append((key, model.UNSET))
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise src.error(table.key(key), f"expected an integer or \"unset\", got {_type_name(value)}")
+        if not INT32_MIN <= value <= INT32_MAX:
+            raise src.error(table.key(key), f"{value} is outside the int32 range tor accepts")
+        values.append((key, value))
+    if require_all:
+        missing = [p for p in parameters if p not in table.data]
+        if missing:
+            raise src.error(path, f"no value for {', '.join(missing)}")
+    return tuple(values)
+
+
+def _stages(root: _Table, parameters: tuple[str, ...]) -> tuple[model.Stage, ...]:
+    items = root.array("stages", limit=MAX_STAGES)
+    if not items:
+        raise root.src.error("stages", "the plan has no stages")
+    stages: list[model.Stage] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        t = _Table(root.src, item, f"stages[{i}]")
+        t.check_keys(("name", "values", "duration", "gate", "note"))
+        name = t.string("name")
+        if not name.strip():
+            raise root.src.error(t.key("name"), "stage name is empty")
+        if name in seen:
+            raise root.src.error(t.key("name"), f"duplicate stage name {name!r} (also stages[{seen[name]}])")
+        seen[name] = i
+        values = _values(root.src, t._get("values", True, None), t.key("values"), parameters)
+        stages.append(model.Stage(name=name, values=values, duration=t.duration("duration"),
+                                  gate=t.choice("gate", model.GATES, default="auto"),
+                                  note=t.string("note", required=False)))
+    return tuple(stages)
+
+
+def _switchback(root: _Table, parameters: tuple[str, ...]) -> model.Switchback:
+    t = root.table("switchback")
+    assert t is not None
+    t.check_keys(("treatment", "control", "period", "washout", "cycles", "gate"))
+    sb = model.Switchback(
+        treatment=_values(root.src, t._get("treatment", True, None), t.key("treatment"), parameters),
+        control=_values(root.src, t._get("control", True, None), t.key("control"), parameters),
+        period=t.duration("period"),
+        washout=t.duration("washout"),
+        cycles=t.integer("cycles", 1, MAX_STAGES // 2),
+        gate=t.choice("gate", model.GATES, default="auto"),
+    )
+    if sb.washout >= sb.period:
+        raise root.src.error(t.key("washout"), "washout must be shorter than the period")
+    if sb.treatment == sb.control:
+        raise root.src.error(t.key("control"), "control values equal the treatment values")
+    return sb
+
+
+def _expand_switchback(sb: model.Switchback) -> tuple[model.Stage, ...]:
+    stages = []
+    for cycle in range(1, sb.cycles + 1):
+        for arm, values in (("treatment", sb.treatment), ("control", sb.control)):
+            stages.append(model.Stage(name=f"{arm}-{cycle}", values=values, duration=sb.period, gate=sb.gate,
+                                      note=f"first {sb.washout} is washout"))
+    return tuple(stages)
+
+
+def _baseline(root: _Table, parameters: tuple[str, ...]) -> model.Baseline:
+    t = root.table("baseline")
+    assert t is not None
+    t.check_keys(("duration", "values"))
+    values: tuple[tuple[str, model.ParamValue], ...] = ()
+    if t.has("values"):
+        values = _values(root.src, t.data["values"], t.key("values"), parameters, require_all=False)
+    return model.Baseline(duration=t.duration("duration"), values=values)
+
+
+def _authorities(root: _Table) -> model.AuthoritySet:
+    t = root.table("authorities")
+    assert t is not None
+    t.check_keys(("participating", "others", "custom"))
+    known: tuple[DirectoryAuthority, ...] = DEFAULT_AUTHORITIES
+    if t.has("custom"):
+        known = tuple(_custom_authority(root.src, item, f"authorities.custom[{i}]")
+                      for i, item in enumerate(t.array("custom", limit=64)))
+        if not known:
+            raise root.src.error(t.key("custom"), "lists no authority")
+        nicks = [a.nickname.lower() for a in known]
+        for i, nick in enumerate(nicks):
+            if nick in nicks[:i]:
+                raise root.src.error(f"authorities.custom[{i}].nickname", f"duplicate authority {nick!r}")
+    by_nick = {a.nickname.lower(): a.nickname for a in known}
+    participating = []
+    for i, nick in enumerate(t.strings("participating", limit=64)):
+        canonical = by_nick.get(nick.lower())
+        if canonical is None:
+            close = difflib.get_close_matches(nick.lower(), list(by_nick), n=1)
+            hint = f" (did you mean {by_nick[close[0]]!r}?)" if close else ""
+            raise root.src.error(f"authorities.participating[{i}]", f"unknown authority {nick!r}{hint}")
+        if canonical in participating:
+            raise root.src.error(f"authorities.participating[{i}]", f"{canonical} is listed twice")
+        participating.append(canonical)
+    others = t.choice("others", ("listing", "silent"), default="listing")
+    return model.AuthoritySet(authorities=known, participating=tuple(participating), others=others)
+
+
+def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
+    t = _Table(src, data, path)
+    t.check_keys(("nickname", "v3ident", "dirport", "orport", "fingerprint"))
+    nickname = t.string("nickname")
+    if not re.match(r"^[A-Za-z0-9]{1,19}$", nickname):
+        raise src.error(t.key("nickname"), f"{nickname!r} is not a tor nickname (1-19 letters or digits)")
+    v3ident = t.string("v3ident")
+    if not _HEX40_RE.match(v3ident):
+        raise src.error(t.key("v3ident"), "expected 40 hex digits (the authority's v3 identity)")
+    dirport = t.string("dirport")
+    host, sep, port = dirport.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise src.error(t.key("dirport"), f"{dirport!r} is not HOST:PORT")
+    fingerprint = t.string("fingerprint", required=False)
+    if fingerprint and not _HEX40_RE.match(fingerprint):
+        raise src.error(t.key("fingerprint"), "expected 40 hex digits")
+    return DirectoryAuthority(nickname, v3ident.upper(), host.strip("[]"), int(port),
+                              t.integer("orport", 1, 65535, required=False, default=443), fingerprint.upper())
+
+
+def _criteria(root: _Table) -> tuple[model.Criterion, ...]:
+    out = []
+    for i, item in enumerate(root.array("criteria", required=False, limit=MAX_CRITERIA)):
+        t = _Table(root.src, item, f"criteria[{i}]")
+        t.check_keys(("name", "metric", "statistic", "comparison", "threshold", "min_samples", "on_fail"))
+        threshold = t.number("threshold")
+        comparison = t.choice("comparison", model.COMPARISONS)
+        if comparison != "above" and comparison != "below" and threshold < 0:
+            raise root.src.error(t.key("threshold"), f"a {comparison} threshold must not be negative")
+        out.append(model.Criterion(
+            metric=t.string("metric"), statistic=t.choice("statistic", model.STATISTICS),
+            comparison=comparison, threshold=threshold,
+            min_samples=t.integer("min_samples", 1, 10_000_000),
+            on_fail=t.choice("on_fail", model.ON_FAIL_ACTIONS), name=t.string("name", required=False),
+        ))
+    return tuple(out)
+
+
+def _simulation(root: _Table) -> model.Simulation:
+    t = root.table("simulation", required=False)
+    if t is None:
+        return model.Simulation()
+    t.check_keys(("population_scale", "seeds", "duration"))
+    scale = t.number("population_scale", required=False, default=0.01)
+    if not 0 < scale <= 1:
+        raise root.src.error(t.key("population_scale"), f"{scale:g} is not in (0, 1]")
+    seeds_raw = t.array("seeds", required=False, limit=1000) or [1]
+    seeds = []
+    for i, seed in enumerate(seeds_raw):
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise root.src.error(f"{t.key('seeds')}[{i}]", "expected a non-negative integer seed")
+        seeds.append(seed)
+    duration = t.duration("duration", required=False, default="60s")
+    return model.Simulation(population_scale=scale, seeds=tuple(seeds), duration=duration)
+
+

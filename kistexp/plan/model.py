@@ -1,0 +1,124 @@
+"""Experiment plans as frozen attrs value objects (the format: docs/plan-format.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+import attrs
+
+from kistexp.dirauth.authorities import DirectoryAuthority
+from kistexp.params import VersionRange
+
+# A stage value: an int the authorities put in ConsensusParams, or UNSET (the
+# authorities drop the key, so relays fall back to tor's compiled default).
+UNSET = "unset"
+ParamValue = int | Literal["unset"]
+
+GATES = ("auto", "manual")
+ON_FAIL_ACTIONS = ("hold", "step-back", "revert-default", "remove-param")
+STATISTICS = ("mean", "median", "p10", "p25", "p75", "p90", "p95", "p99", "max", "min")
+COMPARISONS = ("relative-increase", "relative-decrease", "absolute-increase", "absolute-decrease",
+               "above", "below")
+PLAN_KINDS = ("staged", "switchback")
+
+
+@attrs.frozen
+class Stage:
+    """One step of a staged rollout: the values authorities vote for, and for how long."""
+
+    name: str
+    values: tuple[tuple[str, ParamValue], ...]
+    duration: dt.timedelta
+    gate: str = "auto"  # auto: the engine moves on; manual: an operator approves
+    note: str = ""
+
+    def value_of(self, param: str) -> ParamValue | None:
+        return dict(self.values).get(param)
+
+
+@attrs.frozen
+class Criterion:
+    """A rollback criterion: stage statistic compared to the baseline's."""
+
+    metric: str
+    statistic: str
+    comparison: str
+    threshold: float
+    min_samples: int
+    on_fail: str
+    name: str = ""
+
+    def describe(self) -> str:
+        unit = "%" if self.comparison.startswith("relative") else ""
+        value = self.threshold * 100 if unit else self.threshold
+        return f"{self.statistic}({self.metric}) {self.comparison} {value:g}{unit} -> {self.on_fail}"
+
+
+@attrs.frozen
+class Baseline:
+    """Window before the first stage whose metrics are the reference."""
+
+    duration: dt.timedelta
+    values: tuple[tuple[str, ParamValue], ...] = ()  # the values in force during the baseline
+
+
+@attrs.frozen
+class AuthoritySet:
+    """The configured authorities and which of them will change their votes."""
+
+    authorities: tuple[DirectoryAuthority, ...]
+    participating: tuple[str, ...]  # nicknames that apply the plan's values
+    others: str = "listing"  # "listing": the others list the parameter; "silent": they do not
+
+
+@attrs.frozen
+class Simulation:
+    population_scale: float = 0.01
+    seeds: tuple[int, ...] = (1,)
+    duration: dt.timedelta = dt.timedelta(seconds=60)
+
+
+@attrs.frozen
+class Switchback:
+    """Alternate treatment and control every `period`, ignoring `washout` after each switch."""
+
+    treatment: tuple[tuple[str, ParamValue], ...]
+    control: tuple[tuple[str, ParamValue], ...]
+    period: dt.timedelta
+    washout: dt.timedelta
+    cycles: int
+    gate: str = "auto"
+
+
+@attrs.frozen
+class Plan:
+    path: str
+    name: str
+    kind: str
+    owner: str
+    contact: str
+    description: str
+    start: dt.datetime
+    tor_versions: VersionRange
+    tor_versions_text: str
+    parameters: tuple[str, ...]
+    stages: tuple[Stage, ...]  # for switchback plans: the expanded treatment/control periods
+    baseline: Baseline
+    authorities: AuthoritySet
+    criteria: tuple[Criterion, ...]
+    simulation: Simulation
+    switchback: Switchback | None = None
+
+    @property
+    def end(self) -> dt.datetime:
+        return self.start + sum((s.duration for s in self.stages), dt.timedelta())
+
+    def stage_windows(self) -> tuple[tuple[Stage, dt.datetime, dt.datetime], ...]:
+        """Each stage with its UTC start and end."""
+        out = []
+        t = self.start
+        for stage in self.stages:
+            out.append((stage, t, t + stage.duration))
+            t += stage.duration
+        return tuple(out)

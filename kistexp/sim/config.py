@@ -1,0 +1,223 @@
+"""Frozen configuration values of the simulator, validated before anything runs.
+
+Every check raises :class:`kistexp.errors.SimConfigError` with a one-line message naming the
+offending key. Defaults and bounds come from ``kist-ewma.md`` (cited as §N).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from kistexp.errors import SimConfigError
+
+ROLES = ("client", "guard", "middle", "exit", "relay")
+SCHEDULERS = ("kist", "kistlite", "vanilla")
+FLOW_CONTROL_KINDS = ("sendme", "vegas")
+
+#: §5.1: consensus bounds are 2..100; a torrc ``KISTSchedRunInterval 1`` is also accepted.
+KIST_INTERVAL_MIN_MS = 1
+KIST_INTERVAL_MAX_MS = 100
+
+#: Linux TCP defaults (loopback mss is 65483 with the 65536-byte loopback MTU).
+DEFAULT_MSS = 1448
+LOOPBACK_MSS = 65483
+
+
+def _fail(where: str, key: str, value: object, why: str) -> None:
+    raise SimConfigError(f"{where}.{key}={value!r}: {why}")
+
+
+def _finite(where: str, key: str, value: float, *, minimum: float = 0.0, strict: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(where, key, value, "must be a number")
+    if not math.isfinite(value):
+        _fail(where, key, value, "must be finite")
+    if strict and value <= minimum:
+        _fail(where, key, value, f"must be > {minimum:g}")
+    if not strict and value < minimum:
+        _fail(where, key, value, f"must be >= {minimum:g}")
+
+
+def _int(where: str, key: str, value: int, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(where, key, value, "must be an integer")
+    if value < lo or (hi is not None and value > hi):
+        _fail(where, key, value, f"must be in [{lo}, {hi if hi is not None else 'inf'}]")
+
+
+@attrs.frozen
+class NodeConfig:
+    """One tor process.
+
+    ``kist_interval_ms`` is the node's current ``KISTSchedRunInterval`` (``KISTSchedRunIntervalClient``
+    on a client), §5.1: 2..100 from a consensus, 1 possible from torrc.  ``kernel_tick_ms`` is the
+    resolution J of ``CLOCK_MONOTONIC_COARSE`` that quantises the KIST timer (§5.2; 4 ms on a
+    HZ=250 kernel).  ``pass_time_us`` is the duration of the libevent pass that holds a scheduler
+    run (the ``p`` of §5.2); it only matters for a 1 ms interval or very long passes.
+    ``nic_rate_bytes_per_s`` = 0 means an unlimited NIC.
+    """
+
+    role: str = "relay"
+    scheduler: str = "kist"
+    kist_interval_ms: int = 10
+    kernel_tick_ms: float = 4.0
+    nic_rate_bytes_per_s: float = 0.0
+    sock_buf_factor: float = 1.0
+    pass_time_us: float = 10.0
+
+    def validate(self, where: str = "node") -> None:
+        if self.role not in ROLES:
+            _fail(where, "role", self.role, f"unknown role (one of {', '.join(ROLES)})")
+        if self.scheduler not in SCHEDULERS:
+            _fail(where, "scheduler", self.scheduler, f"unknown scheduler (one of {', '.join(SCHEDULERS)})")
+        _int(where, "kist_interval_ms", self.kist_interval_ms, KIST_INTERVAL_MIN_MS, KIST_INTERVAL_MAX_MS)
+        _finite(where, "kernel_tick_ms", self.kernel_tick_ms, minimum=0.0, strict=True)
+        if self.kernel_tick_ms > 100:
+            _fail(where, "kernel_tick_ms", self.kernel_tick_ms, "must be <= 100 (HZ >= 10)")
+        nic = 0.0 if self.nic_rate_bytes_per_s is None else self.nic_rate_bytes_per_s
+        _finite(where, "nic_rate_bytes_per_s", nic)
+        _finite(where, "sock_buf_factor", self.sock_buf_factor)
+        _finite(where, "pass_time_us", self.pass_time_us, minimum=0.0, strict=True)
+
+
+@attrs.frozen
+class LinkConfig:
+    """One TLS/TCP connection (both directions share these parameters, each has its own socket).
+
+    ``send_buffer_bytes`` = 0 models Linux send-buffer autotuning (``tcp_sndbuf_expand``:
+    about 2 * max(cwnd, 10) * mss of payload, capped at ``send_buffer_max_bytes``).
+    ``rate_limited`` is true for connections tor rate-limits (every connection of a
+    ``TestingTorNetwork``): each write call then moves at most 16448 B (§7.4).
+    """
+
+    rtt_ms: float = 0.1
+    mss: int = DEFAULT_MSS
+    initial_cwnd: int = 10
+    loss_rate: float = 0.0
+    send_buffer_bytes: int = 0
+    send_buffer_max_bytes: int = 4 * 1024 * 1024
+    rate_limited: bool = True
+
+    def validate(self, where: str = "link") -> None:
+        _finite(where, "rtt_ms", self.rtt_ms)
+        _int(where, "mss", self.mss, 88, 65483)
+        _int(where, "initial_cwnd", self.initial_cwnd, 1, 1000)
+        _finite(where, "loss_rate", self.loss_rate)
+        if self.loss_rate >= 1.0:
+            _fail(where, "loss_rate", self.loss_rate, "must be < 1")
+        _int(where, "send_buffer_bytes", self.send_buffer_bytes, 0)
+        if self.send_buffer_bytes and self.send_buffer_bytes < 514:
+            _fail(where, "send_buffer_bytes", self.send_buffer_bytes, "must be 0 (autotune) or >= 514")
+        _int(where, "send_buffer_max_bytes", self.send_buffer_max_bytes, 514)
+
+
+@attrs.frozen
+class EwmaConfig:
+    """§11.2: ``CircuitPriorityHalflifeMsec`` (1..INT32_MAX) and ``CircuitPriorityTickSecs`` (1..600)."""
+
+    halflife_ms: int = 30000
+    tick_s: int = 10
+
+    def validate(self, where: str = "ewma") -> None:
+        _int(where, "halflife_ms", self.halflife_ms, 1, 2**31 - 1)
+        _int(where, "tick_s", self.tick_s, 1, 600)
+
+    @property
+    def scale_factor(self) -> float:
+        """F = 0.5 ** (T / H), §11.3."""
+        return 0.5 ** (self.tick_s * 1000.0 / self.halflife_ms)
+
+
+@attrs.frozen
+class FlowControlConfig:
+    """§13: legacy SENDME windows (``kind="sendme"``) or Vegas (``kind="vegas"``, cc_alg=2, exit path).
+
+    Defaults are tor 0.4.8.2+'s (§14).  ``cellq_high``/``cellq_low`` are the edge read
+    watermarks of §4.
+    """
+
+    kind: str = "sendme"
+    circwindow: int = 1000
+    circ_increment: int = 100
+    stream_window: int = 500
+    stream_increment: int = 50
+    cellq_high: int = 256
+    cellq_low: int = 10
+    sendme_inc: int = 31
+    cwnd_init: int = 124
+    cwnd_min: int = 124
+    cwnd_inc: int = 1
+    cwnd_inc_pct_ss: int = 100
+    cwnd_inc_rate: int = 31
+    ss_max: int = 5000
+    sscap: int = 600
+    vegas_alpha: int = 186
+    vegas_beta: int = 248
+    vegas_gamma: int = 186
+    vegas_delta: int = 310
+    cwnd_full_gap: int = 4
+    cwnd_full_minpct: int = 25
+    cwnd_full_per_cwnd: int = 1
+    ewma_cwnd_pct: int = 50
+    ewma_max: int = 10
+    ewma_ss: int = 2
+
+    def validate(self, where: str = "flow_control") -> None:
+        if self.kind not in FLOW_CONTROL_KINDS:
+            _fail(where, "kind", self.kind, "unknown flow control (sendme or vegas)")
+        _int(where, "circwindow", self.circwindow, 100, 1000)
+        _int(where, "circ_increment", self.circ_increment, 1, self.circwindow)
+        _int(where, "stream_window", self.stream_window, 1, 10000)
+        _int(where, "stream_increment", self.stream_increment, 1, self.stream_window)
+        _int(where, "cellq_high", self.cellq_high, 1, 1000)
+        _int(where, "cellq_low", self.cellq_low, 1, 1000)
+        if self.cellq_low >= self.cellq_high:
+            _fail(where, "cellq_low", self.cellq_low, "must be below cellq_high")
+        _int(where, "sendme_inc", self.sendme_inc, 1, 254)
+        _int(where, "cwnd_init", self.cwnd_init, 31, 10000)
+        _int(where, "cwnd_min", self.cwnd_min, 31, 1000)
+        _int(where, "cwnd_inc", self.cwnd_inc, 1, 1000)
+        _int(where, "cwnd_inc_pct_ss", self.cwnd_inc_pct_ss, 1, 500)
+        _int(where, "cwnd_inc_rate", self.cwnd_inc_rate, 1, 250)
+        _int(where, "ss_max", self.ss_max, 500, 2**31 - 1)
+        _int(where, "sscap", self.sscap, 100, 2**31 - 1)
+        for key in ("vegas_alpha", "vegas_beta", "vegas_gamma"):
+            _int(where, key, getattr(self, key), 0, 1000)
+        _int(where, "vegas_delta", self.vegas_delta, 0, 2**31 - 1)
+        _int(where, "cwnd_full_gap", self.cwnd_full_gap, 0, 32767)
+        _int(where, "cwnd_full_minpct", self.cwnd_full_minpct, 0, 100)
+        _int(where, "cwnd_full_per_cwnd", self.cwnd_full_per_cwnd, 0, 1)
+        _int(where, "ewma_cwnd_pct", self.ewma_cwnd_pct, 1, 255)
+        _int(where, "ewma_max", self.ewma_max, 2, 255)
+        _int(where, "ewma_ss", self.ewma_ss, 2, 255)
+
+
+@attrs.frozen
+class RunConfig:
+    """One run: simulated duration, seed, and the per-run model choices.
+
+    ``memory_limit_bytes`` bounds the simulator's arrays; a network or a run that would need more
+    stops with a :class:`SimConfigError`.  ``sample_interval_s`` is the step of the time series.
+    ``cell_delays_max`` > 0 additionally keeps that many raw per-cell delay samples.
+    """
+
+    duration_s: float = 10.0
+    seed: int = 1
+    sample_interval_s: float = 1.0
+    memory_limit_bytes: int = 4 * 1024**3
+    flow_control: FlowControlConfig = attrs.field(factory=FlowControlConfig)
+    ewma: EwmaConfig = attrs.field(factory=EwmaConfig)
+    cell_delays_max: int = 0
+
+    def validate(self, where: str = "run") -> None:
+        _finite(where, "duration_s", self.duration_s, minimum=0.0, strict=True)
+        _int(where, "seed", self.seed, 0, 2**63 - 1)
+        _finite(where, "sample_interval_s", self.sample_interval_s, minimum=0.0, strict=True)
+        if self.duration_s / self.sample_interval_s > 1_000_000:
+            _fail(where, "sample_interval_s", self.sample_interval_s, "gives more than 1,000,000 samples")
+        _int(where, "memory_limit_bytes", self.memory_limit_bytes, 1)
+        _int(where, "cell_delays_max", self.cell_delays_max, 0, 100_000_000)
+        self.flow_control.validate(f"{where}.flow_control")
+        self.ewma.validate(f"{where}.ewma")

@@ -1,0 +1,37 @@
+"""Shared fixtures: the real data under ../shared/data (read in place, never copied)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"{SHARED_DATA} is missing: the tests read the real data from ../shared/data")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def consensus_path(shared_data: Path) -> Path:
+    return shared_data / "consensus-2022-11-19-10-00-00"
+
+
+@pytest.fixture(scope="session")
+def microdesc_consensus_path(shared_data: Path) -> Path:
+    return shared_data / "microdesc-consensus-2022-11-19"
+
+
+@pytest.fixture(scope="session")
+def certs_path(shared_data: Path) -> Path:
+    return shared_data / "cached-certs"
+
+
+def have_real_tor() -> bool:
+    return shutil.which("tor") is not None and shutil.which("tor-gencert") is not None

@@ -1,0 +1,110 @@
+"""Cost model (CPU estimate per node) and workload schedules of the simulator."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+import pytest
+
+from kistexp.errors import SimConfigError
+from kistexp.sim.costmodel import CostModel, NodeWork, estimate_node_cpu
+from kistexp.sim.workloads import (
+    BULK_BYTES,
+    ONIONPERF_SIZES_BYTES,
+    WEB_BYTES,
+    InteractiveSpec,
+    WorkloadMix,
+    build_workload,
+    interactive_exchanges,
+    onionperf_transfers,
+)
+
+
+def _relay_work(**over: int) -> NodeWork:
+    base = dict(node="guard", cells_received=100_000, cells_sent=100_000, crypto_layers=100_000,
+                digests=0, scheduler_runs=1_000, socket_info_syscalls=2_000, kernel_writes=1_000,
+                bytes_written=100_000 * 514)
+    base.update(over)
+    return NodeWork(**base)
+
+
+def test_cost_model_adds_each_cause_with_the_documented_defaults():
+    est = estimate_node_cpu(_relay_work(), duration_s=1.0)
+    model = CostModel()
+    # 200,000 TLS passes over 514 B at 1.06 GB/s
+    assert est.tls_s == pytest.approx(200_000 * 514 / 1.06e9)
+    # one AES-CTR layer over 509 B per relayed cell at 7.1 GB/s, no digest at a middle
+    assert est.relay_crypto_s == pytest.approx(100_000 * 509 / 7.1e9)
+    assert est.syscalls_s == pytest.approx(2_000 * 540e-9)
+    assert est.scheduler_s == pytest.approx(1_000 * 2e-6)
+    assert est.writes_s == pytest.approx(1_000 * 980e-9 + 100_000 * 514 * 0.21e-9)
+    assert est.cell_handling_s == pytest.approx(100_000 * model.per_cell_handling_ns * 1e-9)
+    assert est.total_s == pytest.approx(
+        est.tls_s + est.relay_crypto_s + est.cell_handling_s + est.scheduler_s + est.syscalls_s + est.writes_s)
+    assert est.core_fraction == pytest.approx(est.total_s)
+    d = est.to_dict()
+    assert d["cpu_s"] == pytest.approx(est.total_s) and d["syscalls_s"] == pytest.approx(est.syscalls_s)
+
+
+def test_kist_socket_syscalls_cost_more_than_kistlite_and_overrides_apply():
+    kist = estimate_node_cpu(_relay_work(socket_info_syscalls=20_000), 1.0)
+    lite = estimate_node_cpu(_relay_work(socket_info_syscalls=0), 1.0)
+    assert kist.total_s - lite.total_s == pytest.approx(20_000 * 540e-9)
+    dear = attrs.evolve(CostModel(), per_syscall_ns=5_000.0)
+    assert estimate_node_cpu(_relay_work(socket_info_syscalls=20_000), 1.0, dear).syscalls_s == pytest.approx(0.1)
+    # the client adds three layers and a digest per cell: dearer crypto than a middle relay
+    client = estimate_node_cpu(_relay_work(crypto_layers=300_000, digests=100_000), 1.0)
+    assert client.relay_crypto_s > 3 * lite.relay_crypto_s
+
+
+@pytest.mark.parametrize("field", ["per_syscall_ns", "aes_ctr_bytes_per_s", "per_write_byte_ns"])
+def test_cost_model_rejects_negative_or_zero_costs(field):
+    with pytest.raises(SimConfigError, match=field):
+        CostModel(**{field: -1.0})
+    with pytest.raises(SimConfigError):
+        estimate_node_cpu(_relay_work(), duration_s=-1.0)
+
+
+def test_mix_counts_follow_proportions_and_reject_bad_shares():
+    assert WorkloadMix(bulk=1, web=2, interactive=1).counts(8) == {
+        "bulk": 2, "web": 4, "onionperf": 0, "interactive": 2}
+    assert sum(WorkloadMix(bulk=1, web=1, onionperf=1).counts(10).values()) == 10
+    with pytest.raises(SimConfigError, match="bulk"):
+        WorkloadMix(bulk=-1)
+    with pytest.raises(SimConfigError):
+        WorkloadMix(bulk=0)
+
+
+def test_workload_is_seeded_and_mixed_as_asked():
+    mix = WorkloadMix(bulk=1, web=1, onionperf=1, interactive=1)
+    a = build_workload(mix, circuits=8, duration_s=600.0, seed=7)
+    b = build_workload(mix, circuits=8, duration_s=600.0, seed=7)
+    c = build_workload(mix, circuits=8, duration_s=600.0, seed=8)
+    assert a == b and a != c
+    assert sorted(a.kinds) == sorted(["bulk", "web", "onionperf", "interactive"] * 2)
+    for t in a.transfers:
+        assert a.kinds[t.circuit] == t.kind
+        assert t.size_bytes == {"bulk": BULK_BYTES, "web": WEB_BYTES}.get(t.kind, t.size_bytes)
+    assert {s.circuit for s in a.interactive} == set(a.circuits_of("interactive"))
+    with pytest.raises(SimConfigError, match="circuits"):
+        build_workload(mix, circuits=0, duration_s=1.0, seed=1)
+
+
+def test_onionperf_schedule_pauses_and_weights():
+    transfers = onionperf_transfers(0, 5.0, 60 * 600.0, random.Random(3))
+    starts = [t.start_s for t in transfers]
+    assert starts[:3] == [5.0, 65.0, 125.0]
+    sizes = [t.size_bytes for t in transfers]
+    assert set(sizes) <= set(ONIONPERF_SIZES_BYTES)
+    # weights 12 : 2 : 1 -> 80 % of 50 KiB downloads (600 draws: well within 70-90 %)
+    assert 0.7 < sizes.count(50 * 1024) / len(sizes) < 0.9
+    assert all(t.request_bytes == 1000 for t in transfers)
+
+
+def test_interactive_exchanges_every_100ms_or_so():
+    ex = interactive_exchanges(InteractiveSpec(0, 0.0, 10.0), random.Random(1))
+    assert 70 < len(ex) < 140  # ~100 exchanges in 10 s, jittered +-50 %
+    gaps = [b[0] - a[0] for a, b in zip(ex, ex[1:])]
+    assert min(gaps) >= 0.05 - 1e-9 and max(gaps) <= 0.15 + 1e-9
+    assert all(req == 1 and resp in (1, 2) for _, req, resp in ex)
