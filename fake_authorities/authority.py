@@ -158,7 +158,7 @@ class FakeAuthority:
                     self._note(f"Couldn't store my own vote: {exc}")
                     return None
                 text = docs.render_vote(
-                    self._signing_keys(), self.keys.certificate, nickname=self.nickname,
+                    self._signing_keys(), nickname=self.nickname,
                     address=self.address, dirport=self.dirport, orport=self.orport, params=params,
                     published=self._now(), valid_after=va, fresh_until=fu, valid_until=vu,
                     vote_delay=vote_delay, dist_delay=dist_delay, malformed=self.has("malformed"),
@@ -166,17 +166,18 @@ class FakeAuthority:
                 vote = text.encode()
             self.own_votes["next"] = vote
             if not self.has("malformed") and not self.has("wrong-key"):
-                self.receive_vote(vote, own=True)
+                self.receive_vote(vote, fetched=True)
             return vote
 
-    def receive_vote(self, body: bytes, own: bool = False) -> tuple[int, str]:
-        """Handle POST /tor/post/vote: checks as tor's ``dirvote_add_vote``."""
+    def receive_vote(self, body: bytes, fetched: bool = False) -> tuple[int, str]:
+        """Handle POST /tor/post/vote (and votes it fetched itself, which skip the upload
+        deadline): the checks of tor's ``dirvote_add_vote``."""
         with self._lock:
             if self.has("down"):
                 return 503, "Directory busy, try again later"
             if self.round_va is None:
                 return 400, "Not voting right now"
-            if not own and self._now() > self.vote_cutoff:
+            if not fetched and self._now() > self.vote_cutoff:
                 return 400, "Vote arrived after the vote-fetching deadline"
             try:
                 held = self._parse_vote(body)
@@ -228,17 +229,16 @@ class FakeAuthority:
 
     def _detached(self, keys: AuthorityKeys) -> str:
         sigs = {fl: [keys.sign_document(p.body, SIG_ALGORITHM[fl])] for fl, p in self.pending.items()}
-        return docs.render_detached(self.pending["ns"].body, self.pending["microdesc"].body, sigs)
+        return docs.render_detached({fl: p.body for fl, p in self.pending.items()}, sigs)
 
     def pending_detached_signatures(self) -> bytes | None:
         with self._lock:
             if not self.pending or self.has("down"):
                 return None
             sigs = {fl: list(p.signatures.values()) for fl, p in self.pending.items()}
-            if not any(sigs.values()):
+            if not all(sigs.values()):
                 return None
-            return docs.render_detached(self.pending["ns"].body, self.pending["microdesc"].body,
-                                        sigs).encode()
+            return docs.render_detached({fl: p.body for fl, p in self.pending.items()}, sigs).encode()
 
     def receive_signatures(self, body: bytes) -> tuple[int, str]:
         """Handle POST /tor/post/consensus-signature: keep signatures that verify (§2.2)."""
@@ -285,7 +285,7 @@ class FakeAuthority:
                                f"{len(pend.signatures)} signatures, {needed} needed")
                     continue
                 text = docs.assemble(pend.body, list(pend.signatures.values())).encode()
-                meta = docs.consensus_meta(pend.body)
+                meta = docs.consensus_meta(text)
                 served = ServedConsensus(
                     text=text, valid_after=meta.valid_after, fresh_until=meta.fresh_until,
                     valid_until=meta.valid_until, sha3_hex=hashlib.sha3_256(text).hexdigest(),

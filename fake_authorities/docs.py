@@ -13,19 +13,13 @@ from typing import Any
 import attrs
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from kistexp.dirauth import netstatus
+from kistexp.dirauth import documents, netstatus, voting
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate, tor_verify
 from kistexp.errors import DocumentError
 
 __all__ = ["DocumentError"]
 
 UTC = dt.timezone.utc
-
-
-def _documents() -> Any:
-    from kistexp.dirauth import documents
-
-    return documents
 
 
 def _dt(t: float) -> dt.datetime:
@@ -95,7 +89,7 @@ def consensus_meta(text: bytes | str) -> ConsensusMeta:
 
 def assemble(body: str, signatures: list[Any]) -> str:
     """A consensus body followed by its signatures, ordered by signer identity as tor does."""
-    return body + "".join(s.render() for s in sorted(signatures, key=lambda s: s.identity))
+    return documents.attach_signatures(body, signatures)
 
 
 @attrs.frozen
@@ -114,29 +108,91 @@ def parse_detached(body: bytes, source: str) -> Detached:
 
 # --- rendering (kistexp.dirauth.documents) --------------------------------------------
 
+# A few fake relays every authority votes on, so the documents look like the real thing
+# (known-flags must list Running for a consensus to be computed, §2.1).
+_RELAY_FLAGS = ("Fast", "Running", "Stable", "V2Dir", "Valid")
 
-def render_vote(keys: AuthorityKeys, certificate: KeyCertificate, *, nickname: str, address: str,
-                dirport: int, orport: int, params: tuple[tuple[str, int], ...], published: float,
-                valid_after: float, fresh_until: float, valid_until: float, vote_delay: int,
-                dist_delay: int, malformed: bool = False) -> str:
+
+def fake_relays(count: int = 3) -> list[documents.RouterStatus]:
+    out = []
+    for i in range(count):
+        ident = hashlib.sha1(f"kistexp fake relay {i}".encode()).hexdigest().upper()
+        out.append(documents.RouterStatus(
+            nickname=f"fakerelay{i}", identity=ident, address=f"127.0.1.{i + 1}", orport=9001,
+            flags=(*_RELAY_FLAGS, "Guard") if i == 0 else _RELAY_FLAGS, bandwidth=1000 * (i + 1),
+            version="Tor 0.4.8.13", measured=1000 * (i + 1)))
+    return out
+
+
+def render_vote(keys: AuthorityKeys, *, nickname: str, address: str, dirport: int, orport: int,
+                params: tuple[tuple[str, int], ...], published: float, valid_after: float,
+                fresh_until: float, valid_until: float, vote_delay: int, dist_delay: int,
+                malformed: bool = False) -> str:
     """This authority's signed vote (dirspec-params.md §6.2)."""
+    header = documents.StatusHeader(_dt(valid_after), _dt(fresh_until), _dt(valid_until), params=params,
+                                    voting_delay=(vote_delay, dist_delay), published=_dt(published))
+    ident = documents.AuthorityIdentity(nickname, address, dirport, orport)
+    text = documents.render_vote(header, ident, keys, fake_relays())
     if malformed:
-        # Reversed params are mis-ordered: tor rejects the whole vote (§1.1).
-        params = tuple(reversed(params)) if len(params) > 1 else (("zz", 1), ("aa", 1))
-    return _documents().render_vote(
-        keys=keys, nickname=nickname, address=address, dirport=dirport, orport=orport,
-        params=params, published=_dt(published), valid_after=_dt(valid_after),
-        fresh_until=_dt(fresh_until), valid_until=_dt(valid_until),
-        voting_delay=(vote_delay, dist_delay), validate=not malformed,
-    )
+        # Mis-ordered params: tor rejects the whole vote (§1.1).
+        bad = " ".join(f"{k}={v}" for k, v in reversed(params)) if len(params) > 1 else "zz=1 aa=1"
+        start = text.index("\nparams") + 1
+        end = text.index("\n", start)
+        text = text[:start] + "params " + bad + text[end:]
+    return text
 
 
 def compute_consensus_bodies(votes: list[netstatus.NetworkStatus], n_authorities: int) -> dict[str, str]:
-    """Unsigned bodies of both flavours computed from the held votes (tor's rules, §1.3, §2.1)."""
-    documents = _documents()
-    return {fl: documents.render_consensus(votes, n_authorities=n_authorities, flavor=fl, signatures=())
-            for fl in ("ns", "microdesc")}
+    """Unsigned ns and microdesc consensus bodies from the held votes, by tor's rules
+    (params §1.3, formation and method §2.1, times: low medians)."""
+    held = [voting.Vote(v.authorities[0].nickname, v.params, v.authorities[0].v3ident,
+                        v.consensus_methods, "Running" in v.known_flags) for v in votes]
+    form = voting.formation(held, n_authorities)
+    if not form.can_compute:
+        raise DocumentError(form.reason)
+
+    def median_time(attr: str) -> dt.datetime:
+        return _dt(voting.low_median([int(getattr(v, attr).timestamp()) for v in votes]))
+
+    header = documents.StatusHeader(
+        median_time("valid_after"), median_time("fresh_until"), median_time("valid_until"),
+        params=voting.compute_consensus_params(held, n_authorities),
+        voting_delay=(voting.low_median([v.voting_delay[0] for v in votes]),
+                      voting.low_median([v.voting_delay[1] for v in votes])),
+        consensus_method=form.consensus_method or 1,
+        known_flags=tuple(sorted({f for v in votes for f in v.known_flags})),
+    )
+    sources = [documents.dir_source_for_vote(v) for v in votes]
+    routers = _consensus_routers(votes)
+    return {fl: documents.render_consensus_body(header, sources, routers, fl) for fl in ("ns", "microdesc")}
 
 
-def render_detached(ns_body: str, md_body: str, signatures: dict[str, list[Any]]) -> str:
-    return _documents().render_detached_signatures(ns_body, md_body, signatures)
+def _consensus_routers(votes: list[netstatus.NetworkStatus]) -> list[documents.RouterStatus]:
+    """Routers listed by more than half of the votes, with the flags more than half of those
+    listing it give (dir-spec §3.8.1, simplified: the fakes all describe the same relays)."""
+    listed: dict[str, list[documents.RouterStatus]] = {}
+    for v in votes:
+        for r in v.routers:
+            listed.setdefault(r.identity, []).append(r)
+    out = []
+    for entries in listed.values():
+        if len(entries) * 2 <= len(votes):
+            continue
+        flags = sorted({f for e in entries for f in e.flags
+                        if sum(f in x.flags for x in entries) * 2 > len(entries)})
+        bw = voting.low_median([e.bandwidth or 0 for e in entries])
+        out.append(attrs.evolve(entries[0], flags=tuple(flags), bandwidth=bw, measured=None))
+    return out
+
+
+def render_detached(bodies: dict[str, str], signatures: dict[str, list[Any]]) -> str:
+    """Detached signatures (§6.3b) for the pending ns + microdesc pair."""
+    ns = netstatus.parse_network_status(documents.attach_signatures(bodies["ns"], signatures["ns"]), "pending ns")
+    md = netstatus.parse_network_status(
+        documents.attach_signatures(bodies["microdesc"], signatures["microdesc"]), "pending microdesc")
+    return documents.render_detached_signatures(ns, signatures["ns"], md, signatures["microdesc"])
+
+
+def verify_consensus(text: bytes, certs: list[KeyCertificate], n_authorities: int) -> None:
+    """DocumentError unless a consensus has floor(N/2)+1 valid signatures (§2.1)."""
+    documents.require_signatures(netstatus.parse_network_status(text, "consensus"), certs, n_authorities)

@@ -116,7 +116,9 @@ def is_hex40(text: str) -> bool:
 def as_text(data: bytes | str, source: str, allow_crlf: bool = False) -> str:
     """Bytes or str -> str, refusing oversize, non-ASCII-decodable and (unless allowed) CRLF input."""
     if len(data) > MAX_DOCUMENT_BYTES:
-        raise DocumentError(f"{source}: document is {len(data)} bytes, more than the {MAX_DOCUMENT_BYTES} limit")
+        raise DocumentError(
+            f"{source}: document is {len(data)} bytes, more than the {MAX_DOCUMENT_BYTES} limit"
+        )
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")

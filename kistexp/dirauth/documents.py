@@ -28,6 +28,10 @@ Rendering and signing (fake authorities)
     ``render_consensus(header, sources, routers, signers, flavor="ns") -> str``
     ``render_detached_signatures(ns, signatures, microdesc=None, microdesc_signatures=()) -> str``
     ``add_detached_signatures(consensus_text, detached, source) -> str``: merge collected signatures
+
+Files
+    ``load_network_status(path)``, ``load_key_certificates(path)``: read + parse, errors name the path
+    ``inspect_file(path, certs_path=None, n_authorities=9) -> StatusSummary`` (``consensus inspect``)
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import attrs
 
-from kistexp.dirauth.dirformat import UTC, b64_nopad_encode, format_time
+from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES, UTC, b64_nopad_encode, format_time
 from kistexp.dirauth.keys import (
     AuthorityKeys,
     DocumentSignature,
@@ -72,9 +77,13 @@ __all__ = [
     "SignatureCheck",
     "SignatureStatus",
     "StatusHeader",
+    "StatusSummary",
     "add_detached_signatures",
     "attach_signatures",
     "dir_source_for_vote",
+    "inspect_file",
+    "load_key_certificates",
+    "load_network_status",
     "needed_signatures",
     "parse_detached_signatures",
     "parse_key_certificates",
@@ -86,6 +95,7 @@ __all__ = [
     "render_vote",
     "require_signatures",
     "sign_body",
+    "summarize",
     "verify_signatures",
 ]
 
@@ -188,7 +198,8 @@ def _check_one(
 ) -> str:
     if sig.identity not in trusted:
         return UNKNOWN_AUTHORITY
-    matching = [c for c in by_identity.get(sig.identity, ()) if c.signing_key_digest == sig.signing_key_digest]
+    certs = by_identity.get(sig.identity, ())
+    matching = [c for c in certs if c.signing_key_digest == sig.signing_key_digest]
     if not matching:
         return NO_CERT
     current = [c for c in matching if c.is_current(when)]
@@ -242,11 +253,17 @@ def _params(value: Mapping[str, int] | Iterable[tuple[str, int]]) -> tuple[tuple
     return sort_params(value)
 
 
+def _check_nickname(_instance: object, _attr: object, value: str) -> None:
+    # tor's nickname rule: 1-19 ASCII letters and digits
+    if not (1 <= len(value) <= 19 and value.isascii() and value.isalnum()):
+        raise DocumentError(f"authority nickname {value!r} must be 1-19 ASCII letters or digits")
+
+
 @attrs.frozen
 class AuthorityIdentity:
     """How an authority names itself in its vote's ``dir-source`` and ``contact`` lines."""
 
-    nickname: str
+    nickname: str = attrs.field(validator=_check_nickname)
     address: str
     dirport: int
     orport: int
@@ -320,7 +337,9 @@ def _header_lines(header: StatusHeader, flavor: str, vote: bool, flags: Iterable
     return out
 
 
-def _router_lines(routers: Iterable[RouterStatus], flavor: str, vote: bool, header: StatusHeader) -> list[str]:
+def _router_lines(
+    routers: Iterable[RouterStatus], flavor: str, vote: bool, header: StatusHeader
+) -> list[str]:
     out: list[str] = []
     default_published = format_time(header.valid_after - dt.timedelta(hours=1))
     methods = ",".join(str(m) for m in header.consensus_methods)
@@ -487,3 +506,77 @@ def add_detached_signatures(consensus_text: str, detached: DetachedSignatures, s
         merged.setdefault((s.identity, s.algorithm), s)
     return attach_signatures(doc.body, merged.values())
 
+
+
+# --------------------------------------------------------------------------- files and summaries
+
+
+def _read(path: str | Path) -> bytes:
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise DocumentError(f"{p}: {size} bytes, more than the {MAX_DOCUMENT_BYTES} limit")
+        return p.read_bytes()
+    except OSError as exc:
+        raise DocumentError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def load_network_status(path: str | Path) -> NetworkStatus:
+    """Read and parse a vote or consensus file; errors name the path."""
+    return parse_network_status(_read(path), str(path))
+
+
+def load_key_certificates(path: str | Path) -> tuple[KeyCertificate, ...]:
+    """Read, parse and verify a key-certificate file (e.g. tor's ``cached-certs``)."""
+    return parse_key_certificates(_read(path), str(path))
+
+
+@attrs.frozen
+class StatusSummary:
+    """What ``kistexp consensus inspect`` reports about one document."""
+
+    source: str
+    flavor: str
+    vote_status: str
+    consensus_method: int | None
+    valid_after: dt.datetime
+    fresh_until: dt.datetime
+    valid_until: dt.datetime
+    relay_count: int
+    params: dict[str, int]
+    authorities: int  # dir-source entries
+    signature_count: int
+    signatures: SignatureCheck | None  # None when no certificates were given
+
+
+def summarize(doc: NetworkStatus, check: SignatureCheck | None = None) -> StatusSummary:
+    return StatusSummary(
+        source=doc.source,
+        flavor=doc.flavor,
+        vote_status=doc.vote_status,
+        consensus_method=doc.consensus_method,
+        valid_after=doc.valid_after,
+        fresh_until=doc.fresh_until,
+        valid_until=doc.valid_until,
+        relay_count=doc.relay_count,
+        params=doc.params_dict,
+        authorities=len(doc.authorities),
+        signature_count=len(doc.signatures),
+        signatures=check,
+    )
+
+
+def inspect_file(
+    path: str | Path,
+    certs_path: str | Path | None = None,
+    n_authorities: int = 9,
+    at: dt.datetime | None = None,
+) -> StatusSummary:
+    """Parse a document file and, with certificates, check its signatures (not raising when too few
+    are valid: the summary says so and the caller decides)."""
+    doc = load_network_status(path)
+    check = None
+    if certs_path is not None:
+        check = verify_signatures(doc, load_key_certificates(certs_path), n_authorities, at)
+    return summarize(doc, check)

@@ -1,4 +1,5 @@
-"""Authority keys, key certificates and tor's RSA signature form (dir-spec §3.1; dirspec-params.md §6.3, §6.4).
+"""Authority keys, key certificates and tor's RSA signature form
+(dir-spec §3.1; dirspec-params.md §6.3, §6.4).
 
 tor signs a digest with the raw RSA private-key operation on the PKCS#1 v1.5 type-1 padded digest,
 *without* the ASN.1 DigestInfo prefix a standard PKCS#1 signature carries, so the high-level
@@ -51,7 +52,9 @@ def _padded(digest: bytes, modulus_bytes: int) -> int:
     # PKCS#1 v1.5 type-1 block: 00 01 FF..FF 00 <digest>, no DigestInfo (tor's crypto_pk_private_sign).
     pad = modulus_bytes - 3 - len(digest)
     if pad < 8:
-        raise DocumentError(f"RSA key of {modulus_bytes * 8} bits is too small for a {len(digest)}-byte digest")
+        raise DocumentError(
+            f"RSA key of {modulus_bytes * 8} bits is too small for a {len(digest)}-byte digest"
+        )
     return int.from_bytes(b"\x00\x01" + b"\xff" * pad + b"\x00" + digest, "big")
 
 
@@ -228,7 +231,8 @@ def parse_certificate_at(lines: list[str], start: int, source: str) -> tuple[Key
             break
     missing = [k for k in _CERT_REQUIRED if k not in seen]
     if missing:
-        raise DocumentError(f"{where}: missing {', '.join(missing)}" + (" (truncated?)" if end is None else ""))
+        hint = " (truncated?)" if end is None else ""
+        raise DocumentError(f"{where}: missing {', '.join(missing)}{hint}")
     fp = seen["fingerprint"]
     if len(fp) != 1 or not is_hex40(fp[0]):
         raise DocumentError(f"{where}: fingerprint must be 40 hex digits")
@@ -413,6 +417,8 @@ class AuthorityKeys:
 
 def _pem(key: rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
     )
 

@@ -329,10 +329,11 @@ def parse_network_status(data: bytes | str, source: str) -> NetworkStatus:
                 raise DocumentError(f"{source}: vote without {kw} line")
         if "consensus-method" in fields:
             raise DocumentError(f"{source}: consensus-method line in a vote")
-        consensus_methods = tuple(_int(m, f"{source}: consensus-methods") for m in fields["consensus-methods"].split())
+        methods = fields["consensus-methods"].split()
+        consensus_methods = tuple(_int(m, f"{source}: consensus-methods") for m in methods)
         published = parse_time(fields["published"], f"{source}: published")
         if len(authorities) != 1 or cert is None:
-            raise DocumentError(f"{source}: a vote needs exactly one authority section with a key certificate")
+            raise DocumentError(f"{source}: a vote needs one authority section with a key certificate")
     else:
         for kw in ("consensus-methods", "published"):
             if kw in fields:
@@ -355,7 +356,7 @@ def parse_network_status(data: bytes | str, source: str) -> NetworkStatus:
     params = parse_params(fields.get("params", ""), f"{source}: params line")
 
     routers = _parse_routers(
-        text, routers_at + 1 if routers_at >= 0 else routers_end, routers_end + 1,
+        text, routers_at + 1 if routers_at >= 0 else routers_end + 1, routers_end + 1,
         source, flavor, is_vote, frozenset(known_flags),
     )
     footer_start = (footer_at + 1) if footer_at >= 0 else (sig_at + 1)
@@ -492,34 +493,35 @@ def _parse_routers(
     lines.pop()
     count = 0
     a2b = binascii.a2b_base64
+    where_at = f"{source}: line "
     for offset, line in enumerate(lines):
         c = line[:2]
         if c == "r ":
             if count and flags[-1] is None:
-                raise DocumentError(f"{source}: line {line_no + offset - 1}: router {nickname[-1]} has no s line")
+                raise DocumentError(f"{where_at}{line_no + offset - 1}: router {nickname[-1]} has no s line")
             parts = line.split(" ")
             if len(parts) != nr + 1:
                 raise DocumentError(
-                    f"{source}: line {line_no + offset}: r line has {len(parts) - 1} fields, {nr} expected"
+                    f"{where_at}{line_no + offset}: r line has {len(parts) - 1} fields, {nr} expected"
                 )
             try:
                 ident = a2b(parts[2] + "=")
             except binascii.Error:
                 ident = b""
             if len(ident) != 20:
-                raise DocumentError(f"{source}: line {line_no + offset}: bad router identity {parts[2]!r}")
+                raise DocumentError(f"{where_at}{line_no + offset}: bad router identity {parts[2]!r}")
             if count and ident <= identity[-1]:
-                raise DocumentError(f"{source}: line {line_no + offset}: router entries not sorted by identity")
+                raise DocumentError(f"{where_at}{line_no + offset}: router entries not sorted by identity")
             if nr == 8:
                 dg, day, tm, ip, orp, dirp = parts[3:]
                 if len(dg) != 27:
-                    raise DocumentError(f"{source}: line {line_no + offset}: bad descriptor digest {dg!r}")
+                    raise DocumentError(f"{where_at}{line_no + offset}: bad descriptor digest {dg!r}")
             else:
                 dg = ""
                 day, tm, ip, orp, dirp = parts[3:]
             when = day + " " + tm
             if when not in times_ok:
-                parse_time(when, f"{source}: line {line_no + offset}")
+                parse_time(when, f"{where_at}{line_no + offset}")
                 times_ok.add(when)
             try:
                 op = int(orp)
@@ -527,9 +529,9 @@ def _parse_routers(
                 if not (0 <= op <= 65535 and 0 <= dp <= 65535):
                     raise ValueError
             except ValueError:
-                raise DocumentError(f"{source}: line {line_no + offset}: bad ORPort/DirPort {orp} {dirp}") from None
+                raise DocumentError(f"{where_at}{line_no + offset}: bad ORPort/DirPort {orp} {dirp}") from None
             if ip.count(".") != 3:
-                raise DocumentError(f"{source}: line {line_no + offset}: bad IPv4 address {ip!r}")
+                raise DocumentError(f"{where_at}{line_no + offset}: bad IPv4 address {ip!r}")
             nickname.append(parts[1])
             identity.append(ident)
             digest.append(dg)
@@ -546,17 +548,17 @@ def _parse_routers(
             acol.append([])
             count += 1
         elif not count:
-            raise DocumentError(f"{source}: line {line_no + offset}: {line[:40]!r} before the first r line")
+            raise DocumentError(f"{where_at}{line_no + offset}: {line[:40]!r} before the first r line")
         elif c == "s " or line == "s":
             f = flag_cache.get(line)
             if f is None:
                 f = tuple(line[2:].split())
                 unknown = [x for x in f if x not in known]
                 if unknown:
-                    raise DocumentError(f"{source}: line {line_no + offset}: flag {unknown[0]} not in known-flags")
+                    raise DocumentError(f"{where_at}{line_no + offset}: flag {unknown[0]} not in known-flags")
                 flag_cache[line] = f
             if flags[-1] is not None:
-                raise DocumentError(f"{source}: line {line_no + offset}: second s line in a router entry")
+                raise DocumentError(f"{where_at}{line_no + offset}: second s line in a router entry")
             flags[-1] = f
         elif c == "v ":
             v = line[2:]
@@ -565,7 +567,7 @@ def _parse_routers(
             v = line[3:]
             prcol[-1] = intern.setdefault(v, v)
         elif c == "w ":
-            bw[-1] = _parse_w(line, f"{source}: line {line_no + offset}")
+            bw[-1] = _parse_w(line, f"{where_at}{line_no + offset}")
         elif c == "p ":
             v = line[2:]
             pcol[-1] = intern.setdefault(v, v)
@@ -578,7 +580,7 @@ def _parse_routers(
                 _, _, tail = line.rpartition("sha256=")
                 mcol[-1] = tail
         elif line == "" or line.startswith("-----"):
-            raise DocumentError(f"{source}: line {line_no + offset}: unexpected {line[:40]!r} in router entries")
+            raise DocumentError(f"{where_at}{line_no + offset}: unexpected {line[:40]!r} in router entries")
         # other router-entry keywords (id, stats, ...) are not needed here
     if count and flags[-1] is None:
         raise DocumentError(f"{source}: router {nickname[-1]} has no s line")
@@ -697,7 +699,7 @@ def parse_detached_signatures(data: bytes | str, source: str) -> DetachedSignatu
                 flavor, args = args[0], args[1:]
             if len(args) == 2:
                 args = ["sha1", *args]
-            if len(args) != 3 or args[0] not in ("sha1", "sha256") or not (is_hex40(args[1]) and is_hex40(args[2])):
+            if len(args) != 3 or args[0] not in ("sha1", "sha256") or not all(map(is_hex40, args[1:])):
                 raise DocumentError(f"{where}: malformed {kw} line")
             _, sig, i = read_block(lines, i + 1, where, ("SIGNATURE",))
             entry = DocumentSignature(args[0], args[1].upper(), args[2].upper(), sig)

@@ -40,9 +40,11 @@ def _utc(seconds: int) -> dt.datetime:
 def start_of_interval_after(now: TimeLike, interval_s: int, offset_s: int = 0) -> int:
     """tor's ``voting_sched_get_start_of_interval_after`` in POSIX seconds (§2.2).
 
-    Intervals are aligned to 00:00 UTC, never cross midnight, and one that would be cut
-    below half its length is merged into the next day; ``offset_s`` is
-    TestingV3AuthVotingStartOffset.
+    Intervals are aligned to 00:00 UTC, never cross midnight, and a start that would leave
+    less than half an interval before midnight is skipped; ``offset_s`` is
+    TestingV3AuthVotingStartOffset. tor's last step (``next - interval > now``) then steps
+    back from midnight, so for 7 h the day's starts are 00, 07, 14, 17: the short interval
+    comes before the last full one.
     """
     t = _epoch(now)
     midnight_today = t - t % DAY_S

@@ -273,7 +273,7 @@ def formation(votes: Iterable[VoteLike], n_authorities: int) -> Formation:
     elif not any_running:
         reason = "no held vote lists the Running flag"
     else:
-        reason = f"{len(held)} of {n_authorities} votes held (need {needed})"
+        reason = f"{len(held)} of {n_authorities} votes held (a consensus needs {needed})"
     return Formation(
         n_authorities=n_authorities,
         n_votes=len(held),

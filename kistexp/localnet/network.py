@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -338,6 +338,38 @@ class LocalNetwork:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    # ---- control port -------------------------------------------------------------------
+
+    def set_conf(self, name: str, options: Mapping[str, str | Sequence[str] | None]) -> None:
+        """SETCONF on a running node's ControlPort (cookie authentication); tor applies
+        e.g. Schedulers, KISTSchedRunInterval and EntryNodes at once (real-tor.md, problem 10)."""
+        from stem import ControllerError, SocketError
+        from stem.control import Controller
+
+        node = self.node(name)
+        if not self.is_running(node):
+            raise LocalNetError(f"{node.nickname} is not running; cannot set {', '.join(options)}")
+        try:
+            with Controller.from_port(address=LOOPBACK, port=node.control_port) as ctl:
+                ctl.authenticate()
+                ctl.set_options(dict(options))
+        except (ControllerError, SocketError, OSError) as exc:
+            raise LocalNetError(
+                f"{node.nickname} ControlPort {node.control_port}: SETCONF {', '.join(options)} failed: {exc}"
+            ) from None
+
+    def pin_path(self, client: str, guard: str, middle: str, exit_: str) -> None:
+        """Make ``client`` build every new circuit as guard -> middle -> exit."""
+        self.set_conf(
+            client,
+            {
+                "EntryNodes": self.fingerprint(guard),
+                "MiddleNodes": self.fingerprint(middle),
+                "ExitNodes": self.fingerprint(exit_),
+                "StrictNodes": "1",
+            },
+        )
 
     # ---- ConsensusParams ----------------------------------------------------------------
 

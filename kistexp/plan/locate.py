@@ -32,11 +32,14 @@ def index_lines(source: str) -> dict[str, int]:
         header = _HEADER_RE.match(line)
         if header and not _KEY_RE.match(line):
             parts = _split_key(header.group(2))
-            resolved = _resolve(parts, array_counts)
             if header.group(1) == "[[":
-                base = ".".join(resolved)
+                # a new element of an array of tables: its parents resolve to their current elements
+                resolved = _resolve(parts[:-1], array_counts)
+                base = ".".join([*resolved, parts[-1]])
                 array_counts[base] = array_counts.get(base, -1) + 1
-                resolved[-1] = f"{resolved[-1]}[{array_counts[base]}]"
+                resolved.append(f"{parts[-1]}[{array_counts[base]}]")
+            else:
+                resolved = _resolve(parts, array_counts)
             prefix = resolved
             found.setdefault(".".join(prefix), lineno)
             continue

@@ -1,0 +1,549 @@
+"""N fake directory authorities voting among themselves on an accelerated schedule.
+
+``FakeAuthorityNetwork`` owns the authorities, their DirPort servers (one per authority on
+127.0.0.1, port+1 .. port+N; the operator API on ``port``), the voting loop and an optional
+node population. The voting loop follows dirspec-params.md §2.2 with every time scaled:
+``interval_s`` is one "hour"; the vote and distribution delays are 300/3600 of it unless
+given. Votes and detached signatures travel as HTTP POSTs (over sockets, or through the
+in-process transport when the network does not listen).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+
+from fake_authorities.authority import FakeAuthority, Published
+from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, require_loopback
+from fake_authorities.faults import Fault
+from fake_authorities.transport import InProcessTransport, Route
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
+
+HOUR_S = 3600.0
+
+
+class NetworkError(Exception):
+    """Misuse of the fake network (bad name, bad option); the CLI reports it in one line."""
+
+
+@attrs.frozen
+class Round:
+    """The instants of one scaled voting round (dirspec-params.md §2.2, in POSIX seconds)."""
+
+    valid_after: float
+    vote_at: float
+    vote_cutoff: float
+    consensus_at: float
+    signature_fetch_at: float
+    fresh_until: float
+    valid_until: float
+
+
+@attrs.frozen
+class Timing:
+    """One "hour" = ``interval_s``; delays default to the hourly network's 300 s, scaled."""
+
+    interval_s: int
+    vote_delay_s: float
+    dist_delay_s: float
+    n_intervals_valid: int = 3
+
+    @classmethod
+    def scaled(cls, interval_s: int, vote_delay_s: float | None = None,
+               dist_delay_s: float | None = None) -> Timing:
+        if isinstance(interval_s, bool) or not isinstance(interval_s, int) or interval_s < 2:
+            raise NetworkError(f"interval must be a whole number of seconds >= 2, got {interval_s!r}")
+        vote = vote_delay_s if vote_delay_s is not None else interval_s * 300 / HOUR_S
+        dist = dist_delay_s if dist_delay_s is not None else interval_s * 300 / HOUR_S
+        if vote <= 0 or dist <= 0:
+            raise NetworkError("vote and distribution delays must be positive")
+        if vote + dist > interval_s / 2:  # tor's rule: both become Interval/4 (§2.2)
+            vote = dist = interval_s / 4
+        return cls(interval_s, vote, dist)
+
+    @property
+    def scale(self) -> float:
+        """Real seconds per second of the hourly network."""
+        return self.interval_s / HOUR_S
+
+    def round_for(self, va: float) -> Round:
+        v, d = self.vote_delay_s, self.dist_delay_s
+        return Round(va, va - d - v, va - d - v / 2, va - d, va - d / 2,
+                     va + self.interval_s, va + self.interval_s * self.n_intervals_valid)
+
+    def next_round(self, now: float) -> Round:
+        """The first round whose vote instant is still ahead (intervals aligned to the epoch,
+        hence to midnight when the interval divides a day)."""
+        va = math.floor(now / self.interval_s + 1) * self.interval_s
+        while va - self.dist_delay_s - self.vote_delay_s < now:
+            va += self.interval_s
+        return self.round_for(va)
+
+    def voting_delay_line(self) -> tuple[int, int]:
+        """Whole seconds for the ``voting-delay`` line (at least 1)."""
+        return max(1, round(self.vote_delay_s)), max(1, round(self.dist_delay_s))
+
+
+def default_nicknames(count: int) -> list[str]:
+    """Today's authority nicknames first, so plans naming moria1 etc. map onto the fakes."""
+    names = [a.nickname for a in DEFAULT_AUTHORITIES][:count]
+    return names + [f"auth{i}" for i in range(len(names) + 1, count + 1)]
+
+
+def generate_keys(count: int, bits: tuple[int, int] = (3072, 2048)) -> list[AuthorityKeys]:
+    return [AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1]) for _ in range(count)]
+
+
+def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int, int]) -> list[AuthorityKeys]:
+    out = []
+    for name in names:
+        d = state_dir / name if state_dir else None
+        if d and (d / "authority_certificate").is_file():
+            out.append(AuthorityKeys.load_pem((d / "authority_identity_key").read_bytes(),
+                                              (d / "authority_signing_key").read_bytes(),
+                                              (d / "authority_certificate").read_text(), str(d)))
+            continue
+        keys = AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1])
+        if d:
+            d.mkdir(parents=True, exist_ok=True)
+            for fname, data in (("authority_identity_key", keys.identity_pem()),
+                                ("authority_signing_key", keys.signing_pem())):
+                (d / fname).write_bytes(data)
+                os.chmod(d / fname, 0o600)
+            (d / "authority_certificate").write_text(keys.certificate_text)
+        out.append(keys)
+    return out
+
+
+ParamsInput = str | Mapping[str, int] | Iterable[str] | Iterable[tuple[str, int]]
+
+
+def params_lines(params: ParamsInput | None) -> tuple[str, ...]:
+    """ConsensusParams as torrc lines from a ``k=v ...`` string, a mapping, lines or pairs."""
+    if params is None:
+        return ()
+    if isinstance(params, str):
+        return (params,) if params.strip() else ()
+    if isinstance(params, Mapping):
+        return (" ".join(f"{k}={v}" for k, v in params.items()),) if params else ()
+    items = list(params)
+    if items and all(isinstance(i, tuple) for i in items):
+        return (" ".join(f"{k}={v}" for k, v in items),)
+    return tuple(str(i) for i in items)
+
+
+class FakeAuthorityNetwork:
+    """N authorities on loopback (or in-process only with ``listen=False``).
+
+    >>> net = FakeAuthorityNetwork(count=5, interval_s=4, port=0).start()
+    >>> net.set_params("moria1", "KISTSchedRunInterval=2")
+    >>> net.wait_for_consensus(lambda c: c.params_dict.get("KISTSchedRunInterval") == 2)
+    >>> net.stop()
+    """
+
+    def __init__(self, count: int = 9, interval_s: int = 10, *, port: int = 7000, host: str = "127.0.0.1",
+                 listen: bool = True, token: str | None = None, state_dir: str | Path | None = None,
+                 nicknames: list[str] | None = None, keys: list[AuthorityKeys] | None = None,
+                 key_bits: tuple[int, int] = (3072, 2048), vote_delay_s: float | None = None,
+                 dist_delay_s: float | None = None,
+                 initial_params: Mapping[str, ParamsInput] | ParamsInput | None = None,
+                 now: Callable[[], float] = time.time) -> None:
+        if not 1 <= count <= 64:
+            raise NetworkError(f"count must be between 1 and 64, got {count}")
+        try:
+            require_loopback(host)
+        except ValueError as exc:
+            raise NetworkError(str(exc)) from None
+        if listen and port and not 1024 <= port <= 65535 - count:
+            raise NetworkError(f"port {port} leaves no room for {count} authorities (1024 .. {65535 - count})")
+        self.count = count
+        self.timing = Timing.scaled(interval_s, vote_delay_s, dist_delay_s)
+        self.host = host
+        self.base_port = port
+        self.listen = listen
+        self.token = token or secrets.token_urlsafe(18)
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.names = list(nicknames) if nicknames else default_nicknames(count)
+        if len(self.names) != count or len(set(n.lower() for n in self.names)) != count:
+            raise NetworkError(f"need {count} distinct nicknames, got {self.names}")
+        if keys is not None and len(keys) < count:
+            raise NetworkError(f"{len(keys)} key sets given for {count} authorities")
+        self._given_keys = keys
+        self._key_bits = key_bits
+        self._initial_params = initial_params
+        self._now = now
+        self.authorities: dict[str, FakeAuthority] = {}
+        self._gates: dict[str, Gate] = {}
+        self._apps: dict[str, DirPortApp] = {}
+        self._servers: dict[str, DirPortServer] = {}
+        self._ports: dict[str, int] = {}
+        self.operator_server: DirPortServer | None = None
+        self._operator_gate = Gate()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+        self._pool: ThreadPoolExecutor | None = None
+        self._http: httpx.Client | None = None
+        self.population: Any = None
+        self.current_round: Round | None = None
+        self.rounds_done = 0
+        self.started = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> FakeAuthorityNetwork:
+        if self.started:
+            return self
+        from fake_authorities.operator import OperatorApi
+
+        keys = (self._given_keys[: self.count] if self._given_keys
+                else _load_or_make_keys(self.state_dir, self.names, self._key_bits))
+        certs: dict[str, KeyCertificate] = {k.v3ident: k.certificate for k in keys}
+        if len(certs) != self.count:
+            raise NetworkError("two authorities share an identity key")
+        for i, (name, k) in enumerate(zip(self.names, keys, strict=True), start=1):
+            port = self.base_port + i if self.base_port else 0
+            auth = FakeAuthority(name, k, self.host, port, port,
+                                 lambda: certs, self.count, now=self._now)
+            self.authorities[name] = auth
+            self._gates[name] = Gate()
+            self._apps[name] = DirPortApp(auth)
+        self._apply_initial_params()
+        if self.listen:
+            try:
+                for name in self.names:
+                    app = self._apps[name]
+                    srv = DirPortServer(app.handle, self.host, self.authorities[name].dirport, self._gates[name])
+                    srv.listen()
+                    self._servers[name] = srv
+                    self._ports[name] = srv.port
+                    self.authorities[name].dirport = self.authorities[name].orport = srv.port
+                self.operator_server = DirPortServer(OperatorApi(self).handle, self.host, self.base_port,
+                                                     self._operator_gate)
+                self.operator_server.listen()
+            except OSError as exc:
+                self.stop()
+                raise NetworkError(f"cannot listen on {self.host}: {exc.strerror or exc}") from None
+        else:
+            for i, name in enumerate(self.names, start=1):
+                self._ports[name] = self.base_port + i if self.base_port else 17000 + i
+                self.authorities[name].dirport = self.authorities[name].orport = self._ports[name]
+        self._pool = ThreadPoolExecutor(max_workers=max(4, self.count), thread_name_prefix="fake-auth")
+        self._http = httpx.Client(transport=None if self.listen else self.transport(),
+                                  timeout=httpx.Timeout(max(1.0, self.timing.interval_s / 2)))
+        self._write_state()
+        self.started = True
+        self._thread = threading.Thread(target=self._run, name="fake-auth-voting", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.population is not None:
+            self.population.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for srv in self._servers.values():
+            srv.close()
+        if self.operator_server is not None:
+            self.operator_server.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._http is not None:
+            self._http.close()
+        self.started = False
+
+    def __enter__(self) -> FakeAuthorityNetwork:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _apply_initial_params(self) -> None:
+        init = self._initial_params
+        if init is None:
+            return
+        if isinstance(init, Mapping) and all(n in self.authorities for n in init):
+            for name, p in init.items():
+                self.authorities[name].set_consensus_params(params_lines(p))  # type: ignore[arg-type]
+            return
+        for auth in self.authorities.values():
+            auth.set_consensus_params(params_lines(init))  # type: ignore[arg-type]
+
+    def _write_state(self) -> None:
+        if not self.state_dir:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        info = {"operator_url": self.operator_url, "authorities": [
+            {"nickname": a.nickname, "v3ident": a.v3ident, "dirport": a.dirport} for a in self.authorities.values()]}
+        (self.state_dir / "network.json").write_text(json.dumps(info, indent=2) + "\n")
+        token_file = self.state_dir / "operator-token"
+        token_file.write_text(self.token + "\n")
+        os.chmod(token_file, 0o600)
+
+    # -- addressing --------------------------------------------------------------------
+
+    @property
+    def operator_url(self) -> str:
+        port = self.operator_server.port if self.operator_server else self.base_port
+        return f"http://{self.host}:{port}"
+
+    def authority(self, name: str) -> FakeAuthority:
+        for n, a in self.authorities.items():
+            if n.lower() == name.lower() or a.v3ident == name.upper():
+                return a
+        raise NetworkError(f"no authority named {name!r} (have {', '.join(self.names)})")
+
+    def directory_authorities(self) -> tuple[DirectoryAuthority, ...]:
+        """The fakes as DirectoryAuthority entries (for DirectoryClient or a tor DirAuthority line)."""
+        return tuple(DirectoryAuthority(a.nickname, a.v3ident, self.host, a.dirport, a.orport)
+                     for a in self.authorities.values())
+
+    def certificates(self) -> list[KeyCertificate]:
+        return [a.keys.certificate for a in self.authorities.values()]
+
+    def transport(self) -> httpx.BaseTransport:
+        """An httpx transport reaching every authority (and the operator API) in-process."""
+        from fake_authorities.operator import OperatorApi
+
+        operator = OperatorApi(self)
+
+        def route(host: str, port: int) -> Route | None:
+            if host != self.host:
+                return None
+            if port == (self.operator_server.port if self.operator_server else self.base_port):
+                return operator.handle, self._operator_gate, lambda: True
+            for name, p in self._ports.items():
+                if p == port:
+                    gate = self._gates[name]
+                    auth = self.authorities[name]
+                    return (self._apps[name].handle, gate,
+                            lambda a=auth: not (a.has("down") and a.faults["down"].mode == "refuse"))
+            return None
+
+        return InProcessTransport(route)
+
+    # -- operator actions ----------------------------------------------------------------
+
+    def set_params(self, name: str, params: ParamsInput | None) -> tuple[tuple[str, int], ...]:
+        """Set an authority's ConsensusParams (torrc edit + SIGHUP): used from its next vote."""
+        result = self.authority(name).set_consensus_params(params_lines(params))
+        if self.state_dir:
+            saved = {n: list(a.consensus_params) for n, a in self.authorities.items()}
+            (self.state_dir / "consensus-params.json").write_text(json.dumps(saved, indent=2) + "\n")
+        return result
+
+    def inject_fault(self, name: str, fault: Fault | str) -> None:
+        auth = self.authority(name)
+        fault = Fault(fault) if isinstance(fault, str) else fault
+        auth.set_fault(fault)
+        self._sync_gate(auth)
+
+    def clear_fault(self, name: str, kind: str | None = None) -> None:
+        auth = self.authority(name)
+        auth.clear_fault(kind)
+        self._sync_gate(auth)
+
+    def _sync_gate(self, auth: FakeAuthority) -> None:
+        gate = self._gates[auth.nickname]
+        down = auth.faults.get("down")
+        slow = auth.faults.get("slow")
+        gate.delay_s = slow.delay_s if slow else 0.0
+        if down is not None and down.mode == "hang":
+            gate.hang.set()
+        else:
+            gate.hang.clear()
+        srv = self._servers.get(auth.nickname)
+        if srv is not None:
+            if down is not None and down.mode == "refuse":
+                srv.stop_listening()
+            elif not srv.listening:
+                srv.listen()
+
+    def attach_population(self, caches: int = 100, clients: int = 100, seed: int = 1) -> Any:
+        """Simulated relays (directory caches) and clients fetching per the propagation model."""
+        from fake_authorities.population import Population
+
+        if self.population is not None:
+            self.population.stop()
+        self.population = Population(self, caches=caches, clients=clients, seed=seed).start()
+        return self.population
+
+    # -- consensus state -----------------------------------------------------------------
+
+    def latest(self, flavour: str = "microdesc") -> Published | None:
+        """The newest consensus any authority has published."""
+        best: Published | None = None
+        for auth in self.authorities.values():
+            pub = auth.published.get(flavour)
+            if pub is not None and (best is None or pub.valid_after > best.valid_after):
+                best = pub
+        return best
+
+    def wait_for_consensus(self, predicate: Callable[[Published], bool] | None = None, *,
+                           after: float | None = None, timeout_s: float | None = None,
+                           flavour: str = "microdesc") -> Published:
+        """Block until a published consensus satisfies ``predicate`` (and has valid-after >
+        ``after``); TimeoutError after ``timeout_s`` (default: four intervals)."""
+        timeout_s = timeout_s if timeout_s is not None else 4 * self.timing.interval_s + 2
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                pub = self.latest(flavour)
+                if pub is not None and (after is None or pub.valid_after > after) and (
+                        predicate is None or predicate(pub)):
+                    return pub
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    have = "none" if pub is None else f"valid-after {pub.valid_after:.0f} params {pub.params}"
+                    raise TimeoutError(f"no matching consensus within {timeout_s:g} s (latest: {have})")
+                self._cond.wait(min(left, 0.5))
+
+    def status(self) -> dict[str, Any]:
+        latest = self.latest()
+        rnd = self.current_round
+        return {
+            "interval_s": self.timing.interval_s,
+            "vote_delay_s": self.timing.vote_delay_s,
+            "dist_delay_s": self.timing.dist_delay_s,
+            "rounds_done": self.rounds_done,
+            "next_valid_after": _fmt(rnd.valid_after) if rnd else None,
+            "operator_url": self.operator_url,
+            "latest_consensus": None if latest is None else {
+                "valid_after": _fmt(latest.valid_after),
+                "params": " ".join(f"{k}={v}" for k, v in latest.params),
+                "signers": list(latest.signers),
+            },
+            "authorities": [a.status() for a in self.authorities.values()],
+            "population": None if self.population is None else self.population.summary(),
+        }
+
+    # -- the voting loop (§2.2) ------------------------------------------------------------
+
+    def _sleep_until(self, t: float) -> bool:
+        while not self._stop.is_set():
+            left = t - self._now()
+            if left <= 0:
+                return True
+            self._stop.wait(min(left, 0.25))
+        return False
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rnd = self.timing.next_round(self._now())
+            self.current_round = rnd
+            try:
+                if not self._round(rnd):
+                    return
+            except Exception as exc:  # keep voting next round; the status log tells why
+                for a in self.authorities.values():
+                    a._note(f"voting round failed: {type(exc).__name__}: {exc}")
+            self.rounds_done += 1
+            with self._cond:
+                self._cond.notify_all()
+
+    def _active(self) -> list[FakeAuthority]:
+        return [a for a in self.authorities.values() if not a.has("down")]
+
+    def _round(self, rnd: Round) -> bool:
+        if not self._sleep_until(rnd.vote_at):
+            return False
+        for a in self.authorities.values():
+            a.begin_round(rnd.valid_after, rnd.vote_cutoff)
+        vote_delay, dist_delay = self.timing.voting_delay_line()
+        votes = dict(self._parallel(
+            self._active(),
+            lambda a: (a.nickname, a.make_vote(rnd.valid_after, rnd.fresh_until, rnd.valid_until,
+                                               vote_delay, dist_delay))))
+        self._parallel([(a, v) for a, v in ((self.authorities[n], v) for n, v in votes.items()) if v],
+                       lambda av: self._upload(av[0], "/tor/post/vote", av[1]))
+        if not self._sleep_until(rnd.vote_cutoff):
+            return False
+        self._parallel(self._active(), self._fetch_missing_votes)
+        if not self._sleep_until(rnd.consensus_at):
+            return False
+        detached = dict(self._parallel(self._active(), lambda a: (a.nickname, a.compute_consensus())))
+        self._parallel([(self.authorities[n], d) for n, d in detached.items() if d],
+                       lambda ad: self._upload(ad[0], "/tor/post/consensus-signature", ad[1]))
+        if not self._sleep_until(rnd.signature_fetch_at):
+            return False
+        self._parallel(self._active(), self._fetch_missing_signatures)
+        if not self._sleep_until(rnd.valid_after):
+            return False
+        names = {a.v3ident: a.nickname for a in self.authorities.values()}
+        for a in self._active():
+            a.publish(rnd.valid_after, names)
+        return True
+
+    def _parallel(self, items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
+        assert self._pool is not None
+        futures = [self._pool.submit(fn, item) for item in items]
+        out = []
+        for f in futures:
+            try:
+                out.append(f.result(timeout=self.timing.interval_s))
+            except Exception as exc:  # one authority's trouble must not stop the round
+                out.append(None)
+                for a in self.authorities.values():
+                    a._note(f"{type(exc).__name__}: {exc}")
+        return [o for o in out if o is not None]
+
+    def _url(self, auth: FakeAuthority, path: str) -> str:
+        return f"http://{self.host}:{auth.dirport}{path}"
+
+    def _upload(self, sender: FakeAuthority, path: str, body: bytes) -> None:
+        """POST to every other authority, as an authority uploads its vote / signatures."""
+        slow = sender.faults.get("slow")
+        if slow:
+            time.sleep(slow.delay_s)
+        for peer in self.authorities.values():
+            if peer is sender or self._stop.is_set():
+                continue
+            try:
+                assert self._http is not None
+                self._http.post(self._url(peer, path), content=body)
+            except httpx.HTTPError:
+                pass  # a down peer: it will fetch what it misses, or go without
+
+    def _fetch_missing_votes(self, auth: FakeAuthority) -> None:
+        for ident in auth.missing_voters():
+            peer = self.authority(ident)
+            if peer is auth:
+                continue
+            try:
+                assert self._http is not None
+                r = self._http.get(self._url(peer, "/tor/status-vote/next/authority"),
+                                   headers={"Accept-Encoding": "identity"})
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                auth.receive_vote(r.content, fetched=True)
+
+    def _fetch_missing_signatures(self, auth: FakeAuthority) -> None:
+        for peer in self.authorities.values():
+            if peer is auth:
+                continue
+            try:
+                assert self._http is not None
+                r = self._http.get(self._url(peer, "/tor/status-vote/next/consensus-signatures"),
+                                   headers={"Accept-Encoding": "identity"})
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                auth.receive_signatures(r.content)
+
+
+def _fmt(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))

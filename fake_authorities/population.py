@@ -1,0 +1,194 @@
+"""Simulated relays and clients fetching the fake authorities' consensus (dirspec-params.md §3).
+
+Each node keeps the valid-after it holds. On accepting a consensus C it schedules its next
+fetch in tor's window for its class, placed after FU(C), plus the jitter of the periodic
+fetch check; windows come from ``kistexp.dirauth.propagation`` for the hourly network and
+are scaled to the accelerated clock (``interval_s`` real seconds per hour). Directory caches
+fetch the microdesc consensus from a random authority and accept it only if it parses and
+carries enough valid signatures; clients get whatever a random cache holds. A fetch that
+brings nothing newer is retried one (scaled) check period later. Every acceptance is
+recorded, so the adoption of each valid-after -- and hence of its params -- can be queried.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from fake_authorities import docs
+from kistexp.dirauth.propagation import NodeClass, PropagationModel
+from kistexp.dirauth.schedule import VotingSchedule
+from kistexp.errors import KistexpError
+
+if TYPE_CHECKING:
+    from fake_authorities.network import FakeAuthorityNetwork
+
+KINDS = {"cache": NodeClass.CACHE, "client": NodeClass.CLIENT}
+
+
+@attrs.define
+class Node:
+    ident: int
+    kind: str
+    held_va: float | None = None
+    held_params: tuple[tuple[str, int], ...] = ()
+    fetches: list[tuple[float, float, str]] = attrs.field(factory=list)  # (accepted at, VA, params)
+    failed: int = 0
+
+
+class Population:
+    def __init__(self, network: FakeAuthorityNetwork, caches: int = 100, clients: int = 100, seed: int = 1) -> None:
+        self.network = network
+        self.seed = seed
+        self.model = PropagationModel(VotingSchedule())  # the hourly network, scaled below
+        self.scale = network.timing.scale
+        self.rng = np.random.default_rng(seed)
+        self.nodes = [Node(i, "cache") for i in range(caches)] + [
+            Node(caches + i, "client") for i in range(clients)]
+        self.caches = [n for n in self.nodes if n.kind == "cache"]
+        self._heap: list[tuple[float, int]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._valid: dict[str, bool] = {}  # sha3 of a served consensus -> verified?
+        self.started_at = 0.0
+
+    # -- timing ----------------------------------------------------------------------
+
+    def _check_jitter(self) -> float:
+        return float(self.rng.uniform(0.0, self.model.jitter_s)) * self.scale
+
+    def _next_fetch(self, node: Node, fresh_until: float) -> float:
+        w = self.model.window(KINDS[node.kind])
+        offset = w.start_s + float(self.rng.uniform(0.0, w.length_s))
+        return fresh_until + offset * self.scale + self._check_jitter()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> Population:
+        now = self.network._now()
+        self.started_at = now
+        with self._lock:
+            for node in self.nodes:  # no live consensus: fetch at once (next check)
+                heapq.heappush(self._heap, (now + self._check_jitter(), node.ident))
+        self._thread = threading.Thread(target=self._run, name="fake-population", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = self.network._now()
+            with self._lock:
+                due = []
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[1])
+                wait = (self._heap[0][0] - now) if self._heap else 0.5
+            for ident in due:
+                self._fetch(self.nodes[ident], now)
+            self._stop.wait(max(0.01, min(wait, 0.25)))
+
+    # -- fetching --------------------------------------------------------------------
+
+    def _from_authority(self) -> tuple[float, float, tuple[tuple[str, int], ...]] | None:
+        auths = list(self.network.authorities.values())
+        auth = auths[int(self.rng.integers(len(auths)))]
+        if auth.has("down"):
+            return None
+        served = auth.served_consensus("microdesc")
+        if served is None:
+            return None
+        ok = self._valid.get(served.sha3_hex)
+        if ok is None:
+            ok = self._valid[served.sha3_hex] = self._verify(served.text)
+        if not ok:
+            return None
+        meta = docs.consensus_meta(served.text)
+        return meta.valid_after, meta.fresh_until, meta.params
+
+    def _verify(self, text: bytes) -> bool:
+        try:
+            docs.verify_consensus(text, self.network.certificates(), self.network.count)
+        except KistexpError:
+            return False
+        return True
+
+    def _fetch(self, node: Node, now: float) -> None:
+        if node.kind == "cache":
+            got = self._from_authority()
+        else:
+            cache = self.caches[int(self.rng.integers(len(self.caches)))]
+            got = None
+            if cache.held_va is not None:
+                got = (cache.held_va, cache.held_va + self.network.timing.interval_s, cache.held_params)
+        with self._lock:
+            if got is not None and (node.held_va is None or got[0] > node.held_va):
+                va, fu, params = got
+                node.held_va, node.held_params = va, params
+                node.fetches.append((now, va, " ".join(f"{k}={v}" for k, v in params)))
+                del node.fetches[:-100]
+                nxt = max(self._next_fetch(node, fu), now + 0.01)
+            else:
+                node.failed += got is None
+                nxt = now + max(self.model.jitter_s * self.scale, 0.01)
+            heapq.heappush(self._heap, (nxt, node.ident))
+
+    # -- queries ---------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            holding: dict[str, dict[str, int]] = {}
+            running: dict[str, int] = {}
+            adoption: dict[float, dict[str, Any]] = {}
+            for node in self.nodes:
+                key = "none" if node.held_va is None else _fmt(node.held_va)
+                holding.setdefault(key, {"cache": 0, "client": 0})[node.kind] += 1
+                params = " ".join(f"{k}={v}" for k, v in node.held_params) if node.held_va else "(no consensus)"
+                running[params] = running.get(params, 0) + 1
+                for t, va, p in node.fetches:
+                    entry = adoption.setdefault(va, {"params": p, "cache": [], "client": []})
+                    entry[node.kind].append(t - va)
+            counts = {"cache": len(self.caches), "client": len(self.nodes) - len(self.caches)}
+            return {
+                "caches": counts["cache"],
+                "clients": counts["client"],
+                "seed": self.seed,
+                "scale": self.scale,
+                "holding": holding,
+                "running": running,
+                "adoption": [
+                    {"valid_after": _fmt(va), "params": e["params"],
+                     **{kind: _delays(e[kind], counts[kind], self.scale) for kind in ("cache", "client")}}
+                    for va, e in sorted(adoption.items())
+                ],
+            }
+
+    def records(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{"id": n.ident, "kind": n.kind, "failed_fetches": n.failed,
+                     "fetches": [{"at": _fmt(t), "at_s": t, "valid_after": _fmt(va), "params": p}
+                                 for t, va, p in n.fetches]} for n in self.nodes]
+
+
+def _delays(values: list[float], total: int, scale: float) -> dict[str, Any]:
+    """How many nodes of a class accepted a valid-after, and when (s after it; ``hourly`` = unscaled)."""
+    if not values:
+        return {"adopted": 0, "of": total}
+    arr = np.sort(np.asarray(values))
+    q = {p: float(np.quantile(arr, p / 100)) for p in (0, 50, 100)}
+    return {"adopted": int(arr.size), "of": total,
+            "first_s": round(q[0], 3), "median_s": round(q[50], 3), "last_s": round(q[100], 3),
+            "median_hourly_min": round(q[50] / scale / 60, 1)}
+
+
+def _fmt(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))

@@ -1,0 +1,61 @@
+"""`kistexp authorities ...`: questions about the directory authorities' vote.
+
+``authorities_app`` is shared: other command modules add their commands (status, serve) to it.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from kistexp.dirauth.paramsline import format_params
+from kistexp.dirauth.whatif import whatif_report
+from kistexp.output import console, emit_json, err_console
+
+authorities_app = typer.Typer(
+    help="Directory authorities: the params vote, what-if questions, status.",
+    no_args_is_help=True,
+)
+
+
+@authorities_app.command("whatif")
+def whatif(
+    n_authorities: int = typer.Option(..., "--n-authorities", help="Configured v3 authorities (N), 9 today."),
+    vote: list[str] = typer.Option(
+        [], "--vote", help="NAME='k=v k2=v2': that authority's params line (NAME= for an empty one)."
+    ),
+    target: str | None = typer.Option(
+        None, "--target", help="k=v to reach (k= or k=absent: drop k); prints the fewest changes needed."
+    ),
+    unreachable: list[str] = typer.Option(
+        [], "--unreachable", help="Authority that keeps its vote as is (cannot be asked to change)."
+    ),
+    absent: list[str] = typer.Option([], "--absent", help="Authority whose vote does not arrive."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The consensus params tor would compute from these votes, the tally in words, and with
+    --target the fewest authorities that must change their vote. Unnamed authorities are silent."""
+    report = whatif_report(vote, n_authorities, target, unreachable, absent)
+    for dropped in report.dropped:
+        err_console.print(f"warning: {dropped.dropped_because}", markup=False, highlight=False)
+    if as_json:
+        emit_json(report.to_json())
+        return
+    form = report.formation
+    console.print(f"votes: {form.reason}", markup=False, highlight=False)
+    if report.consensus_params is None:
+        console.print("consensus params: no consensus is computed", highlight=False)
+    else:
+        line = format_params(report.consensus_params)
+        console.print(f"consensus params: {line or '(none)'}", markup=False, highlight=False)
+    for key, words in report.tally_words():
+        console.print(f"  {key}: {words}", markup=False, highlight=False)
+    solved = report.target
+    if solved is not None:
+        want = "absent" if solved.target is None else solved.target
+        console.print(f"target {solved.key}={want}: {solved.explanation}", markup=False, highlight=False)
+        for change in solved.changes:
+            console.print(f"  change {change.describe()}", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(authorities_app, name="authorities")

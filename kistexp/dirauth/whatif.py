@@ -1,0 +1,440 @@
+"""What-if questions on the params vote (dirspec-params.md §1.3, §1.4, §2.1).
+
+"What must change for the consensus to say k=v?", "can we still roll back if these
+authorities cannot be reached?", "what will the consensus be if only these votes arrive?".
+
+The solver is direct. With ``n`` authorities listing a key, the low median is ``v`` iff
+``#(values < v) <= (n-1)//2`` and ``#(values <= v) >= (n-1)//2 + 1`` (and ``n`` reaches the
+inclusion threshold). Only a value's side of ``v`` matters, and three moves dominate all
+others: convert a lister above ``v`` to ``v``, convert a lister below ``v`` to ``v``, or have a
+silent authority start listing ``v`` (removing a lister or listing another value is never
+better). Enumerating how many of each move (at most N^3 cases) gives the exact minimum;
+tests check it against brute force over every subset of authorities.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN
+from kistexp.dirauth.voting import (
+    Formation,
+    Params,
+    ParamTally,
+    Vote,
+    VoteRejected,
+    VotingError,
+    compute_consensus_params,
+    formation,
+    param_inclusion_threshold,
+    tally_params,
+)
+
+_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _count(n: int, noun: str) -> str:
+    word = _WORDS[n] if n < len(_WORDS) else str(n)
+    if n == 1:
+        return f"{word} {noun}"
+    return f"{word} {noun[:-1] + 'ies' if noun.endswith('y') else noun + 's'}"
+
+
+@attrs.frozen
+class VoteChange:
+    """One authority changing what it votes for a key (None = does not list the key)."""
+
+    authority: str
+    before: int | None
+    after: int | None
+
+    def describe(self) -> str:
+        def show(v: int | None) -> str:
+            return "silent" if v is None else str(v)
+
+        return f"{self.authority}: {show(self.before)} -> {show(self.after)}"
+
+
+@attrs.frozen
+class WhatIf:
+    """The minimal change of votes that makes the consensus say ``key=target`` (None = absent)."""
+
+    key: str
+    target: int | None
+    n_authorities: int
+    current: int | None  # consensus value with the votes as they are (None = absent)
+    possible: bool
+    changes: tuple[VoteChange, ...]
+    result: int | None  # consensus value after the changes (== target when possible)
+    bound: str  # "<=", ">=", "=" or "any": which new values also work for the changed authorities
+    explanation: str
+
+
+@attrs.frozen
+class _Auth:
+    name: str
+    value: int | None  # listed value, None = silent
+    changeable: bool
+
+
+def _value_of(params: Params, key: str) -> int | None:
+    for k, v in params:
+        if k == key:
+            return v
+    return None
+
+
+def _electorate(
+    votes: Sequence[Vote], n_authorities: int, key: str, frozen: Iterable[str], absent: Iterable[str]
+) -> list[_Auth]:
+    """Authorities whose votes arrive. Configured authorities without a vote in ``votes`` are
+    taken as silent voters that could start listing the key ("another authority #i")."""
+    names = [v.authority for v in votes]
+    if len(set(names)) != len(names):
+        raise VotingError("two votes from the same authority")
+    if len(votes) > n_authorities:
+        raise VotingError(f"{len(votes)} votes but only {n_authorities} configured authorities")
+    frozen_set, absent_set = set(frozen), set(absent)
+    for name in sorted(frozen_set | absent_set):
+        if name not in names:
+            raise VotingError(f"unknown authority {name}: name it with a vote first")
+    out = [
+        _Auth(v.authority, _value_of(v.params, key), v.authority not in frozen_set)
+        for v in votes
+        if v.authority not in absent_set
+    ]
+    out += [_Auth(f"another authority #{i + 1}", None, True) for i in range(n_authorities - len(votes))]
+    return out
+
+
+def _median_of(values: Sequence[int], n_authorities: int) -> int | None:
+    if len(values) < param_inclusion_threshold(n_authorities):
+        return None
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _feasible(n: int, less: int, le: int, threshold: int) -> bool:
+    m = (n - 1) // 2
+    return n >= threshold and less <= m and le >= m + 1
+
+
+def _plan_value(auths: list[_Auth], target: int, threshold: int) -> list[VoteChange] | None:
+    listed = [a for a in auths if a.value is not None]
+    n = len(listed)
+    less = sum(a.value < target for a in listed)
+    le = sum(a.value <= target for a in listed)
+    # nearest values first: the least surprising changes to ask for
+    above = sorted((a for a in listed if a.changeable and a.value > target), key=lambda a: (a.value, a.name))
+    below = sorted(
+        (a for a in listed if a.changeable and a.value < target), key=lambda a: (-a.value, a.name)
+    )
+    silent = [a for a in auths if a.changeable and a.value is None]
+    best: tuple[int, int, int, int] | None = None
+    for c in range(len(silent) + 1):
+        for a in range(len(above) + 1):
+            for b in range(len(below) + 1):
+                if _feasible(n + c, less - b, le + a + c, threshold):
+                    key = (a + b + c, c, a, b)
+                    if best is None or key < best:
+                        best = key
+    if best is None:
+        return None
+    _, c, a, b = best
+    chosen = above[:a] + below[:b] + silent[:c]
+    return [VoteChange(x.name, x.value, target) for x in chosen]
+
+
+def _plan_absent(auths: list[_Auth], threshold: int) -> list[VoteChange] | None:
+    listed = [a for a in auths if a.value is not None]
+    excess = len(listed) - threshold + 1
+    if excess <= 0:
+        return []
+    movable = sorted((a for a in listed if a.changeable), key=lambda a: a.name)
+    if len(movable) < excess:
+        return None
+    return [VoteChange(a.name, a.value, None) for a in movable[:excess]]
+
+
+def _apply(auths: list[_Auth], changes: Sequence[VoteChange]) -> list[int]:
+    new = {c.authority: c.after for c in changes}
+    values = []
+    for a in auths:
+        v = new[a.name] if a.name in new else a.value
+        if v is not None:
+            values.append(v)
+    return values
+
+
+def describe_tally(tally: ParamTally | None, key: str = "", n_authorities: int = 0) -> str:
+    """The tally in words: "9 of 9 list it: 4 at 2, 5 at 10; the low median is 10"."""
+    if tally is None or tally.n_listing == 0:
+        return f"no authority lists {key or 'it'}; it is absent from the consensus"
+    groups: dict[int, int] = {}
+    for v in tally.values:
+        groups[v] = groups.get(v, 0) + 1
+    spread = ", ".join(f"{c} at {v}" for v, c in sorted(groups.items()))
+    head = f"{tally.n_listing} of {tally.n_authorities} list it: {spread}"
+    if tally.included:
+        return f"{head}; the low median is {tally.median}"
+    return f"{head}; it needs {tally.threshold} to be included, so it is absent from the consensus"
+
+
+def _bound(auths: list[_Auth], changes: list[VoteChange], target: int, n_authorities: int) -> str:
+    """Would any value <= target (or >= target) do for every changed authority?"""
+    def works(shift: int) -> bool:
+        if not INT32_MIN < target < INT32_MAX:
+            return False
+        moved = [VoteChange(c.authority, c.before, target + shift) for c in changes]
+        return _median_of(_apply(auths, moved), n_authorities) == target
+
+    low, high = works(-1), works(+1)
+    if low and high:
+        return "any"
+    if low:
+        return "<="
+    if high:
+        return ">="
+    return "="
+
+
+def solve_target(
+    votes: Sequence[Vote],
+    n_authorities: int,
+    key: str,
+    target: int | None,
+    frozen: Iterable[str] = (),
+    absent: Iterable[str] = (),
+) -> WhatIf:
+    """The fewest authorities that must change their vote so the consensus says ``key=target``.
+
+    ``target=None`` asks for the key to leave the consensus. ``frozen`` authorities (e.g.
+    operators unreachable for a rollback) keep voting as now; ``absent`` ones' votes do not
+    arrive. Configured authorities not in ``votes`` are silent voters that may start listing.
+    """
+    if target is not None and not INT32_MIN <= target <= INT32_MAX:
+        raise VotingError(f"target {key}={target} is outside the int32 range")
+    auths = _electorate(votes, n_authorities, key, frozen, absent)
+    threshold = param_inclusion_threshold(n_authorities)
+    held = [v for v in votes if v.authority not in set(absent)]
+    tally = next((t for t in tally_params(held, n_authorities) if t.key == key), None)
+    current = tally.median if tally is not None and tally.included else None
+    changes = _plan_absent(auths, threshold) if target is None else _plan_value(auths, target, threshold)
+    possible = changes is not None
+    changes = changes or []
+    result = _median_of(_apply(auths, changes), n_authorities) if possible else current
+    bound = "=" if target is None or not changes else _bound(auths, changes, target, n_authorities)
+    want = "absent" if target is None else str(target)
+    words = describe_tally(tally, key, n_authorities)
+    if current == target:
+        tail = f"it is already {want}"
+    elif not possible:
+        locked = sorted(a.name for a in auths if not a.changeable)
+        why = f" with {', '.join(locked)} unchangeable" if locked else ""
+        tail = f"no change of votes can make it {want}{why}"
+    elif target is None:
+        tail = f"{_count(len(changes), 'authority')} must stop listing it to make it absent"
+    else:
+        phrase = {
+            "<=": f"at <= {target}",
+            ">=": f"at >= {target}",
+            "=": f"at {target}",
+            "any": f"listing it (any value, e.g. {target})",
+        }[bound]
+        verb = "makes" if len(changes) == 1 else "make"
+        tail = f"{_count(len(changes), 'more authority')} {phrase} {verb} it {target}"
+    return WhatIf(
+        key=key,
+        target=target,
+        n_authorities=n_authorities,
+        current=current,
+        possible=possible,
+        changes=tuple(changes),
+        result=result,
+        bound=bound,
+        explanation=f"{words}; {tail}",
+    )
+
+
+def rollback_possible(
+    votes: Sequence[Vote], n_authorities: int, key: str, value: int | None, unreachable: Iterable[str]
+) -> bool:
+    """Can the reachable authorities alone bring ``key`` back to ``value`` (None = remove it)?"""
+    return solve_target(votes, n_authorities, key, value, frozen=unreachable).possible
+
+
+@attrs.frozen
+class PartialConsensus:
+    """What an authority computes if it holds only some of the votes (§2.1)."""
+
+    arriving: tuple[str, ...]
+    formation: Formation
+    params: Params | None  # None when no consensus can be computed
+
+
+def consensus_if_only(votes: Sequence[Vote], n_authorities: int, arriving: Iterable[str]) -> PartialConsensus:
+    """The consensus params when only the votes of ``arriving`` authorities are held."""
+    wanted = set(arriving)
+    unknown = wanted - {v.authority for v in votes}
+    if unknown:
+        raise VotingError(f"unknown authority {sorted(unknown)[0]}: it has no vote")
+    held = [v for v in votes if v.authority in wanted]
+    form = formation(held, n_authorities)
+    params = compute_consensus_params(held, n_authorities) if form.can_compute else None
+    return PartialConsensus(tuple(v.authority for v in held), form, params)
+
+
+# ---------------------------------------------------------------------------------------
+# command-line forms
+
+_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)$")
+
+
+@attrs.frozen
+class VoteOption:
+    """A parsed ``NAME='k=v k2=v2'`` option: the vote, or why tor would drop it."""
+
+    authority: str
+    vote: Vote | None
+    dropped_because: str = ""
+
+
+def parse_vote_option(spec: str) -> VoteOption:
+    """Parse ``NAME=k=v k2=v2`` (any order; ``NAME=`` is an empty params line).
+
+    Malformed text raises VotingError. A duplicate key or a non-int32 value is what tor
+    itself rejects: the vote is dropped (the authority does not vote) and the reason kept.
+    """
+    name, sep, body = spec.partition("=")
+    name = name.strip()
+    if not sep or not name or any(c.isspace() for c in name):
+        raise VotingError(f"--vote {spec!r}: expected NAME='key=value ...'")
+    items: list[tuple[str, int]] = []
+    for token in body.split():
+        m = _ITEM_RE.match(token)
+        if not m:
+            raise VotingError(f"--vote {name}: item {token!r} is not key=integer")
+        items.append((m[1], int(m[2])))
+    try:
+        return VoteOption(name, Vote(name, items))
+    except VoteRejected as exc:
+        return VoteOption(name, None, f"{exc}; tor drops {name}'s vote")
+
+
+def parse_target(spec: str) -> tuple[str, int | None]:
+    """``key=value``, or ``key=`` / ``key=absent`` for "not in the consensus"."""
+    key, sep, raw = spec.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or any(c.isspace() for c in key):
+        raise VotingError(f"--target {spec!r}: expected key=value")
+    if raw in ("", "absent"):
+        return key, None
+    if not re.fullmatch(r"[+-]?[0-9]+", raw):
+        raise VotingError(f"--target {key}: value {raw!r} is not an integer")
+    value = int(raw)
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise VotingError(f"--target {key}={value} is outside the int32 range")
+    return key, value
+
+
+@attrs.frozen
+class WhatIfReport:
+    """Everything ``kistexp authorities whatif`` prints."""
+
+    n_authorities: int
+    votes: tuple[Vote, ...]  # every vote held: named ones, then silent unnamed authorities
+    dropped: tuple[VoteOption, ...]  # votes tor would refuse (their authorities do not vote)
+    formation: Formation
+    consensus_params: Params | None  # None when no consensus can be computed
+    tallies: tuple[ParamTally, ...]
+    target: WhatIf | None
+
+    def tally_words(self) -> list[tuple[str, str]]:
+        return [(t.key, describe_tally(t)) for t in self.tallies]
+
+    def to_json(self) -> dict:
+        return {
+            "n_authorities": self.n_authorities,
+            "votes_held": self.formation.n_votes,
+            "votes_needed": self.formation.votes_needed,
+            "can_compute": self.formation.can_compute,
+            "formation": self.formation.reason,
+            "consensus_method": self.formation.consensus_method,
+            "consensus_params": None if self.consensus_params is None else dict(self.consensus_params),
+            "inclusion_threshold": param_inclusion_threshold(self.n_authorities),
+            "dropped_votes": [{"authority": d.authority, "reason": d.dropped_because} for d in self.dropped],
+            "tally": [
+                {
+                    "key": t.key,
+                    "listed": dict(t.listed),
+                    "n_listing": t.n_listing,
+                    "low_median": t.median,
+                    "included": t.included,
+                    "words": describe_tally(t),
+                }
+                for t in self.tallies
+            ],
+            "target": None if self.target is None else {
+                "key": self.target.key,
+                "value": self.target.target,
+                "current": self.target.current,
+                "possible": self.target.possible,
+                "changes": [attrs.asdict(c) for c in self.target.changes],
+                "new_values": self.target.bound,
+                "result": self.target.result,
+                "words": self.target.explanation,
+            },
+        }
+
+
+def whatif_report(
+    vote_specs: Sequence[str],
+    n_authorities: int,
+    target: str | None = None,
+    unreachable: Iterable[str] = (),
+    absent: Iterable[str] = (),
+) -> WhatIfReport:
+    """Parse ``NAME='k=v ...'`` specs and answer the what-if; unnamed authorities are silent voters."""
+    if n_authorities < 1:
+        raise VotingError(f"--n-authorities must be >= 1, got {n_authorities}")
+    options = [parse_vote_option(s) for s in vote_specs]
+    names = [o.authority for o in options]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise VotingError(f"--vote {dupes[0]} is given twice")
+    if len(options) > n_authorities:
+        raise VotingError(f"{len(options)} votes given but --n-authorities is {n_authorities}")
+    unreachable, absent = list(unreachable), list(absent)
+    for name in unreachable + absent:
+        if name not in names:
+            raise VotingError(f"unknown authority {name}: name it with --vote {name}=...")
+    dropped = tuple(o for o in options if o.vote is None)
+    dropped_names = {o.authority for o in dropped}
+    named = [o.vote for o in options if o.vote is not None]
+    silent = [Vote(f"another authority #{i + 1}") for i in range(n_authorities - len(options))]
+    everyone = tuple(named + silent)
+    held = [v for v in everyone if v.authority not in set(absent)]
+    form = formation(held, n_authorities)
+    solved = None
+    if target is not None:
+        key, value = parse_target(target)
+        solved = solve_target(
+            everyone,
+            n_authorities,
+            key,
+            value,
+            frozen=[n for n in unreachable if n not in dropped_names],
+            absent=[n for n in absent if n not in dropped_names],
+        )
+    return WhatIfReport(
+        n_authorities=n_authorities,
+        votes=everyone,
+        dropped=dropped,
+        formation=form,
+        consensus_params=compute_consensus_params(held, n_authorities) if form.can_compute else None,
+        tallies=tally_params(held, n_authorities),
+        target=solved,
+    )

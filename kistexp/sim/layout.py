@@ -1,0 +1,137 @@
+"""Struct-of-arrays layout of the simulation state shared by the compiled modules.
+
+Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64); the constants below
+name the fields.  Times are int64 nanoseconds.  The whole state is one :class:`State`
+namedtuple so the compiled kernel can be stopped and resumed (to grow the cell pool or the
+event heap) without losing anything.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
+KIST_CELL_COST = 543      # 514 + TLS_PER_CELL_OVERHEAD 29, §6
+RELAY_PAYLOAD = 498       # RELAY_PAYLOAD_SIZE_MAX (v0 relay header), §1
+ORCONN_HIGH = 32768       # §1
+ORCONN_LOW = 16384        # §1
+EARLY_WRITE_BYTES = 8 * CELL_SIZE   # §7.3: write at a channel switch when outbuf > 4112 B
+WRITE_SHARE_BYTES = 32 * CELL_SIZE  # §7.4: at most 16448 B per write call on rate-limited conns
+INT_MAX = 2**31 - 1
+MS = 1_000_000            # ns per ms
+
+# scheduler kinds (§3)
+SCHED_KIST = 0
+SCHED_KISTLITE = 1
+SCHED_VANILLA = 2
+
+# channel scheduler states (§2)
+ST_IDLE = 0
+ST_WAITING_FOR_CELLS = 1
+ST_WAITING_TO_WRITE = 2
+ST_PENDING = 3
+
+# cell kinds
+K_DATA = 0
+K_SENDME_CIRC = 1
+K_SENDME_STREAM = 2
+
+# event kinds
+EV_SCHED = 0        # a = node, b = timer generation
+EV_ARRIVAL = 1      # a = chan, b = end seq, c = time the flight left the NIC
+EV_ACK = 2          # a = chan, b = segments, c = bytes (negative: the flight had a loss)
+EV_WRITE = 3        # a = chan: write-ready callback (outbuf -> kernel)
+EV_START = 4        # a = transfer
+EV_RESUME = 5       # a = circuit-direction: edge packaging
+EV_SAMPLE = 6
+EV_INTERVAL = 7     # a = node, b = new interval (ms)
+EV_END = 8
+
+# kernel return status
+RS_DONE = 0
+RS_GROW_CELLS = 1
+RS_GROW_EVENTS = 2
+
+
+def _fields(*names: str) -> int:
+    g = globals()
+    for i, n in enumerate(names):
+        g[n] = i
+    return len(names)
+
+
+# globals (int64 array g)
+N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_FREE", "G_NFREE", "G_RNG", "G_NEXT_TR",
+              "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
+              "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
+              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND")
+
+# run parameters: int64 array pi, float64 array pf
+N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
+               "P_CELLQ_LOW", "P_SENDME_INC", "P_CWND_INIT", "P_CWND_MIN", "P_CWND_INC",
+               "P_CWND_INC_PCT_SS", "P_CWND_INC_RATE", "P_SS_MAX", "P_SSCAP", "P_ALPHA", "P_BETA",
+               "P_GAMMA", "P_DELTA", "P_FULL_GAP", "P_FULL_MINPCT", "P_FULL_PER_CWND",
+               "P_EWMA_CWND_PCT", "P_EWMA_MAX", "P_EWMA_SS", "P_EWMA_TICK_MS", "P_QCAP", "P_TS_CAP")
+N_PF = _fields("PF_EWMA_F", "PF_LN_F")
+
+# nodes
+N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEAP_BASE", "NI_HEAP_N",
+               "NI_TIMER_GEN", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
+               "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
+               "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
+               "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
+               "NI_IN_RUN")
+N_NF = _fields("NF_NIC_RATE", "NF_FACTOR")
+
+# chans: the sending side of one direction of a channel (one tor channel object + its socket)
+N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", "CI_CMUX_N",
+               "CI_REF_TICK", "CI_OB_HEAD", "CI_OB_TAIL", "CI_OB_BYTES", "CI_KQ_HEAD", "CI_KQ_TAIL",
+               "CI_WRITE_SEQ", "CI_SND_NXT", "CI_SND_UNA", "CI_UNACKED", "CI_MSS", "CI_SNDBUF",
+               "CI_SNDBUF_MAX", "CI_OWD_NS", "CI_LAST_ARRIVAL", "CI_LAST_SEND", "CI_RATE_LIMITED",
+               "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
+               "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
+               "CI_CMUX_CAP", "CI_WW")
+N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
+
+# circuit queues: one circuit's queue of cells toward one chan
+N_QI = _fields("QI_CHAN", "QI_CD", "QI_N", "QI_HEAD", "QI_TAIL", "QI_HEAP_IDX", "QI_LAST_TICK",
+               "QI_NEXTQ", "QI_CLASS", "QI_CIRC", "QI_RECV_NODE")
+N_QF = _fields("QF_COUNT",)
+
+# circuit-directions (cd = 2 * circuit + dir; dir 0 = forward, client -> exit)
+N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", "DI_REV_CQ",
+               "DI_PKG_WIN", "DI_DELIV_WIN", "DI_BLOCKED", "DI_READY_HEAD", "DI_READY_TAIL",
+               "DI_RECV", "DI_INFLIGHT", "DI_SS", "DI_CWND_FULL", "DI_NEXT_CC", "DI_NEXT_CWND",
+               "DI_TS_HEAD", "DI_TS_N", "DI_RESUME_EV", "DI_CWND", "DI_HOPS", "DI_MAX_INFLIGHT",
+               "DI_PACKAGED", "DI_SENDMES_RECV")
+N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
+
+# streams (s = 2 * transfer + dir)
+N_SI = _fields("SI_CD", "SI_TOPKG", "SI_TOTAL", "SI_DELIVERED", "SI_PKG_WIN", "SI_DELIV_WIN",
+               "SI_NEXT", "SI_INREADY", "SI_TR")
+
+# transfers
+N_TI = _fields("TI_CIRC", "TI_START", "TI_TTFB", "TI_TTLB", "TI_REQ_DONE")
+
+# cells (pool)
+N_KI = _fields("KI_NEXT", "KI_CQ", "KI_KIND", "KI_STREAM", "KI_T_ENQ", "KI_T_KERN", "KI_END_SEQ")
+
+# events (heap)
+N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
+
+# per-circuit delay sums
+N_CS = _fields("CS_APP_NS", "CS_KERN_NS", "CS_APP_N", "CS_KERN_N")
+
+# node series (cumulative, sampled)
+N_NS = _fields("NS_RUNS", "NS_SYSCALLS", "NS_CELLS_SENT", "NS_WRITES", "NS_APP_BYTES", "NS_KERN_BYTES")
+
+# delay histograms: log-spaced bins from 1 us, HIST_PER_DECADE bins per decade, 8 decades
+HIST_PER_DECADE = 40
+HIST_BINS = 8 * HIST_PER_DECADE + 2   # [0] = below 1 us, [-1] = above 100 s
+
+State = namedtuple(
+    "State",
+    ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
+     "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
+     "hist", "circ_sum", "raw", "chg"],
+)

@@ -1,0 +1,162 @@
+"""Every lint rule with a failing and a passing case."""
+
+import datetime as dt
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kistexp.cli import app
+from kistexp.plan.lint import RULES, lint_paths
+from plan_helpers import VALID_PLAN
+
+NOW = dt.datetime(2029, 12, 1, tzinfo=dt.timezone.utc)
+
+
+def _lint(tmp_path, *texts, now=NOW):
+    paths = []
+    for i, text in enumerate(texts):
+        path = tmp_path / f"plan{i}.toml"
+        path.write_text(text)
+        paths.append(str(path))
+    return lint_paths(paths, now=now)
+
+
+def _codes(report):
+    return {f.code for f in report.findings}
+
+
+def test_valid_plan_is_clean(tmp_path):
+    report = _lint(tmp_path, VALID_PLAN)
+    assert report.findings == ()
+    assert report.exit_code == 0
+
+
+CASES = {
+    # code: (old, new) mutation of VALID_PLAN that must trigger exactly that rule
+    "KX001": ('duration = "14d"', 'duration = "-14d"'),
+    "KX101": ("KISTSchedRunInterval", "KISTSchedRunIntrval"),
+    "KX102": ("values = { KISTSchedRunInterval = 2 }", "values = { KISTSchedRunInterval = 1 }"),
+    "KX103": ('tor_versions = ">=0.4.8.2"', 'tor_versions = ">=0.4.7.1"'),
+    "KX104": ("values = { KISTSchedRunInterval = 5 }", "values = { KISTSchedRunInterval = 2 }"),
+    "KX201": ('duration = "14d"', 'duration = "2h"'),
+    "KX301": ('metric = "client_ttlb_1mib_s"', 'metric = "client_ttlb_2mib_s"'),
+    "KX501": ("start = 2030-01-07T12:00:00Z", "start = 2029-01-07T12:00:00Z"),
+    "KX601": ('participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]',
+              'participating = ["moria1", "tor26", "dizum", "gabelmoo"]'),
+}
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_rule_fires(tmp_path, code):
+    old, new = CASES[code]
+    assert old in VALID_PLAN
+    text = VALID_PLAN.replace(old, new, -1 if code == "KX101" else 1)
+    if code == "KX103":
+        # KISTSchedRunIntervalClient does not exist before 0.4.8.2
+        text = text.replace("KISTSchedRunInterval", "KISTSchedRunIntervalClient")
+    report = _lint(tmp_path, text)
+    assert code in _codes(report), [str(f) for f in report.findings]
+    finding = next(f for f in report.findings if f.code == code)
+    assert finding.line is not None and finding.file.endswith("plan0.toml")
+    assert "\n" not in finding.message
+
+
+def test_kx101_suggests_the_right_name(tmp_path):
+    old, new = CASES["KX101"]
+    report = _lint(tmp_path, VALID_PLAN.replace(old, new))
+    assert "did you mean KISTSchedRunInterval?" in report.findings[0].message
+
+
+def test_kx102_says_what_tor_clamps_to(tmp_path):
+    old, new = CASES["KX102"]
+    report = _lint(tmp_path, VALID_PLAN.replace(old, new))
+    message = next(f for f in report.findings if f.code == "KX102").message
+    assert "below tor's minimum of 2" in message and "clamp it to 2" in message
+    # the same value is fine for tors before 0.4.8.2 alone (min 0 there)
+    text = VALID_PLAN.replace(old, new).replace('">=0.4.8.2"', '">=0.4.4.1, <0.4.8.2"')
+    assert "KX102" not in _codes(_lint(tmp_path, text))
+
+
+def test_kx102_above_maximum(tmp_path):
+    text = VALID_PLAN.replace("KISTSchedRunInterval = 5 }", "KISTSchedRunInterval = 500 }")
+    message = next(f for f in _lint(tmp_path, text).findings if f.code == "KX102").message
+    assert "above tor's maximum of 100" in message and "clamp it to 100" in message
+
+
+def test_kx201_names_propagation_and_samples(tmp_path):
+    report = _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', 'duration = "2h"', 1))
+    message = next(f for f in report.findings if f.code == "KX201").message
+    # clients need about 1h52m after the first consensus; 100 OnionPerf samples take 8h20m
+    assert "until all clients run the value" in message and "for 100 samples" in message
+    enough = VALID_PLAN.replace('duration = "14d"', 'duration = "11h"', 1)
+    assert "KX201" not in _codes(_lint(tmp_path, enough))
+
+
+def test_kx202_switchback_washout(tmp_path):
+    head, _, rest = VALID_PLAN.partition("[[stages]]")
+    _, _, tail = rest.partition("[authorities]")
+    sb = ("[switchback]\ntreatment = { KISTSchedRunInterval = 2 }\ncontrol = { KISTSchedRunInterval = 3 }\n"
+          'period = "24h"\nwashout = "WASH"\ncycles = 3\n')
+    base = head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
+    assert "KX202" in _codes(_lint(tmp_path, base.replace("WASH", "30m")))
+    assert _lint(tmp_path, base.replace("WASH", "2h")).findings == ()
+
+
+def test_kx302_no_criteria(tmp_path):
+    text = VALID_PLAN.split("[[criteria]]")[0]
+    report = _lint(tmp_path, text)
+    assert _codes(report) == {"KX302"}
+    assert report.exit_code == 1
+
+
+def test_kx401_overlapping_plans(tmp_path):
+    other = VALID_PLAN.replace('name = "test-plan"', 'name = "other-plan"')
+    report = _lint(tmp_path, VALID_PLAN, other)
+    assert "KX401" in _codes(report)
+    later = other.replace("start = 2030-01-07T12:00:00Z", "start = 2030-03-01T12:00:00Z")
+    assert _lint(tmp_path, VALID_PLAN, later).findings == ()
+    different_param = other.replace("KISTSchedRunInterval", "KISTSchedRunIntervalClient")
+    assert _lint(tmp_path, VALID_PLAN, different_param).findings == ()
+
+
+def test_kx601_silent_others_need_three(tmp_path):
+    text = VALID_PLAN.replace('participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]',
+                              'participating = ["moria1", "tor26"]\nothers = "silent"')
+    assert "KX601" in _codes(_lint(tmp_path, text))
+    text = text.replace('["moria1", "tor26"]', '["moria1", "tor26", "dizum"]')
+    assert _lint(tmp_path, text).findings == ()
+
+
+def test_every_rule_is_tested():
+    tested = set(CASES) | {"KX202", "KX302", "KX401"}
+    assert tested == set(RULES)
+
+
+def test_bundled_plans_lint_clean():
+    import glob
+
+    report = lint_paths(sorted(glob.glob("plans/*.toml")), now=NOW.replace(year=2026))
+    assert len(report.files) >= 3
+    assert report.findings == ()
+
+
+def test_cli_lint_exit_codes_and_json(tmp_path):
+    runner = CliRunner()
+    good = tmp_path / "good.toml"
+    good.write_text(VALID_PLAN)
+    result = runner.invoke(app, ["lint", str(good), "--now", "2029-12-01T00:00:00Z"])
+    assert result.exit_code == 0, result.output
+    assert "0 error(s)" in result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 2 }", "KISTSchedRunInterval = 1 }"))
+    result = runner.invoke(app, ["lint", str(bad), "--json", "--now", "2029-12-01T00:00:00Z"])
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["errors"] == 1 and data["findings"][0]["code"] == "KX102"
+    assert data["findings"][0]["key"] == "stages[0].values.KISTSchedRunInterval"
+    # warnings only -> exit 0
+    warn = tmp_path / "warn.toml"
+    warn.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 5 }", "KISTSchedRunInterval = 2 }"))
+    result = runner.invoke(app, ["lint", str(warn), "--now", "2029-12-01T00:00:00Z"])
+    assert result.exit_code == 0 and "KX104" in result.output
