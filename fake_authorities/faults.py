@@ -1,13 +1,16 @@
 """Faults an operator can inject into one fake authority.
 
-| kind          | effect |
-|---------------|--------|
-| ``down``      | the DirPort refuses connections (``mode="refuse"``) or accepts and never answers (``mode="hang"``); the authority takes no part in voting |
-| ``slow``      | every DirPort reply and every upload it makes is delayed by ``delay_s`` (uploads that arrive after the vote cutoff are refused, §2.2) |
-| ``stale-vote``| it keeps serving and sending the vote it had when the fault was set; others reject it for its old valid-after |
-| ``refuse-sign``| it computes the consensus but does not sign it |
-| ``malformed`` | its vote has mis-ordered params (tor rejects the whole document) and it serves a truncated consensus |
-| ``wrong-key`` | it signs with a signing key its certificate does not certify: its vote and signatures fail verification |
+- ``down``: the DirPort refuses connections (``mode="refuse"``) or accepts and never answers
+  (``mode="hang"``); the authority takes no part in voting.
+- ``slow``: every DirPort reply and every upload it makes is delayed by ``delay_s``; uploads
+  that arrive after the vote cutoff are refused (dirspec-params.md §2.2).
+- ``stale-vote``: it keeps serving and sending the vote it had when the fault was set; the
+  others reject it for its old valid-after.
+- ``refuse-sign``: it computes the consensus but does not sign it.
+- ``malformed``: its vote has mis-ordered params (tor rejects the whole document, §1.1) and it
+  serves a truncated consensus.
+- ``wrong-key``: it signs with a signing key its certificate does not certify, so its vote and
+  its signatures fail verification.
 """
 
 from __future__ import annotations

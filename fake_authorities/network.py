@@ -30,11 +30,12 @@ from fake_authorities.faults import Fault
 from fake_authorities.transport import InProcessTransport, Route
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
+from kistexp.errors import KistexpError
 
 HOUR_S = 3600.0
 
 
-class NetworkError(Exception):
+class NetworkError(KistexpError):
     """Misuse of the fake network (bad name, bad option); the CLI reports it in one line."""
 
 

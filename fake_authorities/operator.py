@@ -1,15 +1,17 @@
 """The operator API of a fake authority network (JSON over HTTP, bearer token).
 
-Every request needs ``Authorization: Bearer <token>``. Endpoints (all under /kistexp/operator):
+Every request needs ``Authorization: Bearer <token>``. Endpoints, under /kistexp/operator:
 
-| method | path | body / effect |
-|---|---|---|
-| GET | ``/status`` | network, authorities, latest consensus, population summary |
-| GET | ``/authorities/<nick>`` | one authority's status |
-| GET / PUT | ``/authorities/<nick>/params`` | ``{"params": "K=V K2=V2"}`` (or a list of lines, or an object) = torrc ``ConsensusParams`` + SIGHUP: used from the next vote |
-| GET / POST / DELETE | ``/authorities/<nick>/faults`` | POST ``{"kind": "down"|"slow"|"stale-vote"|"refuse-sign"|"malformed"|"wrong-key", "delay_s": .., "mode": "refuse"|"hang"}``; DELETE clears all, ``/faults/<kind>`` one |
-| GET | ``/consensus`` | consensuses published so far (valid-after, params, signers) |
-| GET / POST | ``/population`` | POST ``{"caches": n, "clients": n, "seed": s}`` attaches nodes; GET returns adoption (``?nodes=1`` adds per-node records) |
+- ``GET /status``: network, authorities, latest consensus, population summary.
+- ``GET /authorities/<nick>``: one authority's status.
+- ``GET|PUT /authorities/<nick>/params``: ``{"params": "K=V K2=V2"}`` (or a list of lines, or
+  an object) is torrc ``ConsensusParams`` + SIGHUP: used from the authority's next vote.
+- ``GET|POST|DELETE /authorities/<nick>/faults``: POST ``{"kind": ..., "delay_s": ..,
+  "mode": "refuse"|"hang"}`` (kinds in fake_authorities.faults); DELETE clears all,
+  ``DELETE /faults/<kind>`` one.
+- ``GET /consensus``: consensuses published so far (valid-after, params, signers).
+- ``GET|POST /population``: POST ``{"caches": n, "clients": n, "seed": s}`` attaches nodes; GET
+  returns their adoption (``?nodes=1`` adds per-node fetch records).
 """
 
 from __future__ import annotations

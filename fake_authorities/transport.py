@@ -8,13 +8,24 @@ times out), ``slow`` delays the reply.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 
 from fake_authorities.dirport import DirRequest, DirResponse, Gate
 
 Route = tuple[Callable[[DirRequest], DirResponse], Gate, Callable[[], bool]]
+
+
+class _Body(httpx.SyncByteStream):
+    """The body in 16 KiB chunks, streamed as a socket would deliver it."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        for i in range(0, len(self._data), 16384):
+            yield self._data[i : i + 16384]
 
 
 class InProcessTransport(httpx.BaseTransport):
@@ -44,9 +55,9 @@ class InProcessTransport(httpx.BaseTransport):
         headers = {k.lower(): v for k, v in request.headers.items()}
         resp = handler(DirRequest(request.method, request.url.path, headers, request.read(), "127.0.0.1"))
         return httpx.Response(
-            resp.status_code if hasattr(resp, "status_code") else resp.status,
+            resp.status,
             headers=list(resp.headers),
-            content=resp.body,
+            stream=_Body(resp.body),
             extensions={"reason_phrase": resp.reason_phrase.encode(), "http_version": b"HTTP/1.0"},
             request=request,
         )

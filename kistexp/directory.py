@@ -77,7 +77,8 @@ class Endpoint:
         return cls(f"{host}:{port}", str(host), int(port))
 
 
-_SPEC_RE = re.compile(r"^(?:(?P<nick>[A-Za-z0-9_-]{1,19})=)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(?P<port>\d{1,5})$")
+_SPEC_RE = re.compile(
+    r"^(?:(?P<nick>[A-Za-z0-9_-]{1,19})=)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(?P<port>\d{1,5})$")
 
 
 def parse_authority_spec(spec: str) -> Endpoint:
@@ -467,7 +468,7 @@ class DirectoryClient:
         check = _doc_module().verify_signatures(doc, list(self.certificates.values()),
                                                 n_authorities=self.n_authorities)
         if not check.ok:
-            raise DocumentError(f"{where}: consensus rejected: {_check_text(check)}")
+            raise DocumentError(f"{where}: consensus rejected: {check.summary()}")
         return check
 
     def fetch_consensus(self, flavour: str = "microdesc", endpoint: Endpoint | str | None = None) -> Any:
@@ -503,15 +504,29 @@ class DirectoryClient:
         return self._from_any(path, accept, f"a valid {flavour} consensus")
 
     def fetch_vote(self, endpoint: Endpoint | str, which: str = "current") -> Any:
-        """An authority's own vote (``current`` or ``next``), parsed (§5.1)."""
+        """An authority's own vote (``current`` or ``next``, §5.1), parsed and checked: its
+        embedded certificate must verify, belong to that authority (when its v3ident is
+        known) and certify the key that signed the vote."""
         if which not in ("current", "next"):
             raise DirectoryError(f"vote must be 'current' or 'next', not {which!r}")
         ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
         f = self.fetch(ep, f"/tor/status-vote/{which}/authority")
         where = f"{ep.nickname} {f.url}"
-        doc = _doc_module().parse_network_status(f.body, where)
-        if not getattr(doc, "is_vote", True):
+        docs = _doc_module()
+        doc = docs.parse_network_status(f.body, where)
+        if not doc.is_vote:
             raise DocumentError(f"{where}: expected a vote, got {_describe(doc)}")
+        cert = doc.key_certificate
+        voter = doc.authorities[0].v3ident
+        if ep.v3ident and voter != ep.v3ident:
+            raise DocumentError(f"{where}: vote is from {voter}, not from {ep.nickname} ({ep.v3ident})")
+        try:
+            cert.verify()
+        except DocumentError as exc:
+            raise DocumentError(f"{where}: embedded key certificate: {exc}") from None
+        check = docs.verify_signatures(doc, [cert], n_authorities=1, authorities=[voter])
+        if not check.ok:
+            raise DocumentError(f"{where}: vote signature does not verify: {check.summary()}")
         return doc
 
     def fetch_votes(self, which: str = "current") -> dict[str, Any]:
@@ -548,12 +563,120 @@ def _describe(doc: Any) -> str:
     return f"a {_doc_flavour(doc)} {kind}"
 
 
-def _check_text(check: Any) -> str:
-    valid = getattr(check, "valid", None)
-    needed = getattr(check, "needed", None)
-    total = getattr(check, "total", None)
-    text = f"{valid} valid signature(s) of {total}, {needed} needed"
-    problems = getattr(check, "problems", None) or getattr(check, "errors", None)
-    if problems:
-        text += " (" + "; ".join(str(p) for p in list(problems)[:3]) + ")"
-    return text
+# --- status of the authorities' vote (``kistexp authorities status``) -----------------
+
+
+@attrs.frozen
+class AuthorityVote:
+    """One authority's current vote, or why it could not be had."""
+
+    nickname: str
+    url: str
+    v3ident: str
+    error: str | None
+    valid_after: Any  # datetime of the vote, None on error
+    params: tuple[tuple[str, int], ...]
+
+
+@attrs.frozen
+class ParamStatus:
+    """One parameter: each authority's vote, the consensus value and tor's tally of the votes."""
+
+    name: str
+    votes: tuple[tuple[str, int | None], ...]  # (nickname, value or None when silent), reachable ones
+    consensus_value: int | None  # None: absent from the consensus (or no consensus)
+    predicted_value: int | None  # what tor's rule gives from the votes fetched
+    included: bool
+    tally: str  # the tally in words
+
+
+@attrs.frozen
+class AuthoritiesStatus:
+    n_authorities: int
+    authorities: tuple[AuthorityVote, ...]
+    consensus_flavour: str
+    consensus_valid_after: Any
+    consensus_fresh_until: Any
+    consensus_signatures: str
+    consensus_error: str | None
+    params: tuple[ParamStatus, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n_authorities": self.n_authorities,
+            "consensus": {
+                "flavour": self.consensus_flavour,
+                "valid_after": self.consensus_valid_after,
+                "fresh_until": self.consensus_fresh_until,
+                "signatures": self.consensus_signatures,
+                "error": self.consensus_error,
+            },
+            "authorities": [
+                {"nickname": a.nickname, "url": a.url, "v3ident": a.v3ident, "reachable": a.error is None,
+                 "error": a.error, "vote_valid_after": a.valid_after, "params": dict(a.params)}
+                for a in self.authorities
+            ],
+            "params": [
+                {"name": p.name, "votes": dict(p.votes), "consensus_value": p.consensus_value,
+                 "predicted_value": p.predicted_value, "included": p.included, "tally": p.tally}
+                for p in self.params
+            ],
+        }
+
+
+def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
+                       flavour: str = "microdesc") -> AuthoritiesStatus:
+    """Each authority's current vote for ``parameters`` (all voted ones when empty), the
+    verified current consensus and tor's tally of the votes (§1.3). An unreachable authority
+    or a consensus that cannot be had is reported, not raised."""
+    from kistexp.dirauth.paramsline import sort_params
+    from kistexp.dirauth.voting import Vote, tally_params
+    from kistexp.dirauth.whatif import describe_tally
+
+    fetched = client.fetch_votes("current")
+    rows: list[AuthorityVote] = []
+    votes: list[Vote] = []
+    for ep in client.endpoints:
+        got = fetched[ep.nickname]
+        url = ep.base_url + "/tor/status-vote/current/authority"
+        if isinstance(got, KistexpError):
+            rows.append(AuthorityVote(ep.nickname, url, ep.v3ident, str(got), None, ()))
+            continue
+        ident = got.authorities[0].v3ident
+        rows.append(AuthorityVote(ep.nickname, url, ident, None, got.valid_after, got.params))
+        votes.append(Vote(ep.nickname, got.params, ident, got.consensus_methods, "Running" in got.known_flags))
+    consensus = None
+    consensus_error = None
+    signatures = ""
+    try:
+        consensus = client.fetch_consensus(flavour)
+        signatures = client.verify_consensus(consensus, consensus.source).summary()
+    except KistexpError as exc:
+        consensus_error = str(exc)
+        consensus = client.consensus.get(flavour)  # an earlier verified one, if any
+    names = list(parameters)
+    if not names:
+        keys = {k for v in votes for k, _ in v.params} | (set(dict(consensus.params)) if consensus else set())
+        names = [k for k, _ in sort_params({k: 0 for k in keys})]
+    tallies = {t.key: t for t in tally_params(votes, client.n_authorities)} if votes else {}
+    params = []
+    for name in names:
+        t = tallies.get(name)
+        params.append(ParamStatus(
+            name=name,
+            votes=tuple((v.authority, v.value(name)) for v in votes),
+            consensus_value=dict(consensus.params).get(name) if consensus else None,
+            predicted_value=t.median if t is not None and t.included else None,
+            included=bool(t and t.included),
+            tally=describe_tally(t, name, client.n_authorities),
+        ))
+    return AuthoritiesStatus(
+        n_authorities=client.n_authorities,
+        authorities=tuple(rows),
+        consensus_flavour=flavour,
+        consensus_valid_after=consensus.valid_after if consensus else None,
+        consensus_fresh_until=consensus.fresh_until if consensus else None,
+        consensus_signatures=signatures,
+        consensus_error=consensus_error,
+        params=tuple(params),
+    )

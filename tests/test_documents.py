@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import subprocess
 
 import pytest
+from conftest import have_real_tor
+from cryptography.hazmat.primitives import serialization
 
 from kistexp.dirauth import dirformat
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES
@@ -17,6 +20,7 @@ from kistexp.dirauth.documents import (
     require_signatures,
     verify_signatures,
 )
+from kistexp.dirauth.keys import public_der
 from kistexp.errors import DocumentError
 
 UTC = dt.timezone.utc
@@ -140,21 +144,14 @@ def test_certificates_parse_and_verify(certs):
     assert "\r" not in longclaw.text
 
 
-def _flip_in_block(text: str, after: str) -> str:
-    i = text.index(after) + len(after) + len("-----BEGIN SIGNATURE-----\n") + 10
-    if text[i:i + 10].startswith("-----BEGIN"):
-        i += 20
-    c = text[i]
-    return text[:i] + ("A" if c != "A" else "B") + text[i + 1 :]
-
-
 @pytest.mark.parametrize("item", ["dir-key-certification\r\n", "dir-key-crosscert\r\n-----BEGIN ID"])
 def test_tampered_certificate_is_rejected(certs_path, item):
-    text = certs_path.read_text()
+    text = certs_path.read_bytes().decode()
     i = text.index(item) + len(item) + 30
     c = text[i]
     bad = text[:i] + ("A" if c != "A" else "B") + text[i + 1 :]
-    with pytest.raises(DocumentError, match=r"^bad-certs: certificate [0-9A-F]{40}: dir-key-(certification|crosscert)"):
+    pattern = r"^bad-certs: certificate [0-9A-F]{40}: dir-key-(certification|crosscert) does not verify"
+    with pytest.raises(DocumentError, match=pattern):
         parse_key_certificates(bad, "bad-certs")
 
 
@@ -171,7 +168,7 @@ def _replace_line(text: bytes, prefix: bytes, new: bytes) -> bytes:
 
 
 MALFORMED = {
-    "truncated in routers": (lambda t: t[: len(t) // 2], "no directory-signature"),
+    "truncated in routers": (lambda t: t[: t.index(b"\n", len(t) // 2) + 1], "no directory-signature"),
     "truncated in a signature": (lambda t: t[:-40], "truncated|newline"),
     "missing valid-until": (lambda t: _replace_line(t, b"valid-until", b"x-unknown 1"), "missing required valid-until"),
     "duplicated known-flags": (
@@ -197,6 +194,10 @@ MALFORMED = {
                                 b"2022-11-19 03:58:26 104.53.221.159 9001 0"),
         "not sorted by identity",
     ),
+    "bad descriptor digest": (
+        lambda t: t.replace(b"FF26jNpQfRpYdz65WYv+O9pFPtY", b"FF26jNpQfRpYdz65WYv+O9pFP!Y"),
+        "bad descriptor digest",
+    ),
     "unknown flag": (lambda t: _replace_line(t, b"s Fast HSDir", b"s Fast Wizard"), "flag Wizard not in known-flags"),
     "not a network status": (lambda t: b"hello\n", "does not start with network-status-version"),
 }
@@ -221,3 +222,19 @@ def test_oversize_document_is_refused(monkeypatch, consensus_bytes):
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(DocumentError, match=r"nope: cannot read"):
         load_network_status(tmp_path / "nope")
+
+
+@pytest.mark.realtor
+@pytest.mark.skipif(not have_real_tor(), reason="needs Debian's tor-gencert")
+def test_tor_gencert_certificate_verifies(tmp_path):
+    subprocess.run(
+        ["tor-gencert", "--create-identity-key", "--passphrase-fd", "0", "-m", "12", "-a", "127.0.0.1:7000",
+         "-i", str(tmp_path / "id"), "-s", str(tmp_path / "sk"), "-c", str(tmp_path / "cert")],
+        input=b"\n", capture_output=True, timeout=60, check=True, cwd=tmp_path,
+    )
+    (cert,) = load_key_certificates(tmp_path / "cert")  # crosscert and certification checked
+    assert (cert.address, cert.dirport) == ("127.0.0.1", 7000)
+    assert len(cert.identity_key) > 390  # tor-gencert makes 3072-bit identity keys
+    assert 360 - 32 < (cert.expires - cert.published).days <= 366
+    signing = serialization.load_pem_private_key((tmp_path / "sk").read_bytes(), None)
+    assert public_der(signing) == cert.signing_key

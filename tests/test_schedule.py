@@ -112,6 +112,17 @@ def test_validation(kwargs, message):
 
 def test_testing_network_allows_short_intervals_only_when_set():
     assert VotingSchedule(interval_s=300, vote_delay_s=20, dist_delay_s=20).interval_s == 300
-    assert VotingSchedule(interval_s=10, vote_delay_s=2, dist_delay_s=2, testing_network=True).interval_s == 10
+    fast = VotingSchedule(interval_s=10, vote_delay_s=2, dist_delay_s=2, testing_network=True)
+    assert fast.interval_s == 10
     with pytest.raises(ScheduleError, match="TestingTorNetwork"):
         VotingSchedule(interval_s=10, vote_delay_s=2, dist_delay_s=2)
+
+
+def test_first_round_voting_after_a_config_change():
+    sched = VotingSchedule()
+    assert sched.first_round_voting_after(at(11, 49)).valid_after == at(12)
+    assert sched.first_round_voting_after(at(11, 50)).valid_after == at(12)  # vote built at 11:50
+    assert sched.first_round_voting_after(at(11, 50, 1)).valid_after == at(13)
+    assert sched.first_round_voting_after(at(12)).valid_after == at(13)
+    fast = VotingSchedule.testing()
+    assert fast.first_round_voting_after(at(12, 0, 7)).valid_after == at(12, 0, 20)

@@ -24,6 +24,7 @@ from kistexp.dirauth.voting import (
     votes_needed_to_compute,
 )
 from kistexp.errors import KistexpError
+from kistexp.params import TorVersion
 
 # tor's src/test/test_dir.c test_dir_param_voting vectors (§1.3)
 V1 = {"ab": 90, "abcd": 20, "cw": 50, "x-yz": -99}
@@ -49,7 +50,9 @@ def test_tor_unit_test_vectors(votes, n_values, expected):
         assert format_params(compute_consensus_params(votes, n)) == expected, n
 
 
-@pytest.mark.parametrize(("n", "threshold"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (9, 3), (10, 3), (30, 3)])
+@pytest.mark.parametrize(
+    ("n", "threshold"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (9, 3), (10, 3), (30, 3)]
+)
 def test_inclusion_threshold(n, threshold):
     assert param_inclusion_threshold(n) == threshold
 
@@ -130,21 +133,24 @@ EXP1 = {
     "auth3": "pfour=4 pone=9",
     "auth4": "",
 }
-EXP2 = dict(EXP1, auth2="KISTSchedRunInterval=1 pfour=3 pthree=20", auth3="KISTSchedRunInterval=1 pfour=4 pone=9")
+EXP2 = dict(
+    EXP1, auth2="KISTSchedRunInterval=1 pfour=3 pthree=20", auth3="KISTSchedRunInterval=1 pfour=4 pone=9"
+)
+EXP5 = {
+    "auth0": "KISTSchedRunInterval=10 pone=1 ptwo=4",
+    "auth1": "KISTSchedRunInterval=2 ptwo=6",
+    "auth2": "",
+}
+RESULT_1_3 = "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=2 pfour=2 pthree=20"
 
 
 @pytest.mark.parametrize(
     ("config", "n_authorities", "running", "expected"),
     [
-        (EXP1, 5, None, "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=2 pfour=2 pthree=20"),
+        (EXP1, 5, None, RESULT_1_3),
         (EXP2, 5, None, "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=1 pfour=2 pthree=20"),
-        (EXP2, 5, ["auth0", "auth1", "auth2"], "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=2 pfour=2 pthree=20"),
-        (
-            {"auth0": "KISTSchedRunInterval=10 pone=1 ptwo=4", "auth1": "KISTSchedRunInterval=2 ptwo=6", "auth2": ""},
-            3,
-            None,
-            "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=2 ptwo=4",
-        ),
+        (EXP2, 5, ["auth0", "auth1", "auth2"], RESULT_1_3),
+        (EXP5, 3, None, "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=2 ptwo=4"),
     ],
     ids=["exp1", "exp2", "exp3", "exp5"],
 )
@@ -272,16 +278,28 @@ def test_effective_value_errors():
         effective_value({}, "KISTSchedRunInterval", "0.4.9.11", torrc_value=101)
     with pytest.raises(VotingError, match="does not exist"):
         effective_value({}, "KISTSchedRunInterval", "0.3.1.9")
-    with pytest.raises(VotingError, match="no bounds known"):
-        effective_value({}, "circwindow", "0.4.9.11")
+    with pytest.raises(VotingError, match="KISTSchedRunIntervalClient does not exist"):
+        effective_value({}, "KISTSchedRunIntervalClient", "0.4.7.1", is_server=False)
+    with pytest.raises(VotingError, match="did you mean KISTSchedRunInterval"):
+        effective_value({}, "kistschedruninterval", "0.4.9.11")
+    with pytest.raises(VotingError, match="no bounds known for consensus parameter nosuch"):
+        effective_value({}, "nosuch", "0.4.9.11")
     with pytest.raises(VotingError, match="not like"):
         parse_tor_version("latest")
 
 
 def test_param_bounds_and_versions():
-    assert parse_tor_version("0.4.8.2-alpha") == (0, 4, 8, 2)
-    assert parse_tor_version("0.4.9.11 (git-abc)") == (0, 4, 9, 11)
+    assert parse_tor_version("0.4.8.2-alpha") == TorVersion(0, 4, 8, 2)
+    assert parse_tor_version("Tor 0.4.9.11 (git-abc)") == TorVersion(0, 4, 9, 11)
     assert param_bounds("KISTSchedRunInterval", "0.4.9.1-alpha", is_server=False) == ParamBounds(
         "KISTSchedRunIntervalClient", 2, 2, 100
     )
     assert param_bounds("KISTSchedRunInterval", "0.4.6.10") == ParamBounds("KISTSchedRunInterval", 10, 0, 100)
+
+
+def test_other_catalogue_parameters_are_clamped_too():
+    assert effective_value({"circwindow": 50}, "circwindow", "0.4.9.11") == 100
+    assert effective_value({"circwindow": 5000}, "circwindow", "0.4.9.11") == 1000
+    assert effective_value(None, "circwindow", "0.4.9.11") == 1000
+    # circwindow has no torrc override: the consensus value stands
+    assert effective_value({"circwindow": 500}, "circwindow", "0.4.9.11", torrc_value=700) == 500

@@ -13,6 +13,7 @@ _MODULES = (
     "params_cmd",
     "consensus",
     "authorities",
+    "authorities_live",
     "localnet",
     "sim",
     "fidelity",

@@ -32,8 +32,10 @@ def whatif(
     absent: list[str] = typer.Option([], "--absent", help="Authority whose vote does not arrive."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """The consensus params tor would compute from these votes, the tally in words, and with
-    --target the fewest authorities that must change their vote. Unnamed authorities are silent."""
+    """Consensus params tor would compute from these votes, the tally in words, and the fewest vote changes.
+
+    Authorities not named with --vote are silent (they vote but list nothing).
+    """
     report = whatif_report(vote, n_authorities, target, unreachable, absent)
     for dropped in report.dropped:
         err_console.print(f"warning: {dropped.dropped_because}", markup=False, highlight=False)

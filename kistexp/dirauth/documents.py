@@ -15,12 +15,17 @@ Verification
     A signature counts if its authority is known, a certificate for its signing key is current at
     ``at`` (default: the document's valid-after) and the RSA signature of the signed part verifies in
     tor's form (PKCS#1 v1.5 type-1 padding, no DigestInfo; SHA-1 for 2-argument signatures, SHA-256
-    for ``sha256``). Needed: floor(N/2)+1 distinct authorities, N = configured authorities.
+    for ``sha256``). Needed: ``needed_signatures(N)`` = floor(N/2)+1 distinct authorities, N =
+    configured authorities. ``SignatureCheck.summary()`` is the one-line verdict.
 
 Rendering and signing (fake authorities)
-    ``AuthorityKeys.generate(...)`` / ``.from_keys`` / ``.load_pem``: keys + certificate text
+    ``AuthorityKeys.generate(...)`` / ``.from_keys`` / ``.load_pem``: keys + certificate
+    (``.certificate``, ``.certificate_text``, ``.v3ident``, ``.sign_document(body, algorithm)``)
+    ``render_key_certificate(identity_key, signing_key, published, expires)``
     ``AuthorityIdentity``: nickname, address, ports and contact of an authority
-    ``StatusHeader``: times, versions, flags, protocols and params of a vote or consensus
+    ``StatusHeader`` / ``StatusHeader.hourly(valid_after, **fields)``: times, versions, flags,
+    protocols and params (kept in tor's order) of a vote or consensus
+    ``RouterStatus``: one router entry (input to rendering, output of parsing)
     ``render_vote(header, authority, keys, routers) -> str``
     ``dir_source_for_vote(vote) -> DirSource``: the consensus authority section for a parsed vote
     ``render_consensus_body(header, sources, routers, flavor) -> str`` (unsigned)
@@ -43,7 +48,7 @@ from pathlib import Path
 
 import attrs
 
-from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES, UTC, b64_nopad_encode, format_time
+from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES, UTC, b64_nopad_encode, format_time, is_hex40
 from kistexp.dirauth.keys import (
     AuthorityKeys,
     DocumentSignature,
@@ -253,9 +258,13 @@ def _params(value: Mapping[str, int] | Iterable[tuple[str, int]]) -> tuple[tuple
     return sort_params(value)
 
 
-def _check_nickname(_instance: object, _attr: object, value: str) -> None:
+def _valid_nickname(value: str) -> bool:
     # tor's nickname rule: 1-19 ASCII letters and digits
-    if not (1 <= len(value) <= 19 and value.isascii() and value.isalnum()):
+    return 1 <= len(value) <= 19 and value.isascii() and value.isalnum()
+
+
+def _check_nickname(_instance: object, _attr: object, value: str) -> None:
+    if not _valid_nickname(value):
         raise DocumentError(f"authority nickname {value!r} must be 1-19 ASCII letters or digits")
 
 
@@ -344,6 +353,8 @@ def _router_lines(
     default_published = format_time(header.valid_after - dt.timedelta(hours=1))
     methods = ",".join(str(m) for m in header.consensus_methods)
     for r in sorted(routers, key=lambda r: r.identity.upper()):
+        if not (_valid_nickname(r.nickname) and is_hex40(r.identity)):
+            raise DocumentError(f"router {r.nickname!r} {r.identity!r}: needs a tor nickname and a 40-hex identity")
         ident = bytes.fromhex(r.identity)
         when = format_time(r.published) if r.published else default_published
         if flavor == "ns":

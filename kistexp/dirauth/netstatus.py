@@ -424,7 +424,12 @@ def _parse_head(
                 if kw in current:
                     raise DocumentError(f"{where}: {kw} appears twice in one authority section")
                 current[kw] = rest
-            elif kw in _SINGLE_HEADER and kw not in ("shared-rand-participate",):
+            elif kw.startswith("shared-rand-"):
+                # tor writes its shared-randomness lines after dir-source/contact in votes
+                if kw in fields and kw != "shared-rand-commit":
+                    raise DocumentError(f"{where}: {kw} appears twice")
+                fields.setdefault(kw, rest)
+            elif kw in _SINGLE_HEADER:
                 raise DocumentError(f"{where}: header line {kw} after the authority section")
             # other authority-section items (legacy-dir-key, shared-rand-commit, ...) are kept unread
         elif kw in _SINGLE_HEADER:
@@ -514,7 +519,11 @@ def _parse_routers(
                 raise DocumentError(f"{where_at}{line_no + offset}: router entries not sorted by identity")
             if nr == 8:
                 dg, day, tm, ip, orp, dirp = parts[3:]
-                if len(dg) != 27:
+                try:
+                    dg_ok = len(dg) == 27 and len(a2b(dg + "=")) == 20
+                except binascii.Error:
+                    dg_ok = False
+                if not dg_ok:
                     raise DocumentError(f"{where_at}{line_no + offset}: bad descriptor digest {dg!r}")
             else:
                 dg = ""

@@ -179,6 +179,17 @@ class VotingSchedule:
         """The round whose consensus is the next one to become valid after ``t``."""
         return self.round_for(self.next_valid_after(t))
 
+    def first_round_voting_after(self, t: TimeLike) -> VotingRound:
+        """The first round whose votes are built at or after ``t``: a ConsensusParams change
+        reloaded at ``t`` first appears in that round's consensus (§1.2)."""
+        when = _epoch(t)
+        va = start_of_interval_after(when - 1, self.interval_s, self.start_offset_s)
+        while True:
+            r = self.round_for(va)
+            if _epoch(r.vote_at) >= when:
+                return r
+            va = start_of_interval_after(va, self.interval_s, self.start_offset_s)
+
     def rounds(self, start: TimeLike, end: TimeLike) -> list[VotingRound]:
         """Every round with ``start < valid_after <= end``, in order."""
         out: list[VotingRound] = []

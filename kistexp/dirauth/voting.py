@@ -8,13 +8,16 @@ never the number of votes received (real-tor.md, Params results, exp 3).
 
 from __future__ import annotations
 
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
+from kistexp import params as catalogue
 from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN, sort_params, tor_item_key
 from kistexp.errors import KistexpError
+from kistexp.params import TorVersion
 
 Params = tuple[tuple[str, int], ...]
 
@@ -41,14 +44,14 @@ def _params_converter(value: Mapping[str, int] | Iterable[tuple[str, int]]) -> P
     for key, val in items:
         if not isinstance(key, str) or not key or "=" in key or any(c.isspace() for c in key):
             raise VoteRejected(f"params: bad keyword {key!r}")
-        if isinstance(val, bool) or not isinstance(val, int):
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral):
             raise VoteRejected(f"params: {key} has a non-integer value {val!r}")
         if not INT32_MIN <= val <= INT32_MAX:
             raise VoteRejected(f"params: {key}={val} is outside the int32 range")
         if key in seen:
             raise VoteRejected(f"params: {key} is listed twice")
         seen.add(key)
-    return sort_params(items)
+    return sort_params((k, int(v)) for k, v in items)
 
 
 @attrs.frozen
@@ -62,7 +65,7 @@ class Vote:
     authority: str  # nickname
     params: Params = attrs.field(factory=tuple, converter=_params_converter)
     v3ident: str = ""
-    consensus_methods: tuple[int, ...] = SUPPORTED_CONSENSUS_METHODS
+    consensus_methods: tuple[int, ...] = attrs.field(default=SUPPORTED_CONSENSUS_METHODS, converter=tuple)
     lists_running: bool = True  # known-flags contains Running (needed to compute, §2.1)
 
     def value(self, key: str) -> int | None:
@@ -91,8 +94,23 @@ def _check_n(n_authorities: int, n_votes: int) -> None:
         raise VotingError(f"n_authorities must be a positive integer, got {n_authorities!r}")
     if n_votes > n_authorities:
         raise VotingError(
-            f"{n_votes} votes but only {n_authorities} configured authorities: N counts configured authorities"
+            f"{n_votes} votes but only {n_authorities} configured authorities: "
+            "N counts configured authorities"
         )
+
+
+_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)$")
+
+
+def parse_items(tokens: Iterable[str], where: str) -> list[tuple[str, int]]:
+    """``key=integer`` tokens as pairs, in the given order (range and duplicates not checked)."""
+    items = []
+    for token in tokens:
+        m = _ITEM_RE.match(token)
+        if not m:
+            raise VotingError(f"{where}: item {token!r} is not key=integer")
+        items.append((m[1], int(m[2])))
+    return items
 
 
 def own_vote_params(
@@ -110,15 +128,9 @@ def own_vote_params(
     if not tokens:
         return ()
     tokens.append(f"AuthDirMaxServersPerAddr={auth_dir_max_servers_per_addr}")
-    items: list[tuple[str, int]] = []
-    for tok in tokens:
-        key, sep, raw = tok.partition("=")
-        if not sep or not key or not re.fullmatch(r"[+-]?[0-9]+", raw):
-            raise VoteRejected(f"ConsensusParams item {tok!r} is not key=int32: the authority does not vote")
-        items.append((key, int(raw)))
     try:
-        return _params_converter(items)
-    except VoteRejected as exc:
+        return _params_converter(parse_items(tokens, "ConsensusParams"))
+    except VotingError as exc:
         raise VoteRejected(f"{exc}: the authority does not vote (Couldn't store my own vote)") from None
 
 
@@ -288,26 +300,22 @@ def formation(votes: Iterable[VoteLike], n_authorities: int) -> Formation:
 # ---------------------------------------------------------------------------------------
 # how a relay reads a parameter (§4)
 
-# Version-keyed bounds for the KIST interval (dirspec-params.md §4). Kept here until the
-# parameter catalogue (kistexp/params.py) provides them.
-# (first version, default, min, max, client key or None when clients read the same key)
-_KIST_BOUNDS: tuple[tuple[tuple[int, int, int, int], int, int, int, str | None], ...] = (
-    ((0, 3, 2, 0), 10, 0, 100, None),
-    ((0, 4, 8, 2), 2, 2, 100, "KISTSchedRunIntervalClient"),
-)
-_BOUNDED = {"KISTSchedRunInterval": _KIST_BOUNDS, "KISTSchedRunIntervalClient": _KIST_BOUNDS}
+# Which key a tor reads depends on its role from some version on (§4); the bounds
+# themselves come from the parameter catalogue (kistexp/params.py).
+_CLIENT_KEY = {"KISTSchedRunInterval": ("KISTSchedRunIntervalClient", TorVersion(0, 4, 8, 2))}
 _TORRC_MAX = {"KISTSchedRunInterval": 100}  # config.c rejects larger torrc values
 
 
-def parse_tor_version(version: str) -> tuple[int, int, int, int]:
-    """``0.4.8.2-alpha`` -> (0, 4, 8, 2); a leading ``Tor `` is allowed."""
+def parse_tor_version(version: str) -> TorVersion:
+    """``0.4.8.2-alpha`` -> TorVersion(0, 4, 8, 2); ``Tor 0.4.9.11 (git-...)`` is allowed."""
     text = version.strip()
     if text.lower().startswith("tor "):
         text = text[4:].strip()
-    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?:-[A-Za-z0-9.-]+)?(?: \(.*\))?", text)
-    if not m:
-        raise VotingError(f"tor version {version!r} is not like 0.4.8.13")
-    return (int(m[1]), int(m[2]), int(m[3]), int(m[4] or 0))
+    text = re.sub(r"\s*\(.*\)$", "", text)
+    try:
+        return TorVersion.parse(text)
+    except ValueError:
+        raise VotingError(f"tor version {version!r} is not like 0.4.8.13") from None
 
 
 @attrs.frozen
@@ -320,18 +328,20 @@ class ParamBounds:
 
 def param_bounds(name: str, tor_version: str, is_server: bool = True) -> ParamBounds:
     """Key read, default, min and max for ``name`` on this tor version and role (§4)."""
-    table = _BOUNDED.get(name)
-    if table is None:
-        raise VotingError(f"no bounds known for consensus parameter {name}")
     version = parse_tor_version(tor_version)
-    rows = [row for row in table if version >= row[0]]
-    if not rows:
-        raise VotingError(f"{name} does not exist in tor {tor_version} (first in 0.3.2)")
-    _, default, lo, hi, client_key = rows[-1]
-    key = "KISTSchedRunInterval" if name.startswith("KISTSchedRunInterval") else name
-    if client_key and not is_server:
-        key = client_key
-    return ParamBounds(key=key, default=default, minimum=lo, maximum=hi)
+    key = name
+    client_key = _CLIENT_KEY.get(name)
+    if client_key and not is_server and version >= client_key[1]:
+        key = client_key[0]
+    entry = catalogue.get(key)
+    if entry is None:
+        hint = catalogue.suggest(name)
+        raise VotingError(f"no bounds known for consensus parameter {name}" + (f" (did you mean {hint}?)"
+                                                                               if hint else ""))
+    bounds = entry.bounds_for(version)
+    if bounds is None:
+        raise VotingError(f"{key} does not exist in tor {tor_version}")
+    return ParamBounds(key=key, default=bounds.default, minimum=bounds.minimum, maximum=bounds.maximum)
 
 
 def effective_value(
@@ -343,22 +353,20 @@ def effective_value(
 ) -> int:
     """The value a tor of ``tor_version`` runs for ``name`` (§4, ``networkstatus_get_param``).
 
-    A non-zero torrc value wins and is not clamped (tor rejects only > 100 at config load);
-    otherwise the consensus key this tor reads (clients on 0.4.8.2+ read
-    ``KISTSchedRunIntervalClient``) clamped to [min, max], or the compiled default when absent.
+    For parameters with a torrc override (KIST) a non-zero torrc value wins and is not
+    clamped (tor rejects only > 100 at config load); otherwise the consensus key this tor
+    reads (clients on 0.4.8.2+ read ``KISTSchedRunIntervalClient``) clamped to [min, max],
+    or the compiled default when the key is absent.
     """
     bounds = param_bounds(name, tor_version, is_server)
-    torrc_max = _TORRC_MAX.get(name)
     if torrc_value:
+        torrc_max = _TORRC_MAX.get(name)
         if torrc_max is not None and torrc_value > torrc_max:
             raise VotingError(f"torrc {name} {torrc_value} is rejected by tor (maximum {torrc_max})")
         if torrc_value < 0:
             raise VotingError(f"torrc {name} {torrc_value} is negative")
-        return int(torrc_value)
-    if consensus_params is None:
-        return bounds.default
-    items = consensus_params.items() if isinstance(consensus_params, Mapping) else consensus_params
-    for key, value in items:  # first exact match, as get_net_param_from_list
-        if key == bounds.key:
-            return max(bounds.minimum, min(bounds.maximum, int(value)))
-    return bounds.default
+    items = consensus_params.items() if isinstance(consensus_params, Mapping) else consensus_params or ()
+    # first exact match, as get_net_param_from_list
+    value = next((int(v) for k, v in items if k == bounds.key), None)
+    version = parse_tor_version(tor_version)
+    return catalogue.effective_value(bounds.key, value, version, torrc_value).value

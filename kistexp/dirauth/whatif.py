@@ -8,13 +8,13 @@ The solver is direct. With ``n`` authorities listing a key, the low median is ``
 inclusion threshold). Only a value's side of ``v`` matters, and three moves dominate all
 others: convert a lister above ``v`` to ``v``, convert a lister below ``v`` to ``v``, or have a
 silent authority start listing ``v`` (removing a lister or listing another value is never
-better). Enumerating how many of each move (at most N^3 cases) gives the exact minimum;
+better). For each number of recruits the conversions needed follow directly, so trying
+every recruit count (at most N cases) gives the exact minimum;
 tests check it against brute force over every subset of authorities.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 import attrs
@@ -29,7 +29,9 @@ from kistexp.dirauth.voting import (
     VotingError,
     compute_consensus_params,
     formation,
+    low_median,
     param_inclusion_threshold,
+    parse_items,
     tally_params,
 )
 
@@ -113,8 +115,7 @@ def _electorate(
 def _median_of(values: Sequence[int], n_authorities: int) -> int | None:
     if len(values) < param_inclusion_threshold(n_authorities):
         return None
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 2]
+    return low_median(values)
 
 
 def _feasible(n: int, less: int, le: int, threshold: int) -> bool:
@@ -135,12 +136,14 @@ def _plan_value(auths: list[_Auth], target: int, threshold: int) -> list[VoteCha
     silent = [a for a in auths if a.changeable and a.value is None]
     best: tuple[int, int, int, int] | None = None
     for c in range(len(silent) + 1):
-        for a in range(len(above) + 1):
-            for b in range(len(below) + 1):
-                if _feasible(n + c, less - b, le + a + c, threshold):
-                    key = (a + b + c, c, a, b)
-                    if best is None or key < best:
-                        best = key
+        # with c recruits the median index is fixed; take the fewest conversions it needs
+        m = (n + c - 1) // 2
+        b = max(0, less - m)
+        a = max(0, m + 1 - le - c)
+        if a <= len(above) and b <= len(below) and _feasible(n + c, less - b, le + a + c, threshold):
+            key = (a + b + c, c, a, b)
+            if best is None or key < best:
+                best = key
     if best is None:
         return None
     _, c, a, b = best
@@ -172,7 +175,8 @@ def _apply(auths: list[_Auth], changes: Sequence[VoteChange]) -> list[int]:
 def describe_tally(tally: ParamTally | None, key: str = "", n_authorities: int = 0) -> str:
     """The tally in words: "9 of 9 list it: 4 at 2, 5 at 10; the low median is 10"."""
     if tally is None or tally.n_listing == 0:
-        return f"no authority lists {key or 'it'}; it is absent from the consensus"
+        of = f" (0 of {n_authorities})" if n_authorities else ""
+        return f"no authority lists {key or 'it'}{of}; it is absent from the consensus"
     groups: dict[int, int] = {}
     for v in tally.values:
         groups[v] = groups.get(v, 0) + 1
@@ -217,9 +221,10 @@ def solve_target(
     """
     if target is not None and not INT32_MIN <= target <= INT32_MAX:
         raise VotingError(f"target {key}={target} is outside the int32 range")
+    frozen, absent = set(frozen), set(absent)
     auths = _electorate(votes, n_authorities, key, frozen, absent)
     threshold = param_inclusion_threshold(n_authorities)
-    held = [v for v in votes if v.authority not in set(absent)]
+    held = [v for v in votes if v.authority not in absent]
     tally = next((t for t in tally_params(held, n_authorities) if t.key == key), None)
     current = tally.median if tally is not None and tally.included else None
     changes = _plan_absent(auths, threshold) if target is None else _plan_value(auths, target, threshold)
@@ -290,9 +295,6 @@ def consensus_if_only(votes: Sequence[Vote], n_authorities: int, arriving: Itera
 # ---------------------------------------------------------------------------------------
 # command-line forms
 
-_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)$")
-
-
 @attrs.frozen
 class VoteOption:
     """A parsed ``NAME='k=v k2=v2'`` option: the vote, or why tor would drop it."""
@@ -312,12 +314,7 @@ def parse_vote_option(spec: str) -> VoteOption:
     name = name.strip()
     if not sep or not name or any(c.isspace() for c in name):
         raise VotingError(f"--vote {spec!r}: expected NAME='key=value ...'")
-    items: list[tuple[str, int]] = []
-    for token in body.split():
-        m = _ITEM_RE.match(token)
-        if not m:
-            raise VotingError(f"--vote {name}: item {token!r} is not key=integer")
-        items.append((m[1], int(m[2])))
+    items = parse_items(body.split(), f"--vote {name}")
     try:
         return VoteOption(name, Vote(name, items))
     except VoteRejected as exc:
@@ -332,9 +329,7 @@ def parse_target(spec: str) -> tuple[str, int | None]:
         raise VotingError(f"--target {spec!r}: expected key=value")
     if raw in ("", "absent"):
         return key, None
-    if not re.fullmatch(r"[+-]?[0-9]+", raw):
-        raise VotingError(f"--target {key}: value {raw!r} is not an integer")
-    value = int(raw)
+    _, value = parse_items([f"{key}={raw}"], "--target")[0]
     if not INT32_MIN <= value <= INT32_MAX:
         raise VotingError(f"--target {key}={value} is outside the int32 range")
     return key, value

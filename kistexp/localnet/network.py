@@ -26,15 +26,26 @@ from kistexp.directory import DirectoryClient, Endpoint
 from kistexp.errors import DirectoryError, LocalNetError
 from kistexp.localnet import procs
 from kistexp.localnet.spec import (
+    DEFAULT_BASE_PORT,
     LOOPBACK,
+    PORT_STRIDE,
     SERVICE_ADDRESS,
+    SERVICE_OFFSET,
     NetworkSpec,
     ParamItems,
     parse_params_arg,
     spec_from_json,
     spec_to_json,
 )
-from kistexp.localnet.torrc import Node, authority_line, layout, params_include, render_torrc
+from kistexp.localnet.torrc import (
+    Node,
+    authority_line,
+    layout,
+    log_values,
+    params_include,
+    render_torrc,
+    sched_log,
+)
 
 STATE_FILE = "network.json"
 CONSENSUS_PATH = "/tor/status-vote/current/consensus"
@@ -53,6 +64,19 @@ def require_tor() -> tuple[str, str]:
     if not gencert:
         raise LocalNetError("tor-gencert is not installed (Debian: apt-get install -y tor)")
     return str(tor), gencert
+
+
+def free_base_port(node_count: int, start: int = DEFAULT_BASE_PORT) -> int:
+    """The first base port from ``start`` (in steps of one whole layout) whose every port of
+    the real-tor.md layout, and the service port on 127.0.0.2, is free."""
+    step = SERVICE_OFFSET + PORT_STRIDE
+    for base in range(start, 65535 - SERVICE_OFFSET, step):
+        ports = [base + k * PORT_STRIDE + i for k in range(5) for i in range(node_count)]
+        if not any(procs.port_in_use(LOOPBACK, p) for p in ports) and not procs.port_in_use(
+            SERVICE_ADDRESS, base + SERVICE_OFFSET
+        ):
+            return base
+    raise LocalNetError(f"no free port range for {node_count} nodes from {start} upwards")
 
 
 def have_tor() -> bool:
@@ -236,25 +260,38 @@ class LocalNetwork:
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    def check_ports(self) -> None:
-        """LocalNetError naming the first listener port that is already taken."""
-        for node in self.nodes:
-            for what, port in node.listen_ports():
-                if procs.port_in_use(LOOPBACK, port):
-                    raise LocalNetError(f"port {port} on {LOOPBACK} ({what} of {node.nickname}) is in use")
-
-    def start(self, timeout_s: float = LAUNCH_TIMEOUT_S) -> None:
+    def start(self, timeout_s: float = LAUNCH_TIMEOUT_S, consensus_timeout_s: float = 60.0) -> None:
         """Launch every node not already running; tor daemonises once its ports are open.
 
-        On any failure the nodes started here are stopped again before the error is raised.
+        Clients start only once the consensus lists every relay: a client that samples its
+        guards from an earlier, partial consensus never adds the missing relays, and a path
+        pinned to one of them then fails ("no sampled guards were available"). On any
+        failure the nodes started here are stopped again before the error is raised.
         """
-        tor, _ = require_tor()
         todo = [n for n in self.nodes if not self.is_running(n)]
         if not todo:
             return
-        self.check_ports()
-        launched: dict[str, subprocess.Popen] = {}
         for node in todo:
+            for what, port in node.listen_ports():
+                if procs.port_in_use(LOOPBACK, port):
+                    raise LocalNetError(f"port {port} on {LOOPBACK} ({what} of {node.nickname}) is in use")
+        servers = [n for n in todo if n.is_server]
+        clients = [n for n in todo if not n.is_server]
+        try:
+            self._launch(servers, timeout_s)
+            if clients:
+                self.wait_for_relays(consensus_timeout_s)
+                self._launch(clients, timeout_s)
+        except LocalNetError:
+            self.stop()
+            raise
+
+    def _launch(self, nodes: list[Node], timeout_s: float) -> None:
+        if not nodes:
+            return
+        tor, _ = require_tor()
+        launched: dict[str, subprocess.Popen] = {}
+        for node in nodes:
             (Path(node.data_dir) / "pid").unlink(missing_ok=True)
             launched[node.nickname] = subprocess.Popen(
                 [tor, "-f", str(node.torrc), "--quiet"],
@@ -265,7 +302,7 @@ class LocalNetwork:
             )
         error = None
         deadline = time.monotonic() + timeout_s
-        for node in todo:
+        for node in nodes:
             proc = launched[node.nickname]
             try:
                 out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
@@ -286,7 +323,6 @@ class LocalNetwork:
             self._state["pids"][node.nickname] = pid
         self._save()
         if error:
-            self.stop()
             raise LocalNetError(error)
 
     def _read_pidfile(self, node: Node) -> int | None:
@@ -358,6 +394,13 @@ class LocalNetwork:
             raise LocalNetError(
                 f"{node.nickname} ControlPort {node.control_port}: SETCONF {', '.join(options)} failed: {exc}"
             ) from None
+
+    def set_sched_debug(self, name: str, enabled: bool) -> Path:
+        """Turn the scheduler's debug log (sched.log) on or off on a running node; returns
+        its path. Used around a short measurement only, since it is voluminous."""
+        node = self.node(name)
+        self.set_conf(node.nickname, {"Log": list(log_values(node, enabled or self.spec.sched_debug))})
+        return sched_log(node)
 
     def pin_path(self, client: str, guard: str, middle: str, exit_: str) -> None:
         """Make ``client`` build every new circuit as guard -> middle -> exit."""

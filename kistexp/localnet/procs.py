@@ -118,3 +118,19 @@ def last_log_line(path: Path) -> str:
     except OSError:
         return "(no log)"
     return lines[-1].strip() if lines else "(empty log)"
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far (from /proc/PID/stat), or None."""
+    if not pid:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    # after the command name: state is field 3, utime 14 and stime 15 (1-based)
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK

@@ -91,6 +91,20 @@ def params_include(params: ParamItems) -> str:
     return f"ConsensusParams {format_params(params)}\n"
 
 
+def log_values(node: Node, sched_debug: bool) -> tuple[str, ...]:
+    """The node's ``Log`` option values; ``sched_debug`` adds the scheduler's debug messages
+    (only the [sched] domain: a full debug log slows a busy relay down)."""
+    d = node.data_dir
+    values = [f"notice file {d}/notice.log", f"info file {d}/info.log"]
+    if sched_debug:
+        values.append(f"[sched]debug file {d}/sched.log")
+    return tuple(values)
+
+
+def sched_log(node: Node) -> Path:
+    return Path(node.data_dir) / "sched.log"
+
+
 def render_torrc(node: Node, spec: NetworkSpec, root: Path) -> str:
     d = node.data_dir
     lines = [
@@ -100,11 +114,8 @@ def render_torrc(node: Node, spec: NetworkSpec, root: Path) -> str:
         f"PidFile {d}/pid",
         "RunAsDaemon 1",
         f"Nickname {node.nickname}",
-        f"Log notice file {d}/notice.log",
-        f"Log info file {d}/info.log",
+        *(f"Log {value}" for value in log_values(node, spec.sched_debug)),
     ]
-    if spec.sched_debug:
-        lines.append(f"Log [sched]debug file {d}/sched.log")
     lines += [
         "SafeLogging 0",
         "LogTimeGranularity 1",
@@ -177,4 +188,6 @@ def render_torrc(node: Node, spec: NetworkSpec, root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Node", "SERVICE_ADDRESS", "authority_line", "layout", "params_include", "render_torrc"]
+__all__ = [
+    "Node", "SERVICE_ADDRESS", "authority_line", "layout", "log_values", "params_include", "render_torrc", "sched_log",
+]

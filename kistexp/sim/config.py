@@ -200,7 +200,8 @@ class RunConfig:
 
     ``memory_limit_bytes`` bounds the simulator's arrays; a network or a run that would need more
     stops with a :class:`SimConfigError`.  ``sample_interval_s`` is the step of the time series.
-    ``cell_delays_max`` > 0 additionally keeps that many raw per-cell delay samples.
+    ``cell_delays_max`` > 0 additionally keeps that many raw per-cell delay samples;
+    ``run_log_max`` scheduler runs are logged with their time and cells moved.
     """
 
     duration_s: float = 10.0
@@ -210,6 +211,7 @@ class RunConfig:
     flow_control: FlowControlConfig = attrs.field(factory=FlowControlConfig)
     ewma: EwmaConfig = attrs.field(factory=EwmaConfig)
     cell_delays_max: int = 0
+    run_log_max: int = 100_000
 
     def validate(self, where: str = "run") -> None:
         _finite(where, "duration_s", self.duration_s, minimum=0.0, strict=True)
@@ -219,5 +221,6 @@ class RunConfig:
             _fail(where, "sample_interval_s", self.sample_interval_s, "gives more than 1,000,000 samples")
         _int(where, "memory_limit_bytes", self.memory_limit_bytes, 1)
         _int(where, "cell_delays_max", self.cell_delays_max, 0, 100_000_000)
+        _int(where, "run_log_max", self.run_log_max, 0, 100_000_000)
         self.flow_control.validate(f"{where}.flow_control")
         self.ewma.validate(f"{where}.ewma")

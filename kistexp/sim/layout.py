@@ -64,7 +64,7 @@ def _fields(*names: str) -> int:
 N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_FREE", "G_NFREE", "G_RNG", "G_NEXT_TR",
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
-              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND")
+              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -103,7 +103,7 @@ N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", 
                "DI_PKG_WIN", "DI_DELIV_WIN", "DI_BLOCKED", "DI_READY_HEAD", "DI_READY_TAIL",
                "DI_RECV", "DI_INFLIGHT", "DI_SS", "DI_CWND_FULL", "DI_NEXT_CC", "DI_NEXT_CWND",
                "DI_TS_HEAD", "DI_TS_N", "DI_RESUME_EV", "DI_CWND", "DI_HOPS", "DI_MAX_INFLIGHT",
-               "DI_PACKAGED", "DI_SENDMES_RECV")
+               "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED")
 N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
 
 # streams (s = 2 * transfer + dir)
@@ -133,5 +133,5 @@ State = namedtuple(
     "State",
     ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
      "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
-     "hist", "circ_sum", "raw", "chg"],
+     "hist", "circ_sum", "raw", "chg", "runlog"],
 )

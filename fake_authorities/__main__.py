@@ -1,0 +1,42 @@
+"""``python -m fake_authorities --count 9 --port 7000 --interval 10s [--token T] [--state-dir D]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fake_authorities.serve import describe, serve
+from kistexp.errors import KistexpError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fake_authorities",
+                                description="Fake v3 directory authorities on loopback (see docs/fake-authorities.md).")
+    p.add_argument("--count", type=int, default=9, help="number of authorities (default 9)")
+    p.add_argument("--port", type=int, default=7000,
+                   help="operator API port; authority i listens on port+i (default 7000)")
+    p.add_argument("--interval", default="10s", help='one voting "hour" (default 10s)')
+    p.add_argument("--token", default=None, help="operator API token (default: random, printed)")
+    p.add_argument("--state-dir", default=None, help="keep keys, params and the token here across runs")
+    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (127.0.0.0/8 only)")
+    p.add_argument("--population", default=None, metavar="CACHES,CLIENTS",
+                   help="attach simulated caches and clients, e.g. 200,1000")
+    args = p.parse_args(argv)
+    try:
+        population = None
+        if args.population:
+            try:
+                caches, clients = (int(x) for x in args.population.split(","))
+            except ValueError:
+                raise KistexpError(f"--population {args.population!r}: expected CACHES,CLIENTS") from None
+            population = (caches, clients)
+        serve(args.count, args.port, args.interval, args.token, args.state_dir, args.host, population,
+              on_ready=lambda net: print("\n".join(describe(net)), flush=True))
+    except KistexpError as exc:
+        print(f"fake_authorities: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

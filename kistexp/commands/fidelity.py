@@ -1,0 +1,74 @@
+"""`kistexp fidelity`: real tor on loopback and the simulator, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kistexp.fidelity import Report, parse_cases, run_fidelity
+from kistexp.output import console, emit_json, err_console
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _print_report(report: Report) -> None:
+    table = Table(title=f"fidelity: real tor vs simulator (MB/s, mean of {report.repetitions}, "
+                        f"{report.size_mb:g} MB per case)")
+    for col in ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real", "real period ms",
+                "cells/run", "note"):
+        table.add_column(col)
+    for row in report.rows:
+        real = row.real
+        rp = real.run_period if real else None
+        spread = ""
+        if real and len(real.throughputs_mbytes_per_s) > 1:
+            spread = f" ({min(real.throughputs_mbytes_per_s):.1f}-{max(real.throughputs_mbytes_per_s):.1f})"
+        table.add_row(
+            row.case.scenario, row.case.scheduler, f"{row.case.interval_ms} ms",
+            (_fmt(real.mean_mbytes_per_s) + spread) if real else "-",
+            _fmt(row.sim.mean_mbytes_per_s) if row.sim else "-",
+            _fmt(row.ratio),
+            _fmt(rp.period_ms_median if rp else None, 1),
+            _fmt(rp.cells_per_run_median if rp else None, 0),
+            "; ".join(n for n in (row.real_note, row.sim_note) if n),
+        )
+    console.print(table)
+    for note in (report.real_skipped, report.sim_skipped):
+        if note:
+            console.print(note)
+
+
+def fidelity(
+    scenarios: str = typer.Option("circuit,ceiling", "--scenarios", help="circuit, ceiling (comma list)."),
+    schedulers: str = typer.Option("kist,kistlite,vanilla", "--schedulers", help="kist, kistlite, vanilla."),
+    intervals: str = typer.Option("2,10", "--intervals", help="KISTSchedRunInterval values in ms."),
+    repetitions: int = typer.Option(3, "--repetitions", help="Real runs and simulator seeds per case."),
+    size_mb: float = typer.Option(20.0, "--size-mb", help="MB moved per repetition (split over 8 circuits "
+                                                            "for the ceiling)."),
+    real: bool = typer.Option(True, "--real/--no-real", help="Run the real-tor side."),
+    sim: bool = typer.Option(True, "--sim/--no-sim", help="Run the simulator side."),
+    directory: Path | None = typer.Option(None, "--dir", help="Keep the local network here (default: temp)."),
+    base_port: int | None = typer.Option(None, "--base-port", help="Port layout base (default: first free)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run scenarios on a real local tor network and in the simulator; print both and their ratio."""
+    cases = parse_cases(scenarios, schedulers, intervals)
+    if json_out:
+        report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port)
+        emit_json(report.as_json())
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task("fidelity", total=None)
+        report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port,
+                              progress=lambda msg: bar.update(task, description=msg))
+    _print_report(report)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fidelity")(fidelity)

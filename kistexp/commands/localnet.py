@@ -1,0 +1,182 @@
+"""`kistexp localnet up|wait|status|params|down DIR`: a private tor network on loopback."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from kistexp.errors import LocalNetError
+from kistexp.localnet import LocalNetwork, NetworkSpec, parse_params_arg
+from kistexp.localnet.spec import DEFAULT_BASE_PORT
+from kistexp.output import console, emit_json, err_console
+
+localnet_app = typer.Typer(
+    help="Run a private tor network (Debian's tor) on 127.0.0.1: authorities, relays, exits, clients.",
+    no_args_is_help=True,
+)
+
+DirArg = typer.Argument(..., help="Network directory (keys, torrcs, logs, network.json).")
+JsonOpt = typer.Option(False, "--json", help="Print JSON.")
+
+
+def _interval_seconds(text: str) -> int:
+    raw = text.strip().lower()
+    factor = 60 if raw.endswith("m") and not raw.endswith("ms") else 1
+    raw = raw.removesuffix("s").removesuffix("m") if factor == 60 else raw.removesuffix("s")
+    if not raw.isdigit():
+        raise LocalNetError(f"--interval {text!r}: expected seconds such as 10s or 20")
+    return int(raw) * factor
+
+
+def _param_args(values: list[str], n_authorities: int) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """``AUTH=k=v`` (AUTH an authority index or nickname like auth001), repeatable."""
+    per_auth: dict[int, list[str]] = {}
+    for value in values:
+        auth, sep, rest = value.partition("=")
+        if not sep:
+            raise LocalNetError(f"--param {value!r}: expected AUTH=key=value, e.g. 0=KISTSchedRunInterval=2")
+        index = int(auth) if auth.isdigit() else int(auth[4:]) if auth.startswith("auth") and auth[4:].isdigit() \
+            else -1
+        if not 0 <= index < n_authorities:
+            raise LocalNetError(f"--param {value!r}: no authority {auth!r} among {n_authorities} (0..{n_authorities - 1})")
+        per_auth.setdefault(index, []).append(rest)
+    params = []
+    for i in range(max(per_auth, default=-1) + 1):
+        params.append(parse_params_arg(" ".join(per_auth.get(i, [])), where=f"--param for authority {i}"))
+    return tuple(params)
+
+
+def _print_status(status: dict) -> None:
+    table = Table(title=f"local tor network {status['root']}")
+    for col in ("node", "role", "pid", "running", "ORPort", "DirPort", "ControlPort", "SocksPort", "ConsensusParams"):
+        table.add_column(col)
+    for n in status["nodes"]:
+        table.add_row(
+            n["nickname"], n["role"], str(n["pid"] or "-"), "yes" if n["running"] else "no",
+            str(n["or_port"] or "-"), str(n["dir_port"] or "-"), str(n["control_port"]),
+            str(n["socks_port"] or "-"), n.get("consensus_params", ""),
+        )
+    console.print(table)
+    cons = status["consensus"]
+    if cons:
+        va = cons["valid_after"]
+        va = va.strftime("%Y-%m-%d %H:%M:%S") if isinstance(va, dt.datetime) else va
+        console.print(f"consensus valid-after {va} from {cons['served_by']}: {cons['relays']} relays, "
+                      f"{cons['signatures']} signatures")
+        console.print(f"params {cons['params'] or '(empty)'}")
+    else:
+        console.print("no consensus served yet" if status["running"] else "network is not running")
+    console.print(f"bulk-service address for fidelity runs: {status['service']}")
+
+
+@localnet_app.command("up")
+def up(
+    directory: Path = DirArg,
+    authorities: int = typer.Option(3, "--authorities", help="Directory authorities (3-5 typical)."),
+    relays: int = typer.Option(2, "--relays", help="Non-exit relays."),
+    exits: int = typer.Option(1, "--exits", help="Exit relays."),
+    clients: int = typer.Option(1, "--clients", help="Clients (SocksPort BASE+400+n)."),
+    base_port: int = typer.Option(DEFAULT_BASE_PORT, "--base-port", help="ORPort of node 0; see docs/localnet.md."),
+    interval: str = typer.Option("10s", "--interval", help="V3AuthVotingInterval (>= 10s)."),
+    param: list[str] = typer.Option([], "--param", help="AUTH=key=value ConsensusParams item; repeatable."),
+    sched_debug: bool = typer.Option(False, "--sched-debug", help="Log the scheduler at debug level (sched.log)."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for relays before starting clients."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Create (if needed) and start the network; clients start once the consensus lists every relay."""
+    if (directory / "network.json").exists():
+        net = LocalNetwork.load(directory)
+    else:
+        spec = NetworkSpec(
+            authorities=authorities, relays=relays, exits=exits, clients=clients, base_port=base_port,
+            voting_interval_s=_interval_seconds(interval), consensus_params=_param_args(param, authorities),
+            sched_debug=sched_debug,
+        )
+        if not json_out:
+            err_console.print(f"creating keys and torrcs for {spec.node_count} nodes in {directory}")
+        net = LocalNetwork.create(directory, spec)
+    if not json_out:
+        err_console.print("starting tor processes")
+    net.start(consensus_timeout_s=timeout)
+    status = net.status()
+    if json_out:
+        emit_json(status)
+    else:
+        _print_status(status)
+
+
+@localnet_app.command("wait")
+def wait(
+    directory: Path = DirArg,
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait at most."),
+    newer_than: str = typer.Option("", "--newer-than", help="Wait for a valid-after later than this (UTC)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Poll the authorities' DirPorts until a consensus is served."""
+    net = LocalNetwork.load(directory)
+    after = None
+    if newer_than:
+        try:
+            after = dt.datetime.fromisoformat(newer_than.replace("Z", "+00:00").replace(" ", "T"))
+        except ValueError:
+            raise LocalNetError(f"--newer-than {newer_than!r}: expected 'YYYY-MM-DD HH:MM:SS'") from None
+        after = after if after.tzinfo else after.replace(tzinfo=dt.timezone.utc)
+    doc = net.wait_for_consensus(timeout, newer_than_valid_after=after)
+    if json_out:
+        emit_json(doc.summary())
+    else:
+        console.print(f"consensus valid-after {doc.valid_after:%Y-%m-%d %H:%M:%S} from {doc.served_by}: "
+                      f"{doc.relays} relays, {doc.signatures} signatures")
+        console.print("params " + (" ".join(f"{k}={v}" for k, v in doc.params) or "(empty)"))
+
+
+@localnet_app.command("status")
+def status(directory: Path = DirArg, json_out: bool = JsonOpt) -> None:
+    """Processes, ports, configured ConsensusParams and the current consensus."""
+    result = LocalNetwork.load(directory).status()
+    if json_out:
+        emit_json(result)
+    else:
+        _print_status(result)
+
+
+@localnet_app.command("params")
+def params(
+    directory: Path = DirArg,
+    authority: str = typer.Argument(..., help="Authority nickname (auth001) or index (0-based)."),
+    items: str = typer.Argument(..., help="ConsensusParams as 'k=v k2=v2' ('' for none)."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Rewrite an authority's ConsensusParams (params.inc) and send it SIGHUP."""
+    net = LocalNetwork.load(directory)
+    net.set_consensus_params(authority, items)
+    node = net.node(authority)
+    result = {"authority": node.nickname, "consensus_params": " ".join(f"{k}={v}" for k, v in net.params(node)),
+              "reloaded": net.is_running(node)}
+    if json_out:
+        emit_json(result)
+    else:
+        console.print(f"{node.nickname}: ConsensusParams {result['consensus_params'] or '(none)'}; SIGHUP sent. "
+                      "It reaches the consensus one or two voting periods later.")
+
+
+@localnet_app.command("down")
+def down(
+    directory: Path = DirArg,
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds before SIGKILL."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Stop the network's tor processes (SIGTERM, then SIGKILL after --timeout); files are kept."""
+    result = LocalNetwork.load(directory).stop(timeout_s=timeout)
+    if json_out:
+        emit_json({"stopped": result})
+    else:
+        for nick, outcome in result.items():
+            console.print(f"{nick}: {outcome}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(localnet_app, name="localnet")

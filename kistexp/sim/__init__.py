@@ -1,0 +1,90 @@
+"""Relay-scheduling simulator: KIST, KISTLite and Vanilla with EWMA circuit priority, as tor runs them.
+
+Behavioural reference: ``../shared/spec/kist-ewma.md`` (cited as §N in the modules).
+
+Public API (stable)
+-------------------
+Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``SimConfigError``)::
+
+    NodeConfig(role="relay"|"client"|"guard"|"middle"|"exit", scheduler="kist"|"kistlite"|"vanilla",
+               kist_interval_ms=10 (1..100; KISTSchedRunInterval, or ...Client on a client),
+               kernel_tick_ms=4.0 (CLOCK_MONOTONIC_COARSE resolution, §5.2),
+               nic_rate_bytes_per_s=0.0 (0 = unlimited), sock_buf_factor=1.0 (KISTSockBufSizeFactor),
+               pass_time_us=10.0 (duration of the libevent pass holding a run, §5.2's p))
+    LinkConfig(rtt_ms=0.1, mss=1448 (LOOPBACK_MSS = 65483), initial_cwnd=10, loss_rate=0.0,
+               send_buffer_bytes=0 (0 = Linux-like autotuning), send_buffer_max_bytes=4 MiB,
+               rate_limited=True (≤ 16448 B per write call, §7.4))
+    EwmaConfig(halflife_ms=30000, tick_s=10)
+    FlowControlConfig(kind="sendme"|"vegas", circwindow=1000, circ_increment=100, stream_window=500,
+               stream_increment=50, cellq_high=256, cellq_low=10, sendme_inc=31, cwnd_init=124, ...§14)
+    RunConfig(duration_s=10.0, seed=1, sample_interval_s=1.0, memory_limit_bytes=4 GiB,
+              flow_control=FlowControlConfig(), ewma=EwmaConfig(), cell_delays_max=0,
+              run_log_max=100_000)
+
+Network (``kistexp.sim.network``)::
+
+    net = Network(default_link=LinkConfig())
+    n = net.add_node(NodeConfig(...), name=None) -> int
+    ch = net.add_channel(a, b, LinkConfig(...)) -> int   # optional; circuits create missing ones
+    c = net.add_circuit([client, guard, middle, exit], label="bulk") -> int
+    net.add_transfer(Transfer(circuit=c, request_bytes=498, response_bytes=5 MiB, start_s=0.0)) -> int
+    net.add_transfers(circuits, request_bytes, response_bytes, start_s) -> range   # vectorised
+    net.add_interactive(InteractiveFlow(circuit=c, start_s=0, stop_s=10, period_s=0.1,
+                        request_bytes=498, response_bytes=996)) -> range
+    net.change_interval(IntervalChange(time_s=5.0, node=n, interval_ms=2))
+
+    result = run(net, RunConfig(...), progress=None) -> SimResult    # deterministic per seed
+
+A transfer is a stream: the request goes client -> exit, then the response exit -> client; each is
+sent as DATA cells of 498 B payload.  A circuit's path starts at the client and ends at the exit;
+every node on it (client included) runs its own scheduler.  Channels are numbered in the result as
+directed sockets: channel ``i`` between ``a`` and ``b`` gives ``2i`` (a -> b) and ``2i + 1``
+(b -> a); ``SimResult.chan_between(src, dst)`` finds one.
+
+Result (``kistexp.sim.result.SimResult``)::
+
+    transfer_ttfb_s / transfer_ttlb_s [transfer]    (seconds after start_s; nan = not reached)
+    sample_times_s [sample]; chan_bytes_sent [sample, chan] (cumulative wire bytes)
+    channel_throughput_bytes_per_s(chan) -> [sample - 1]
+    node_counters[name][node], names: scheduler_runs, socket_info_syscalls, kernel_writes,
+        cells_sent, cells_received, crypto_layers, digests, bytes_written,
+        peak_app_bytes, peak_kernel_bytes, peak_queued_bytes
+    node_counts(node) -> dict of the above (cost-model inputs); node_series[name][sample, node]
+        (cumulative: scheduler_runs, socket_info_syscalls, cells_sent, kernel_writes, app_bytes,
+        kernel_bytes); node_rate_per_s(series, node)
+    delay_percentile_ms(kind="app"|"kernel", q=50, label=None); delay_mean_ms(kind, label)
+        (per-hop time of a cell in a circuit queue / in the kernel until it left the NIC)
+    run_time_s / run_node / run_cells (scheduler-run log); run_periods_ms(node); cells_per_run(node)
+    circuit_max_inflight_cells [circuit, dir]; chan_final_cwnd; cells_scheduled; events
+    to_dict()   (keys carry units)
+
+Model limits are documented in docs/simulator.md.
+"""
+
+from kistexp.sim.config import (
+    DEFAULT_MSS,
+    LOOPBACK_MSS,
+    EwmaConfig,
+    FlowControlConfig,
+    LinkConfig,
+    NodeConfig,
+    RunConfig,
+)
+from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run
+from kistexp.sim.result import SimResult
+
+__all__ = [
+    "DEFAULT_MSS",
+    "LOOPBACK_MSS",
+    "EwmaConfig",
+    "FlowControlConfig",
+    "InteractiveFlow",
+    "IntervalChange",
+    "LinkConfig",
+    "Network",
+    "NodeConfig",
+    "RunConfig",
+    "SimResult",
+    "Transfer",
+    "run",
+]

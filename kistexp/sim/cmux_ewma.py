@@ -1,0 +1,143 @@
+"""The circuit multiplexer of a channel with tor's EWMA policy (§11).
+
+Per cmux: a heap of *active* circuit queues (queued cells > 0) keyed by ``cell_count``, and a
+reference tick (``active_circuit_pqueue_last_recalibrated``).  Per circuit queue: ``cell_count``
+(double) and ``last_adjusted_tick``.  Rescaling is lazy and per cmux (§11.6-§11.7); the tick clock
+is per node (process-global in tor) and reads the coarse monotonic clock (§11.4).  The heap is
+the same ``smartlist_pqueue`` as the channel heap (§10.2), so ties between equal counts (all new
+circuits start at 0.0) follow tor's heap rules.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from kistexp.sim import layout as L
+
+
+@njit(cache=True)
+def current_tick(S, node, t):
+    """``cell_ewma_get_current_tick_and_fraction`` on the coarse clock: returns (tick, frac)."""
+    j = S.ni[L.NI_TICK_NS, node]
+    coarse = (t // j) * j
+    tick_ms = S.pi[L.P_EWMA_TICK_MS]
+    msec = (coarse - S.ni[L.NI_EWMA_START_MS, node]) // L.MS
+    if msec > tick_ms:
+        d = msec // tick_ms
+        S.ni[L.NI_EWMA_START_MS, node] += d * tick_ms * L.MS
+        S.ni[L.NI_EWMA_TICK, node] += d
+        msec = msec % tick_ms
+    return S.ni[L.NI_EWMA_TICK, node], msec / float(tick_ms)
+
+
+@njit(cache=True)
+def _key(S, q):
+    return S.qf[L.QF_COUNT, q]
+
+
+@njit(cache=True)
+def _cmux_push(S, c, q):
+    h = S.cmux_heap
+    base = S.ci[L.CI_CMUX_BASE, c]
+    i = S.ci[L.CI_CMUX_N, c]
+    S.ci[L.CI_CMUX_N, c] = i + 1
+    key = _key(S, q)
+    while i > 0:
+        p = (i - 1) >> 1
+        pq = h[base + p]
+        if _key(S, pq) <= key:
+            break
+        h[base + i] = pq
+        S.qi[L.QI_HEAP_IDX, pq] = i
+        i = p
+    h[base + i] = q
+    S.qi[L.QI_HEAP_IDX, q] = i
+
+
+@njit(cache=True)
+def _cmux_heapify(S, c, i):
+    h = S.cmux_heap
+    base = S.ci[L.CI_CMUX_BASE, c]
+    n = S.ci[L.CI_CMUX_N, c]
+    while True:
+        left = 2 * i + 1
+        if left >= n:
+            return
+        if _key(S, h[base + i]) < _key(S, h[base + left]):
+            best = i
+        else:
+            best = left
+        right = left + 1
+        if right < n and _key(S, h[base + right]) < _key(S, h[base + best]):
+            best = right
+        if best == i:
+            return
+        a = h[base + i]
+        b = h[base + best]
+        h[base + i] = b
+        h[base + best] = a
+        S.qi[L.QI_HEAP_IDX, b] = i
+        S.qi[L.QI_HEAP_IDX, a] = best
+        i = best
+
+
+@njit(cache=True)
+def _cmux_remove_at(S, c, i):
+    h = S.cmux_heap
+    base = S.ci[L.CI_CMUX_BASE, c]
+    n = S.ci[L.CI_CMUX_N, c] - 1
+    q = h[base + i]
+    S.qi[L.QI_HEAP_IDX, q] = -1
+    S.ci[L.CI_CMUX_N, c] = n
+    if i != n:
+        last = h[base + n]
+        h[base + i] = last
+        S.qi[L.QI_HEAP_IDX, last] = i
+        _cmux_heapify(S, c, i)
+    return q
+
+
+@njit(cache=True)
+def ewma_activate(S, q):
+    """Queued cells 0 -> >0: rescale to the cmux's (possibly stale) reference tick, then push (§11.6)."""
+    c = S.qi[L.QI_CHAN, q]
+    ref = S.ci[L.CI_REF_TICK, c]
+    d = ref - S.qi[L.QI_LAST_TICK, q]
+    if d != 0:
+        S.qf[L.QF_COUNT, q] *= math.exp(S.pf[L.PF_LN_F] * d)
+    S.qi[L.QI_LAST_TICK, q] = ref
+    _cmux_push(S, c, q)
+
+
+@njit(cache=True)
+def ewma_deactivate(S, q):
+    """Queued cells -> 0: remove from the heap; the count is kept and decays lazily (§11.6)."""
+    _cmux_remove_at(S, S.qi[L.QI_CHAN, q], S.qi[L.QI_HEAP_IDX, q])
+
+
+@njit(cache=True)
+def ewma_notify_xmit(S, c, q, t):
+    """Charge one transmitted cell to the head circuit ``q`` of chan ``c`` (§11.6 steps 1-4)."""
+    node = S.ci[L.CI_NODE, c]
+    tick, frac = current_tick(S, node, t)
+    ref = S.ci[L.CI_REF_TICK, c]
+    ln_f = S.pf[L.PF_LN_F]
+    if tick != ref:
+        base = S.ci[L.CI_CMUX_BASE, c]
+        for i in range(S.ci[L.CI_CMUX_N, c]):
+            aq = S.cmux_heap[base + i]
+            S.qf[L.QF_COUNT, aq] *= math.exp(ln_f * (tick - S.qi[L.QI_LAST_TICK, aq]))
+            S.qi[L.QI_LAST_TICK, aq] = tick
+        S.ci[L.CI_REF_TICK, c] = tick
+    S.qf[L.QF_COUNT, q] += math.exp(-ln_f * frac)
+    # pop the head (it is q) and push it back at its new place
+    _cmux_remove_at(S, c, 0)
+    _cmux_push(S, c, q)
+
+
+@njit(cache=True)
+def cmux_head(S, c):
+    """The EWMA pick: the active circuit queue with the lowest count (caller checks CI_CMUX_N > 0)."""
+    return S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]

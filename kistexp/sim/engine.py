@@ -1,0 +1,276 @@
+"""The compiled event loop: cell arrivals, edges (packaging and delivery), and event dispatch.
+
+``run_kernel(S)`` processes events in (time, sequence) order until the next event lies past
+``G_END``, or until the cell pool or the event heap needs to grow (it then returns a status and
+the Python driver grows the arrays and calls it again: the state is entirely in ``S``).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from kistexp.sim import flowcontrol as fc
+from kistexp.sim import layout as L
+from kistexp.sim.cmux_ewma import ewma_activate
+from kistexp.sim.events import cell_alloc, cell_free, ev_pop, ev_push, record_delay
+from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
+from kistexp.sim.tcp import _track_peaks, on_ack, write_to_kernel
+
+
+@njit(cache=True)
+def append_cell(S, q, k, t):
+    """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
+    S.cells[L.KI_CQ, k] = q
+    S.cells[L.KI_T_ENQ, k] = t
+    S.cells[L.KI_NEXT, k] = -1
+    tail = S.qi[L.QI_TAIL, q]
+    if tail < 0:
+        S.qi[L.QI_HEAD, q] = k
+    else:
+        S.cells[L.KI_NEXT, tail] = k
+    S.qi[L.QI_TAIL, q] = k
+    n = S.qi[L.QI_N, q] + 1
+    S.qi[L.QI_N, q] = n
+    c = S.qi[L.QI_CHAN, q]
+    node = S.ci[L.CI_NODE, c]
+    S.ni[L.NI_APP_BYTES, node] += L.CELL_SIZE
+    _track_peaks(S, node)
+    if n > S.pi[L.P_QCAP]:
+        S.g[L.G_QCAP_EXCEEDED] += 1
+    if n == 1:
+        ewma_activate(S, q)
+    has_waiting_cells(S, c, t)
+
+
+@njit(cache=True)
+def _originate(S, cd, node):
+    """Crypto work of a relay cell originated at an edge: all layers at the client, one at the exit."""
+    if S.di[L.DI_DIR, cd] == 0:
+        S.ni[L.NI_CRYPTO, node] += S.di[L.DI_HOPS, cd]
+    else:
+        S.ni[L.NI_CRYPTO, node] += 1
+    S.ni[L.NI_DIGESTS, node] += 1
+
+
+@njit(cache=True)
+def _ready_add(S, cd, s):
+    if S.si[L.SI_INREADY, s] == 1:
+        return
+    S.si[L.SI_INREADY, s] = 1
+    S.si[L.SI_NEXT, s] = -1
+    tail = S.di[L.DI_READY_TAIL, cd]
+    if tail < 0:
+        S.di[L.DI_READY_HEAD, cd] = s
+    else:
+        S.si[L.SI_NEXT, tail] = s
+    S.di[L.DI_READY_TAIL, cd] = s
+
+
+@njit(cache=True)
+def _ready_pop(S, cd):
+    s = S.di[L.DI_READY_HEAD, cd]
+    nxt = S.si[L.SI_NEXT, s]
+    S.di[L.DI_READY_HEAD, cd] = nxt
+    if nxt < 0:
+        S.di[L.DI_READY_TAIL, cd] = -1
+    S.si[L.SI_INREADY, s] = 0
+    S.si[L.SI_NEXT, s] = -1
+    return s
+
+
+@njit(cache=True)
+def _resume(S, cd, t):
+    if S.di[L.DI_RESUME_EV, cd] == 0:
+        S.di[L.DI_RESUME_EV, cd] = 1
+        ev_push(S, t, L.EV_RESUME, cd, 0, 0)
+
+
+@njit(cache=True)
+def package(S, cd, t):
+    """Edge packaging (§4): at most min(window, cellq_high - queue) cells, round-robin over streams."""
+    if S.di[L.DI_BLOCKED, cd] == 1:
+        return
+    q = S.di[L.DI_SRC_CQ, cd]
+    node = S.di[L.DI_SRC_NODE, cd]
+    high = S.pi[L.P_CELLQ_HIGH]
+    while S.di[L.DI_READY_HEAD, cd] >= 0:
+        if S.qi[L.QI_N, q] >= high:
+            S.di[L.DI_BLOCKED, cd] = 1
+            return
+        if fc.circ_window(S, cd) <= 0:
+            return
+        s = _ready_pop(S, cd)
+        if fc.stream_window(S, s) <= 0:
+            continue  # back in the ready list when its stream SENDME arrives
+        k = cell_alloc(S)
+        S.cells[L.KI_KIND, k] = L.K_DATA
+        S.cells[L.KI_STREAM, k] = s
+        fc.on_package(S, cd, s, t)
+        S.si[L.SI_TOPKG, s] -= 1
+        _originate(S, cd, node)
+        p = S.di[L.DI_PACKAGED, cd] + 1
+        S.di[L.DI_PACKAGED, cd] = p
+        if p - S.di[L.DI_DELIVERED, cd] > S.di[L.DI_MAX_INFLIGHT, cd]:
+            S.di[L.DI_MAX_INFLIGHT, cd] = p - S.di[L.DI_DELIVERED, cd]
+        append_cell(S, q, k, t)
+        if S.si[L.SI_TOPKG, s] > 0:
+            _ready_add(S, cd, s)
+    if S.qi[L.QI_N, q] >= high:
+        S.di[L.DI_BLOCKED, cd] = 1
+
+
+@njit(cache=True)
+def _send_sendme(S, cd, kind, s, node, t):
+    """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
+    k = cell_alloc(S)
+    S.cells[L.KI_KIND, k] = kind
+    S.cells[L.KI_STREAM, k] = s
+    _originate(S, cd ^ 1, node)
+    append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
+
+
+@njit(cache=True)
+def deliver_edge(S, k, q, node, t):
+    """A cell reached the end of its path."""
+    cd = S.qi[L.QI_CD, q]
+    kind = S.cells[L.KI_KIND, k]
+    s = S.cells[L.KI_STREAM, k]
+    if S.di[L.DI_DIR, cd] == 1:
+        S.ni[L.NI_CRYPTO, node] += S.di[L.DI_HOPS, cd]
+    else:
+        S.ni[L.NI_CRYPTO, node] += 1
+    S.ni[L.NI_DIGESTS, node] += 1
+    if kind == L.K_DATA:
+        S.di[L.DI_DELIVERED, cd] += 1
+        d = S.si[L.SI_DELIVERED, s] + 1
+        S.si[L.SI_DELIVERED, s] = d
+        tr = S.si[L.SI_TR, s]
+        if S.di[L.DI_DIR, cd] == 0:
+            if d == S.si[L.SI_TOTAL, s]:
+                S.ti[L.TI_REQ_DONE, tr] = t
+                rcd = cd ^ 1
+                _ready_add(S, rcd, s ^ 1)
+                _resume(S, rcd, t)
+        else:
+            if d == 1:
+                S.ti[L.TI_TTFB, tr] = t
+            if d == S.si[L.SI_TOTAL, s]:
+                S.ti[L.TI_TTLB, tr] = t
+        emit = fc.on_deliver(S, cd, s)
+        if emit & fc.EMIT_CIRC:
+            _send_sendme(S, cd, L.K_SENDME_CIRC, -1, node, t)
+        if emit & fc.EMIT_STREAM:
+            _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+    else:
+        # a SENDME travelling in direction cd acknowledges data of the opposite direction
+        dcd = cd ^ 1
+        fc.on_sendme(S, dcd, kind, s, t)
+        if kind == L.K_SENDME_STREAM and S.si[L.SI_TOPKG, s] > 0:
+            _ready_add(S, dcd, s)
+        _resume(S, dcd, t)
+
+
+@njit(cache=True)
+def on_arrival(S, c, upto, leave, t):
+    """A flight reached the peer: hand every complete cell to the relay layer (§4 steps 1-2)."""
+    node = S.ci[L.CI_PEER, c]
+    k = S.ci[L.CI_KQ_HEAD, c]
+    n = 0
+    while k >= 0 and S.cells[L.KI_END_SEQ, k] <= upto:
+        nxt = S.cells[L.KI_NEXT, k]
+        q = S.cells[L.KI_CQ, k]
+        record_delay(S, 1, q, leave - S.cells[L.KI_T_KERN, k])
+        n += 1
+        nq = S.qi[L.QI_NEXTQ, q]
+        if nq >= 0:
+            S.ni[L.NI_CRYPTO, node] += 1
+            append_cell(S, nq, k, t)
+        else:
+            deliver_edge(S, k, q, node, t)
+            cell_free(S, k)
+        k = nxt
+    S.ci[L.CI_KQ_HEAD, c] = k
+    if k < 0:
+        S.ci[L.CI_KQ_TAIL, c] = -1
+    S.ni[L.NI_CELLS_RECV, node] += n
+
+
+@njit(cache=True)
+def _start_transfer(S, tr, t):
+    s = 2 * tr
+    cd = S.si[L.SI_CD, s]
+    _ready_add(S, cd, s)
+    package(S, cd, t)
+
+
+@njit(cache=True)
+def _sample(S):
+    i = S.g[L.G_SAMPLE]
+    if i >= S.ser_chan.shape[0]:
+        return
+    for c in range(S.ci.shape[1]):
+        S.ser_chan[i, c] = S.ci[L.CI_BYTES_SENT, c]
+    for n in range(S.ni.shape[1]):
+        S.ser_node[L.NS_RUNS, i, n] = S.ni[L.NI_RUNS, n]
+        S.ser_node[L.NS_SYSCALLS, i, n] = S.ni[L.NI_SYSCALLS, n]
+        S.ser_node[L.NS_CELLS_SENT, i, n] = S.ni[L.NI_CELLS_SENT, n]
+        S.ser_node[L.NS_WRITES, i, n] = S.ni[L.NI_WRITES, n]
+        S.ser_node[L.NS_APP_BYTES, i, n] = S.ni[L.NI_APP_BYTES, n]
+        S.ser_node[L.NS_KERN_BYTES, i, n] = S.ni[L.NI_KERN_BYTES, n]
+    S.g[L.G_SAMPLE] = i + 1
+
+
+@njit(cache=True)
+def run_kernel(S):
+    g = S.g
+    ev = S.ev
+    col = ev.shape[1] - 1
+    while g[L.G_EVN] > 0:
+        if g[L.G_NFREE] < g[L.G_CELL_RESERVE]:
+            return L.RS_GROW_CELLS
+        if g[L.G_EVN] + g[L.G_EV_RESERVE] >= col:
+            return L.RS_GROW_EVENTS
+        t = ev[L.E_T, 0]
+        if t > g[L.G_END]:
+            break
+        ev_pop(S)
+        kind = ev[L.E_KIND, col]
+        a = ev[L.E_A, col]
+        b = ev[L.E_B, col]
+        c = ev[L.E_C, col]
+        g[L.G_NOW] = t
+        g[L.G_EVENTS] += 1
+        if kind == L.EV_ARRIVAL:
+            on_arrival(S, a, b, c, t)
+        elif kind == L.EV_ACK:
+            on_ack(S, a, t, b, c)
+        elif kind == L.EV_SCHED:
+            if b == S.ni[L.NI_TIMER_GEN, a]:
+                run_scheduler(S, a, t)
+        elif kind == L.EV_WRITE:
+            S.ci[L.CI_WRITE_EV, a] = 0
+            if S.ci[L.CI_OB_BYTES, a] > 0:
+                if write_to_kernel(S, a, t):
+                    wants_writes(S, a, t)
+        elif kind == L.EV_RESUME:
+            S.di[L.DI_RESUME_EV, a] = 0
+            package(S, a, t)
+        elif kind == L.EV_START:
+            _start_transfer(S, a, t)
+            nxt = g[L.G_NEXT_TR]
+            if nxt < S.tr_order.shape[0]:
+                tr = S.tr_order[nxt]
+                g[L.G_NEXT_TR] = nxt + 1
+                ev_push(S, S.ti[L.TI_START, tr], L.EV_START, tr, 0, 0)
+        elif kind == L.EV_SAMPLE:
+            _sample(S)
+            if g[L.G_SAMPLE] < S.ser_chan.shape[0]:
+                ev_push(S, t + g[L.G_SAMPLE_NS], L.EV_SAMPLE, 0, 0, 0)
+        elif kind == L.EV_INTERVAL:
+            # §5.1: the new interval is read at the next schedule(); an armed timer keeps its deadline
+            S.ni[L.NI_INTERVAL_MS, a] = b
+            i = g[L.G_NEXT_CHG]
+            g[L.G_NEXT_CHG] = i + 1
+            if i + 1 < S.chg.shape[1]:
+                ev_push(S, S.chg[0, i + 1], L.EV_INTERVAL, S.chg[1, i + 1], S.chg[2, i + 1], 0)
+    return L.RS_DONE

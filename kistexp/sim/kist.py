@@ -1,0 +1,159 @@
+"""KIST (§5-§7): when it runs, how much each socket may take, and the one-cell-at-a-time loop.
+
+* Timer (§5.2): after a run the timeout is ``interval - 1`` ms counted from libevent's cached,
+  coarse (tick-quantised) loop time; it fires when the coarse clock reaches the deadline and not
+  before ``pass + interval - 1`` ms.  A channel entering PENDING re-arms it with
+  ``interval - ceil_ms(now - last_run)``; ``diff >= interval`` runs in the same pass (the first
+  cell after an idle gap is free).
+* Limit (§6): refreshed only for channels pending at the start of a run:
+  ``max(cwnd - unacked, 0) * mss + trunc(cwnd * mss * factor) - notsent - outbuf``, floored at 0;
+  two socket-info syscalls per refreshed channel; 543 B charged per cell.
+* Loop (§7): one cell per iteration from the channel whose head circuit has the lowest EWMA
+  count across all pending channels; outbuf written early at a channel switch when > 4112 B,
+  and every touched outbuf at the end (§7.3).
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from kistexp.sim import layout as L
+from kistexp.sim.chanheap import pend_pop, pend_push
+from kistexp.sim.channel import flush_cells
+from kistexp.sim.events import ev_push
+from kistexp.sim.kistlite import kistlite_limit
+from kistexp.sim.tcp import write_to_kernel
+
+
+@njit(cache=True)
+def kist_limit(S, c):
+    cwnd = int(S.cf[L.CF_CWND, c])
+    mss = S.ci[L.CI_MSS, c]
+    tcp_space = max(cwnd - S.ci[L.CI_UNACKED, c], 0) * mss
+    notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
+    extra = int(cwnd * mss * S.nf[L.NF_FACTOR, S.ci[L.CI_NODE, c]]) - notsent - S.ci[L.CI_OB_BYTES, c]
+    return max(tcp_space + extra, 0)
+
+
+@njit(cache=True)
+def _can_write(S, c):
+    if S.ci[L.CI_KS_ENTRY, c] == 0:
+        return True  # no socket entry: tor's "bug path" lets it write
+    return (S.ci[L.CI_KS_LIMIT, c] - S.ci[L.CI_KS_WRITTEN, c]) // L.KIST_CELL_COST > 0
+
+
+@njit(cache=True)
+def _touch(S, c):
+    if S.ci[L.CI_TOUCHED, c] == 0:
+        S.ci[L.CI_TOUCHED, c] = 1
+        n = S.g[L.G_TOUCHED_N]
+        S.touched[n] = c
+        S.g[L.G_TOUCHED_N] = n + 1
+
+
+@njit(cache=True)
+def _write(S, c, t):
+    if write_to_kernel(S, c, t) and S.ci[L.CI_WW, c] == 0:
+        # wants_writes is delivered after the run (see scheduler.run_scheduler)
+        S.ci[L.CI_WW, c] = 1
+        n = S.g[L.G_WW_N]
+        S.ww[n] = c
+        S.g[L.G_WW_N] = n + 1
+
+
+@njit(cache=True)
+def kist_run(S, node, t, lite):
+    """``kist_scheduler_run`` (§7); ``lite`` selects the KISTLite limit and no syscalls (§8)."""
+    base = S.ni[L.NI_HEAP_BASE, node]
+    for i in range(S.ni[L.NI_HEAP_N, node]):
+        c = S.pend_heap[base + i]
+        S.ci[L.CI_KS_ENTRY, c] = 1
+        S.ci[L.CI_KS_WRITTEN, c] = 0
+        if lite:
+            S.ci[L.CI_KS_LIMIT, c] = kistlite_limit(S, c)
+        else:
+            S.ci[L.CI_KS_LIMIT, c] = kist_limit(S, c)
+            S.ni[L.NI_SYSCALLS, node] += 2
+    S.g[L.G_TOUCHED_N] = 0
+    nreadd = 0
+    moved = 0
+    prev = -1
+    while S.ni[L.NI_HEAP_N, node] > 0:
+        ch = pend_pop(S, node)
+        _touch(S, ch)
+        if prev < 0:
+            prev = ch
+        if ch != prev:
+            _touch(S, prev)
+            if S.ci[L.CI_OB_BYTES, prev] > L.EARLY_WRITE_BYTES:
+                _write(S, prev, t)
+                S.ci[L.CI_TOUCHED, prev] = 0  # outbuf_table_remove
+            prev = ch
+        if _can_write(S, ch):
+            n = flush_cells(S, ch, 1, t)
+            if n > 0:
+                S.ci[L.CI_KS_WRITTEN, ch] += n * L.KIST_CELL_COST
+                moved += n
+            else:
+                S.ci[L.CI_STATE, ch] = L.ST_WAITING_FOR_CELLS
+                continue
+        if S.ci[L.CI_CMUX_N, ch] == 0:
+            S.ci[L.CI_STATE, ch] = L.ST_WAITING_FOR_CELLS  # cases 1 and 2: deliberately not IDLE
+        elif not _can_write(S, ch):
+            if S.ci[L.CI_READD, ch] == 0:  # case 3: back next run
+                S.ci[L.CI_READD, ch] = 1
+                S.readd[nreadd] = ch
+                nreadd += 1
+        else:
+            S.ci[L.CI_STATE, ch] = L.ST_PENDING  # case 4
+            pend_push(S, node, ch)
+    for i in range(S.g[L.G_TOUCHED_N]):
+        c = S.touched[i]
+        if S.ci[L.CI_TOUCHED, c] == 1:
+            S.ci[L.CI_TOUCHED, c] = 0
+            if S.ci[L.CI_OB_BYTES, c] > 0:
+                _write(S, c, t)
+    S.g[L.G_TOUCHED_N] = 0
+    for i in range(nreadd):
+        c = S.readd[i]
+        S.ci[L.CI_READD, c] = 0
+        S.ci[L.CI_STATE, c] = L.ST_PENDING
+        if S.ci[L.CI_HEAP_IDX, c] < 0:
+            pend_push(S, node, c)
+    return moved
+
+
+@njit(cache=True)
+def _ceil_ms(ns):
+    if ns <= 0:
+        return 0
+    return (ns + L.MS - 1) // L.MS
+
+
+@njit(cache=True)
+def kist_schedule(S, node, t, after_run):
+    """``kist_scheduler_schedule`` with libevent's coarse timer (§5.2)."""
+    if S.ni[L.NI_HEAP_N, node] == 0:
+        return
+    armed = S.ni[L.NI_TIMER_AT, node]
+    if not after_run and 0 <= armed <= t:
+        return  # the run event is already active in this pass
+    interval = S.ni[L.NI_INTERVAL_MS, node]
+    p = S.ni[L.NI_PASS_NS, node] if after_run else 0
+    # a real clock always moves between last_run and now: any elapsed time counts >= 1 ms
+    diff = max(1, _ceil_ms(t + p - S.ni[L.NI_LAST_RUN, node]))
+    if after_run:
+        diff = 1
+    gen = S.ni[L.NI_TIMER_GEN, node] + 1
+    S.ni[L.NI_TIMER_GEN, node] = gen
+    if diff >= interval:
+        fire = t + p  # event_active: later in this pass
+    else:
+        x = (interval - diff) * L.MS
+        j = S.ni[L.NI_TICK_NS, node]
+        deadline = (t // j) * j + x          # cached, coarse loop time + timeout
+        fire = ((deadline + j - 1) // j) * j  # first coarse-clock reading >= deadline
+        if fire < t + p + x:
+            fire = t + p + x                  # epoll waits the full timeout from now
+    S.ni[L.NI_TIMER_AT, node] = fire
+    ev_push(S, fire, L.EV_SCHED, node, gen, 0)

@@ -1,0 +1,471 @@
+"""Network description (nodes, channels, circuits, transfers) and the run entry point.
+
+Build a :class:`Network` with ``add_node``, ``add_channel`` (optional: a circuit hop between two
+nodes without a channel gets one with ``default_link``), ``add_circuit``, ``add_transfer`` /
+``add_interactive`` and ``change_interval``; then ``run(network, RunConfig(...))`` validates
+everything (raising :class:`SimConfigError` before anything runs), compiles the description into
+arrays and drives the compiled event loop (``engine.run_kernel``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+
+from kistexp.errors import SimConfigError
+from kistexp.sim import flowcontrol as fc
+from kistexp.sim import layout as L
+from kistexp.sim.config import KIST_INTERVAL_MAX_MS, KIST_INTERVAL_MIN_MS, LinkConfig, NodeConfig, RunConfig
+from kistexp.sim.result import SimResult
+
+SCHED_KIND = {"kist": L.SCHED_KIST, "kistlite": L.SCHED_KISTLITE, "vanilla": L.SCHED_VANILLA}
+
+
+@attrs.frozen
+class Transfer:
+    """One stream on a circuit: the client sends ``request_bytes`` at ``start_s``; once the whole
+    request reached the exit, the exit sends ``response_bytes`` back.  Both are sent as DATA cells
+    of 498 payload bytes (at least one cell each)."""
+
+    circuit: int
+    request_bytes: int = 498
+    response_bytes: int = 5 * 1024 * 1024
+    start_s: float = 0.0
+
+
+@attrs.frozen
+class InteractiveFlow:
+    """An interactive circuit: one small request/response exchange every ``period_s`` from
+    ``start_s`` until ``stop_s`` (each exchange is one :class:`Transfer`)."""
+
+    circuit: int
+    start_s: float = 0.0
+    stop_s: float = 10.0
+    period_s: float = 0.1
+    request_bytes: int = 498
+    response_bytes: int = 996
+
+
+@attrs.frozen
+class IntervalChange:
+    """At ``time_s`` node ``node`` starts using ``interval_ms`` (a new consensus, §5.1); it takes
+    effect at the node's next ``schedule()``."""
+
+    time_s: float
+    node: int
+    interval_ms: int
+
+
+class Network:
+    """A mutable description of what to simulate; ids are consecutive ints from 0 per kind."""
+
+    def __init__(self, default_link: LinkConfig | None = None) -> None:
+        self.default_link = default_link if default_link is not None else LinkConfig()
+        self.nodes: list[NodeConfig] = []
+        self.node_names: list[str] = []
+        self.channels: list[tuple[int, int, LinkConfig]] = []
+        self.circuits: list[tuple[tuple[int, ...], str]] = []
+        self.interval_changes: list[IntervalChange] = []
+        self._chan_of: dict[tuple[int, int], int] = {}
+        self._tr: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._n_transfers = 0
+
+    # -- building -------------------------------------------------------------------------------
+    def add_node(self, config: NodeConfig, name: str | None = None) -> int:
+        self.nodes.append(config)
+        self.node_names.append(name if name is not None else f"{config.role}{len(self.nodes) - 1}")
+        return len(self.nodes) - 1
+
+    def add_channel(self, a: int, b: int, link: LinkConfig | None = None) -> int:
+        """One TLS/TCP connection between nodes ``a`` and ``b`` (a socket in each direction)."""
+        self._check_node(a, "channel")
+        self._check_node(b, "channel")
+        if a == b:
+            raise SimConfigError(f"channel {a}-{b}: a channel joins two different nodes")
+        key = (min(a, b), max(a, b))
+        if key in self._chan_of:
+            raise SimConfigError(f"channel {a}-{b}: the two nodes already have a channel")
+        self.channels.append((a, b, link if link is not None else self.default_link))
+        self._chan_of[key] = len(self.channels) - 1
+        return len(self.channels) - 1
+
+    def channel_between(self, a: int, b: int) -> int | None:
+        return self._chan_of.get((min(a, b), max(a, b)))
+
+    def add_circuit(self, path: Sequence[int], label: str = "default") -> int:
+        """A circuit over ``path`` (client first, exit last); missing channels are created."""
+        path = tuple(int(n) for n in path)
+        if len(path) < 2:
+            raise SimConfigError(f"circuit {len(self.circuits)}: path {path} needs at least two nodes")
+        for n in path:
+            self._check_node(n, f"circuit {len(self.circuits)}")
+        for u, v in zip(path, path[1:]):
+            if u == v:
+                raise SimConfigError(f"circuit {len(self.circuits)}: path {path} repeats node {u} in a row")
+            if self.channel_between(u, v) is None:
+                self.add_channel(u, v)
+        self.circuits.append((path, str(label)))
+        return len(self.circuits) - 1
+
+    def add_transfer(self, transfer: Transfer) -> int:
+        self._add_transfers([transfer.circuit], [transfer.request_bytes], [transfer.response_bytes],
+                            [transfer.start_s])
+        return self._n_transfers - 1
+
+    def add_transfers(self, circuit: Sequence[int], request_bytes: Sequence[int],
+                      response_bytes: Sequence[int], start_s: Sequence[float]) -> range:
+        """Many transfers at once (parallel sequences); returns their ids."""
+        first = self._n_transfers
+        self._add_transfers(circuit, request_bytes, response_bytes, start_s)
+        return range(first, self._n_transfers)
+
+    def add_interactive(self, flow: InteractiveFlow) -> range:
+        """Expand an interactive flow into transfers; returns their ids."""
+        if not (flow.period_s > 0 and math.isfinite(flow.period_s)):
+            raise SimConfigError(f"interactive flow on circuit {flow.circuit}: period_s must be > 0")
+        if not flow.stop_s >= flow.start_s:
+            raise SimConfigError(f"interactive flow on circuit {flow.circuit}: stop_s is before start_s")
+        starts = np.arange(flow.start_s, flow.stop_s, flow.period_s, dtype=np.float64)
+        n = len(starts)
+        return self.add_transfers(np.full(n, flow.circuit), np.full(n, flow.request_bytes),
+                                  np.full(n, flow.response_bytes), starts)
+
+    def change_interval(self, change: IntervalChange) -> None:
+        self.interval_changes.append(change)
+
+    @property
+    def n_transfers(self) -> int:
+        return self._n_transfers
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _check_node(self, n: int, where: str) -> None:
+        if not (isinstance(n, (int, np.integer)) and 0 <= n < len(self.nodes)):
+            raise SimConfigError(f"{where}: node {n!r} does not exist (have {len(self.nodes)} nodes)")
+
+    def _add_transfers(self, circuit, request_bytes, response_bytes, start_s) -> None:
+        circ = np.asarray(circuit, dtype=np.int64)
+        req = np.asarray(request_bytes, dtype=np.int64)
+        resp = np.asarray(response_bytes, dtype=np.int64)
+        start = np.asarray(start_s, dtype=np.float64)
+        if not (circ.shape == req.shape == resp.shape == start.shape and circ.ndim == 1):
+            raise SimConfigError("transfers: circuit, request_bytes, response_bytes and start_s differ in length")
+        if len(circ) == 0:
+            return
+        if circ.min() < 0 or circ.max() >= len(self.circuits):
+            raise SimConfigError(f"transfer: circuit {int(circ.max())} does not exist "
+                                 f"(have {len(self.circuits)} circuits)")
+        if req.min() < 0 or resp.min() < 0:
+            raise SimConfigError("transfer: request_bytes and response_bytes must be >= 0")
+        if not np.all(np.isfinite(start)) or start.min() < 0:
+            raise SimConfigError("transfer: start_s must be finite and >= 0")
+        self._tr.append((circ, req, resp, start))
+        self._n_transfers += len(circ)
+
+    def transfer_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if not self._tr:
+            e = np.zeros(0, np.int64)
+            return e, e, e, np.zeros(0, np.float64)
+        return tuple(np.concatenate([t[i] for t in self._tr]) for i in range(4))  # type: ignore[return-value]
+
+    def validate(self) -> None:
+        if not self.nodes:
+            raise SimConfigError("network: no nodes")
+        for i, n in enumerate(self.nodes):
+            n.validate(f"node[{i}]")
+        for i, (_, _, link) in enumerate(self.channels):
+            link.validate(f"channel[{i}].link")
+        for ch in self.interval_changes:
+            self._check_node(ch.node, "interval change")
+            if not (math.isfinite(ch.time_s) and ch.time_s >= 0):
+                raise SimConfigError(f"interval change: time_s={ch.time_s!r} must be finite and >= 0")
+            if (isinstance(ch.interval_ms, bool) or not isinstance(ch.interval_ms, int)
+                    or not KIST_INTERVAL_MIN_MS <= ch.interval_ms <= KIST_INTERVAL_MAX_MS):
+                raise SimConfigError(f"interval change: interval_ms={ch.interval_ms!r} must be in "
+                                     f"[{KIST_INTERVAL_MIN_MS}, {KIST_INTERVAL_MAX_MS}]")
+
+
+def _cells(nbytes: np.ndarray) -> np.ndarray:
+    return np.maximum(1, (nbytes + L.RELAY_PAYLOAD - 1) // L.RELAY_PAYLOAD)
+
+
+def _build(net: Network, rc: RunConfig):
+    """Compile the description into the array state (``layout.State``)."""
+    fcc = rc.flow_control
+    n_nodes = len(net.nodes)
+    n_chan = 2 * len(net.channels)
+    circuits = net.circuits
+    n_circ = len(circuits)
+    n_cd = 2 * n_circ
+
+    ni = np.zeros((L.N_NI, n_nodes), np.int64)
+    nf = np.zeros((L.N_NF, n_nodes), np.float64)
+    rng = np.random.default_rng(rc.seed)
+    for i, n in enumerate(net.nodes):
+        ni[L.NI_SCHED, i] = SCHED_KIND[n.scheduler]
+        ni[L.NI_INTERVAL_MS, i] = n.kist_interval_ms
+        ni[L.NI_TICK_NS, i] = max(1, int(round(n.kernel_tick_ms * L.MS)))
+        ni[L.NI_PASS_NS, i] = max(1, int(round(n.pass_time_us * 1000)))
+        ni[L.NI_TIMER_AT, i] = -1
+        ni[L.NI_EWMA_TICK, i] = 1000
+        # tor's EWMA tick clock starts at a random phase (§11.4)
+        ni[L.NI_EWMA_START_MS, i] = -int(rng.integers(0, rc.ewma.tick_s * 1000)) * L.MS
+        nf[L.NF_NIC_RATE, i] = float(n.nic_rate_bytes_per_s or 0.0)
+        nf[L.NF_FACTOR, i] = n.sock_buf_factor
+
+    ci = np.zeros((L.N_CI, n_chan), np.int64)
+    cf = np.zeros((L.N_CF, n_chan), np.float64)
+    chan_nodes = np.zeros((2, n_chan), np.int64)
+    max_sndbuf = 0
+    for i, (a, b, link) in enumerate(net.channels):
+        for c, (src, dst) in ((2 * i, (a, b)), (2 * i + 1, (b, a))):
+            chan_nodes[:, c] = (src, dst)
+            ci[L.CI_NODE, c] = src
+            ci[L.CI_PEER, c] = dst
+            ci[L.CI_MSS, c] = link.mss
+            ci[L.CI_OWD_NS, c] = int(round(link.rtt_ms * L.MS / 2))
+            ci[L.CI_RATE_LIMITED, c] = 1 if link.rate_limited else 0
+            ci[L.CI_INIT_CWND, c] = link.initial_cwnd
+            if link.send_buffer_bytes:
+                ci[L.CI_SNDBUF, c] = link.send_buffer_bytes
+                ci[L.CI_SNDBUF_MAX, c] = 0
+            else:
+                ci[L.CI_SNDBUF_MAX, c] = link.send_buffer_max_bytes
+                ci[L.CI_SNDBUF, c] = min(link.send_buffer_max_bytes, 4 * max(10, link.initial_cwnd) * link.mss)
+            max_sndbuf = max(max_sndbuf, link.send_buffer_bytes or link.send_buffer_max_bytes)
+            cf[L.CF_CWND, c] = link.initial_cwnd
+            cf[L.CF_SSTHRESH, c] = 1e18
+            cf[L.CF_LOSS_P, c] = link.loss_rate
+    ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
+    for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL, L.CI_KQ_HEAD, L.CI_KQ_TAIL):
+        ci[f] = -1
+
+    # pending-heap segments per node
+    per_node = np.bincount(chan_nodes[0], minlength=n_nodes) if n_chan else np.zeros(n_nodes, np.int64)
+    ni[L.NI_HEAP_BASE] = np.concatenate(([0], np.cumsum(per_node)[:-1]))
+
+    def chan(u: int, v: int) -> int:
+        i = net.channel_between(u, v)
+        a, _, _ = net.channels[i]
+        return 2 * i if a == u else 2 * i + 1
+
+    labels: dict[str, int] = {}
+    hops = np.array([len(p) - 1 for p, _ in circuits], np.int64)
+    n_cq = int(2 * hops.sum())
+    qi = np.zeros((L.N_QI, n_cq), np.int64)
+    qf = np.zeros((L.N_QF, n_cq), np.float64)
+    di = np.zeros((L.N_DI, n_cd), np.int64)
+    df = np.zeros((L.N_DF, n_cd), np.float64)
+    base = 0
+    for j, (path, label) in enumerate(circuits):
+        h = len(path) - 1
+        cls = labels.setdefault(label, len(labels))
+        for d in (0, 1):
+            for k in range(h):
+                q = base + d * h + k
+                if d == 0:
+                    qi[L.QI_CHAN, q] = chan(path[k], path[k + 1])
+                    qi[L.QI_NEXTQ, q] = q + 1 if k + 1 < h else -1
+                else:  # sender is path[k + 1], toward path[k]
+                    qi[L.QI_CHAN, q] = chan(path[k + 1], path[k])
+                    qi[L.QI_NEXTQ, q] = q - 1 if k >= 1 else -1
+                qi[L.QI_CD, q] = 2 * j + d
+                qi[L.QI_CLASS, q] = cls
+                qi[L.QI_CIRC, q] = j
+        di[L.DI_SRC_CQ, 2 * j] = base
+        di[L.DI_SRC_CQ, 2 * j + 1] = base + h + h - 1
+        di[L.DI_SRC_NODE, 2 * j], di[L.DI_SINK_NODE, 2 * j] = path[0], path[-1]
+        di[L.DI_SRC_NODE, 2 * j + 1], di[L.DI_SINK_NODE, 2 * j + 1] = path[-1], path[0]
+        di[L.DI_REV_CQ, 2 * j] = di[L.DI_SRC_CQ, 2 * j + 1]
+        di[L.DI_REV_CQ, 2 * j + 1] = di[L.DI_SRC_CQ, 2 * j]
+        base += 2 * h
+    if n_cd:
+        di[L.DI_CIRC] = np.arange(n_cd) // 2
+        di[L.DI_DIR] = np.arange(n_cd) % 2
+        di[L.DI_HOPS] = np.repeat(hops, 2)
+    di[L.DI_PKG_WIN] = fcc.circwindow
+    di[L.DI_DELIV_WIN] = fcc.circwindow
+    di[L.DI_READY_HEAD] = -1
+    di[L.DI_READY_TAIL] = -1
+    di[L.DI_CWND] = fcc.cwnd_init
+    di[L.DI_SS] = 1
+    di[L.DI_NEXT_CC] = 1
+    di[L.DI_NEXT_CWND] = (fcc.cwnd_init + fcc.sendme_inc // 2) // fcc.sendme_inc
+    qi[L.QI_HEAD] = -1
+    qi[L.QI_TAIL] = -1
+    qi[L.QI_HEAP_IDX] = -1
+    qi[L.QI_LAST_TICK] = 1000
+    ci[L.CI_REF_TICK] = 1000
+    # cmux heap segments per chan
+    per_chan = np.bincount(qi[L.QI_CHAN], minlength=n_chan) if n_cq else np.zeros(n_chan, np.int64)
+    ci[L.CI_CMUX_BASE] = np.concatenate(([0], np.cumsum(per_chan)[:-1])) if n_chan else 0
+    ci[L.CI_CMUX_CAP] = per_chan
+
+    # transfers and streams
+    t_circ, t_req, t_resp, t_start = net.transfer_arrays()
+    n_tr = len(t_circ)
+    ti = np.zeros((L.N_TI, n_tr), np.int64)
+    ti[L.TI_CIRC] = t_circ
+    ti[L.TI_START] = np.round(t_start * 1e9).astype(np.int64)
+    ti[L.TI_TTFB] = -1
+    ti[L.TI_TTLB] = -1
+    ti[L.TI_REQ_DONE] = -1
+    si = np.zeros((L.N_SI, 2 * n_tr), np.int64)
+    si[L.SI_CD, 0::2] = 2 * t_circ
+    si[L.SI_CD, 1::2] = 2 * t_circ + 1
+    si[L.SI_TOTAL, 0::2] = _cells(t_req)
+    si[L.SI_TOTAL, 1::2] = _cells(t_resp)
+    si[L.SI_TOPKG] = si[L.SI_TOTAL]
+    si[L.SI_PKG_WIN] = fcc.stream_window
+    si[L.SI_DELIV_WIN] = fcc.stream_window
+    si[L.SI_NEXT] = -1
+    si[L.SI_TR] = np.arange(2 * n_tr) // 2
+    tr_order = np.argsort(ti[L.TI_START], kind="stable").astype(np.int64)
+
+    pi = np.zeros(L.N_PI, np.int64)
+    for key, val in (("P_CIRCWINDOW", fcc.circwindow), ("P_CIRC_INC", fcc.circ_increment),
+                     ("P_STREAM_WINDOW", fcc.stream_window), ("P_STREAM_INC", fcc.stream_increment),
+                     ("P_CELLQ_HIGH", fcc.cellq_high), ("P_CELLQ_LOW", fcc.cellq_low),
+                     ("P_SENDME_INC", fcc.sendme_inc), ("P_CWND_INIT", fcc.cwnd_init),
+                     ("P_CWND_MIN", fcc.cwnd_min), ("P_CWND_INC", fcc.cwnd_inc),
+                     ("P_CWND_INC_PCT_SS", fcc.cwnd_inc_pct_ss), ("P_CWND_INC_RATE", fcc.cwnd_inc_rate),
+                     ("P_SS_MAX", fcc.ss_max), ("P_SSCAP", fcc.sscap), ("P_ALPHA", fcc.vegas_alpha),
+                     ("P_BETA", fcc.vegas_beta), ("P_GAMMA", fcc.vegas_gamma), ("P_DELTA", fcc.vegas_delta),
+                     ("P_FULL_GAP", fcc.cwnd_full_gap), ("P_FULL_MINPCT", fcc.cwnd_full_minpct),
+                     ("P_FULL_PER_CWND", fcc.cwnd_full_per_cwnd), ("P_EWMA_CWND_PCT", fcc.ewma_cwnd_pct),
+                     ("P_EWMA_MAX", fcc.ewma_max), ("P_EWMA_SS", fcc.ewma_ss),
+                     ("P_EWMA_TICK_MS", rc.ewma.tick_s * 1000), ("P_QCAP", 2500)):
+        pi[getattr(L, key)] = val
+    vegas = fcc.kind == "vegas"
+    ts_cap = (2 * fcc.ss_max) // fcc.sendme_inc + 8 if vegas else 1
+    pi[L.P_TS_CAP] = ts_cap
+    pf = np.zeros(L.N_PF, np.float64)
+    pf[L.PF_EWMA_F] = rc.ewma.scale_factor
+    pf[L.PF_LN_F] = math.log(rc.ewma.scale_factor)
+
+    n_samples = int(math.floor(rc.duration_s / rc.sample_interval_s + 1e-9)) + 1
+    max_flight_cells = max_sndbuf // L.CELL_SIZE + 1
+    cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
+    ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
+    est_cells = int(min(n_cd * (fcc.circwindow + 64), (si[L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
+    cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
+    ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
+
+    g = np.zeros(L.N_G, np.int64)
+    g[L.G_END] = int(round(rc.duration_s * 1e9))
+    g[L.G_RNG] = int(rng.integers(1, 2**62))
+    g[L.G_SAMPLE_NS] = int(round(rc.sample_interval_s * 1e9))
+    g[L.G_NSAMPLES] = n_samples
+    g[L.G_CELL_RESERVE] = cell_reserve
+    g[L.G_EV_RESERVE] = ev_reserve
+    g[L.G_FC_KIND] = fc.FC_VEGAS if vegas else fc.FC_SENDME
+    cells = np.zeros((L.N_KI, cell_cap), np.int64)
+    cells[L.KI_NEXT] = np.arange(1, cell_cap + 1)
+    cells[L.KI_NEXT, -1] = -1
+    g[L.G_FREE] = 0
+    g[L.G_NFREE] = cell_cap
+
+    changes = sorted(net.interval_changes, key=lambda c: c.time_s)
+    chg = np.zeros((3, len(changes)), np.int64)
+    for i, c in enumerate(changes):
+        chg[:, i] = (int(round(c.time_s * 1e9)), c.node, c.interval_ms)
+
+    S = L.State(
+        g=g, pi=pi, pf=pf, ni=ni, nf=nf, ci=ci, cf=cf, qi=qi, qf=qf, di=di, df=df,
+        ts=np.zeros((n_cd, ts_cap), np.int64), si=si, ti=ti, tr_order=tr_order, cells=cells,
+        ev=np.zeros((L.N_EV, ev_cap), np.int64), pend_heap=np.zeros(max(n_chan, 1), np.int64),
+        cmux_heap=np.zeros(max(n_cq, 1), np.int64), touched=np.zeros(max(n_chan, 1), np.int64),
+        readd=np.zeros(max(n_chan, 1), np.int64), ww=np.zeros(max(n_chan, 1), np.int64),
+        ser_chan=np.zeros((n_samples, n_chan), np.int64),
+        ser_node=np.zeros((L.N_NS, n_samples, n_nodes), np.int64),
+        hist=np.zeros((2, max(len(labels), 1), L.HIST_BINS), np.int64),
+        circ_sum=np.zeros((L.N_CS, n_circ), np.int64),
+        raw=np.zeros((4, rc.cell_delays_max), np.int64), chg=chg,
+        runlog=np.zeros((3, rc.run_log_max), np.int64),
+    )
+    meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
+                t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
+    return S, meta
+
+
+def _nbytes(S) -> int:
+    return sum(a.nbytes for a in S)
+
+
+def _check_memory(S, rc: RunConfig, when: str) -> None:
+    need = _nbytes(S)
+    if need > rc.memory_limit_bytes:
+        raise SimConfigError(
+            f"run.memory_limit_bytes={rc.memory_limit_bytes}: {when} needs {need / 2**20:.0f} MiB "
+            f"of simulator state (limit {rc.memory_limit_bytes / 2**20:.0f} MiB)")
+
+
+def _grow_cells(S):
+    old = S.cells
+    cap = old.shape[1]
+    new = np.zeros((L.N_KI, 2 * cap), np.int64)
+    new[:, :cap] = old
+    new[L.KI_NEXT, cap:] = np.arange(cap + 1, 2 * cap + 1)
+    new[L.KI_NEXT, -1] = S.g[L.G_FREE]
+    S.g[L.G_FREE] = cap
+    S.g[L.G_NFREE] += cap
+    return S._replace(cells=new)
+
+
+def _grow_events(S):
+    old = S.ev
+    n = int(S.g[L.G_EVN])
+    new = np.zeros((L.N_EV, 2 * old.shape[1]), np.int64)
+    new[:, :n] = old[:, :n]
+    return S._replace(ev=new)
+
+
+def _seed_events(S, meta) -> None:
+    from kistexp.sim.events import ev_push
+
+    if S.tr_order.shape[0]:
+        tr = S.tr_order[0]
+        S.g[L.G_NEXT_TR] = 1
+        ev_push(S, S.ti[L.TI_START, tr], L.EV_START, tr, 0, 0)
+    ev_push(S, 0, L.EV_SAMPLE, 0, 0, 0)
+    if S.chg.shape[1]:
+        ev_push(S, S.chg[0, 0], L.EV_INTERVAL, S.chg[1, 0], S.chg[2, 0], 0)
+
+
+def run(network: Network, run_config: RunConfig | None = None,
+        progress: Callable[[float], None] | None = None) -> SimResult:
+    """Simulate ``network`` for ``run_config.duration_s``; deterministic for a given seed.
+
+    ``progress``, if given, is called with the fraction of simulated time done (0..1) about 100
+    times.  Raises :class:`SimConfigError` for invalid input (before anything runs) or when the
+    state would exceed ``run_config.memory_limit_bytes``.
+    """
+    from kistexp.sim.engine import run_kernel
+
+    rc = run_config if run_config is not None else RunConfig()
+    rc.validate()
+    network.validate()
+    S, meta = _build(network, rc)
+    _check_memory(S, rc, "the network")
+    _seed_events(S, meta)
+    end = int(S.g[L.G_END])
+    steps = 100 if progress is not None else 1
+    wall0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        S.g[L.G_END] = end if step == steps else end * step // steps
+        while True:
+            status = run_kernel(S)
+            if status == L.RS_GROW_CELLS:
+                S = _grow_cells(S)
+            elif status == L.RS_GROW_EVENTS:
+                S = _grow_events(S)
+            else:
+                break
+            _check_memory(S, rc, f"the run at t={S.g[L.G_NOW] / 1e9:.3f} s")
+        if progress is not None:
+            progress(step / steps)
+    wall = time.perf_counter() - wall0
+    return SimResult.from_state(S, meta, network, rc, wall)

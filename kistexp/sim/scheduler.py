@@ -1,0 +1,78 @@
+"""The scheduler interface (tor's ``scheduler_t``) and the channel state machine of §2.
+
+``run_scheduler`` and ``schedule`` dispatch on the node's scheduler kind to ``kist.py`` (KIST and,
+with the lite flag, KISTLite) or ``vanilla.py``; the rest of the simulator never knows which one
+it drives.  State transitions (§2):
+
+* ``has_waiting_cells``: WAITING_FOR_CELLS -> PENDING (+ schedule), IDLE -> WAITING_TO_WRITE;
+* ``wants_writes``: WAITING_TO_WRITE -> PENDING (+ schedule), IDLE -> WAITING_FOR_CELLS;
+* only a run moves a channel out of PENDING.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from kistexp.sim import layout as L
+from kistexp.sim.chanheap import pend_push
+from kistexp.sim.kist import kist_run, kist_schedule
+from kistexp.sim.vanilla import vanilla_run, vanilla_schedule
+
+
+@njit(cache=True)
+def schedule(S, node, t, after_run):
+    if S.ni[L.NI_SCHED, node] == L.SCHED_VANILLA:
+        vanilla_schedule(S, node, t, after_run)
+    else:
+        kist_schedule(S, node, t, after_run)
+
+
+@njit(cache=True)
+def has_waiting_cells(S, c, t):
+    st = S.ci[L.CI_STATE, c]
+    if st == L.ST_WAITING_FOR_CELLS:
+        S.ci[L.CI_STATE, c] = L.ST_PENDING
+        node = S.ci[L.CI_NODE, c]
+        pend_push(S, node, c)
+        schedule(S, node, t, False)
+    elif st == L.ST_IDLE:
+        S.ci[L.CI_STATE, c] = L.ST_WAITING_TO_WRITE
+
+
+@njit(cache=True)
+def wants_writes(S, c, t):
+    st = S.ci[L.CI_STATE, c]
+    if st == L.ST_WAITING_TO_WRITE:
+        S.ci[L.CI_STATE, c] = L.ST_PENDING
+        node = S.ci[L.CI_NODE, c]
+        pend_push(S, node, c)
+        schedule(S, node, t, False)
+    elif st == L.ST_IDLE:
+        S.ci[L.CI_STATE, c] = L.ST_WAITING_FOR_CELLS
+
+
+@njit(cache=True)
+def run_scheduler(S, node, t):
+    """The scheduler event callback: ``run()`` then ``schedule()`` (§2)."""
+    S.ni[L.NI_TIMER_AT, node] = -1
+    S.ni[L.NI_RUNS, node] += 1
+    kind = S.ni[L.NI_SCHED, node]
+    S.g[L.G_WW_N] = 0
+    if kind == L.SCHED_VANILLA:
+        moved = vanilla_run(S, node, t)
+    else:
+        moved = kist_run(S, node, t, kind == L.SCHED_KISTLITE)
+    S.ni[L.NI_LAST_RUN, node] = t + S.ni[L.NI_PASS_NS, node]
+    S.ni[L.NI_RUN_CELLS_LAST, node] = moved
+    n = S.g[L.G_RUNLOG_N]
+    if n < S.runlog.shape[1]:
+        S.runlog[0, n] = node
+        S.runlog[1, n] = t
+        S.runlog[2, n] = moved
+        S.g[L.G_RUNLOG_N] = n + 1
+    for i in range(S.g[L.G_WW_N]):
+        c = S.ww[i]
+        S.ci[L.CI_WW, c] = 0
+        wants_writes(S, c, t)
+    S.g[L.G_WW_N] = 0
+    schedule(S, node, t, True)

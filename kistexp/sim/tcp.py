@@ -1,0 +1,176 @@
+"""Kernel side of one socket: send buffer, TCP congestion window, NIC and link (§4 step 4, §6 inputs).
+
+Per socket: ``cwnd`` (segments), ``ssthresh``, ``unacked`` segments, ``mss``, ``notsent`` =
+write_seq - snd_nxt (what ``SIOCOUTQNSD`` reports), a send buffer (fixed, or autotuned like
+Linux's ``tcp_sndbuf_expand`` to about 4 * max(cwnd, 10) * mss of payload, never shrinking), and a
+one-way delay.  Data leaves in flights: whatever the window allows is sent at once, serialised by
+the node's NIC (a FIFO at ``nic_rate_bytes_per_s``), arrives one-way-delay later and is acked
+one more one-way delay later.  Slow start, congestion avoidance (cwnd grows only while the
+sender is cwnd-limited, as Linux's ``tcp_is_cwnd_limited``), restart after idle (RFC 2861, as
+``tcp_cwnd_restart``), and a seeded per-segment loss: a flight with a lost segment arrives one
+extra RTT later (fast retransmit, at least 0.2 ms) and halves cwnd.  Arrivals stay in order.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from kistexp.sim import layout as L
+from kistexp.sim.events import ev_push, rng_uniform
+
+RTO_MIN_NS = 200 * L.MS
+LOSS_EXTRA_MIN_NS = 200_000
+
+
+@njit(cache=True)
+def kernel_room(S, c):
+    return S.ci[L.CI_SNDBUF, c] - (S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_UNA, c])
+
+
+@njit(cache=True)
+def _track_peaks(S, node):
+    app = S.ni[L.NI_APP_BYTES, node]
+    kern = S.ni[L.NI_KERN_BYTES, node]
+    if app > S.ni[L.NI_PEAK_APP, node]:
+        S.ni[L.NI_PEAK_APP, node] = app
+    if kern > S.ni[L.NI_PEAK_KERN, node]:
+        S.ni[L.NI_PEAK_KERN, node] = kern
+    if app + kern > S.ni[L.NI_PEAK_TOTAL, node]:
+        S.ni[L.NI_PEAK_TOTAL, node] = app + kern
+
+
+@njit(cache=True)
+def tcp_send(S, c, t):
+    """Send what cwnd allows of the not-yet-sent bytes as one flight."""
+    notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
+    if notsent <= 0:
+        return
+    unacked = S.ci[L.CI_UNACKED, c]
+    if unacked == 0 and t - S.ci[L.CI_LAST_SEND, c] > RTO_MIN_NS + 4 * S.ci[L.CI_OWD_NS, c]:
+        # tcp_cwnd_restart: halve per RTO idle, not below min(IW, cwnd)
+        rto = RTO_MIN_NS + 4 * S.ci[L.CI_OWD_NS, c]
+        cw = S.cf[L.CF_CWND, c]
+        restart = min(float(S.ci[L.CI_INIT_CWND, c]), cw)
+        S.cf[L.CF_SSTHRESH, c] = max(S.cf[L.CF_SSTHRESH, c], 0.75 * cw)
+        delta = t - S.ci[L.CI_LAST_SEND, c] - rto
+        while delta > 0 and cw > restart:
+            cw = float(int(cw) >> 1)
+            delta -= rto
+        S.cf[L.CF_CWND, c] = max(cw, restart)
+    mss = S.ci[L.CI_MSS, c]
+    room = int(S.cf[L.CF_CWND, c]) - unacked
+    if room <= 0:
+        S.ci[L.CI_CWND_LIMITED, c] = 1
+        return
+    nbytes = min(notsent, room * mss)
+    segs = (nbytes + mss - 1) // mss
+    S.ci[L.CI_CWND_LIMITED, c] = 1 if nbytes < notsent or segs == room else 0
+    S.ci[L.CI_UNACKED, c] = unacked + segs
+    S.ci[L.CI_SND_NXT, c] += nbytes
+    S.ci[L.CI_LAST_SEND, c] = t
+    node = S.ci[L.CI_NODE, c]
+    dep = max(t, S.ni[L.NI_NIC_FREE, node])
+    rate = S.nf[L.NF_NIC_RATE, node]
+    leave = dep
+    if rate > 0.0:
+        leave = dep + int(nbytes * 1e9 / rate)
+        S.ni[L.NI_NIC_FREE, node] = leave
+    owd = S.ci[L.CI_OWD_NS, c]
+    arr = leave + owd
+    lost = False
+    p = S.cf[L.CF_LOSS_P, c]
+    if p > 0.0:
+        if rng_uniform(S) < 1.0 - (1.0 - p) ** segs:
+            lost = True
+            arr += max(2 * owd, LOSS_EXTRA_MIN_NS)
+            S.ci[L.CI_LOSSES, c] += 1
+    if arr < S.ci[L.CI_LAST_ARRIVAL, c]:
+        arr = S.ci[L.CI_LAST_ARRIVAL, c]
+    S.ci[L.CI_LAST_ARRIVAL, c] = arr
+    S.ci[L.CI_BYTES_SENT, c] += nbytes
+    ev_push(S, arr, L.EV_ARRIVAL, c, S.ci[L.CI_SND_NXT, c], leave)
+    ev_push(S, arr + owd, L.EV_ACK, c, segs, -nbytes if lost else nbytes)
+
+
+@njit(cache=True)
+def write_to_kernel(S, c, t):
+    """One write call (``connection_handle_write``): outbuf -> kernel, whole cells.
+
+    At most one bucket share (16448 B, §7.4) on rate-limited connections, and what the send
+    buffer has room for.  Returns True when the outbuf is now below ``orconn_low`` (the caller
+    then signals ``wants_writes``, §2).
+    """
+    ob = S.ci[L.CI_OB_BYTES, c]
+    if ob <= 0:
+        return True
+    node = S.ci[L.CI_NODE, c]
+    S.ni[L.NI_WRITES, node] += 1
+    share = L.WRITE_SHARE_BYTES if S.ci[L.CI_RATE_LIMITED, c] == 1 else ob
+    room = kernel_room(S, c)
+    moved = 0
+    while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
+        k = S.ci[L.CI_OB_HEAD, c]
+        nxt = S.cells[L.KI_NEXT, k]
+        S.ci[L.CI_OB_HEAD, c] = nxt
+        if nxt < 0:
+            S.ci[L.CI_OB_TAIL, c] = -1
+        seq = S.ci[L.CI_WRITE_SEQ, c] + L.CELL_SIZE
+        S.ci[L.CI_WRITE_SEQ, c] = seq
+        S.cells[L.KI_END_SEQ, k] = seq
+        S.cells[L.KI_T_KERN, k] = t
+        S.cells[L.KI_NEXT, k] = -1
+        tail = S.ci[L.CI_KQ_TAIL, c]
+        if tail < 0:
+            S.ci[L.CI_KQ_HEAD, c] = k
+        else:
+            S.cells[L.KI_NEXT, tail] = k
+        S.ci[L.CI_KQ_TAIL, c] = k
+        ob -= L.CELL_SIZE
+        room -= L.CELL_SIZE
+        moved += L.CELL_SIZE
+    S.ci[L.CI_OB_BYTES, c] = ob
+    if moved > 0:
+        S.ni[L.NI_BYTES_WRITTEN, node] += moved
+        S.ni[L.NI_APP_BYTES, node] -= moved
+        S.ni[L.NI_KERN_BYTES, node] += moved
+        _track_peaks(S, node)
+        tcp_send(S, c, t)
+    if ob > 0 and room >= L.CELL_SIZE and S.ci[L.CI_WRITE_EV, c] == 0:
+        # share-limited: the write event fires again in the next pass
+        S.ci[L.CI_WRITE_EV, c] = 1
+        ev_push(S, t, L.EV_WRITE, c, 0, 0)
+    return ob < L.ORCONN_LOW
+
+
+@njit(cache=True)
+def on_ack(S, c, t, segs, nbytes):
+    """An ACK for one flight: free the send buffer, grow or cut cwnd, send more, wake the writer."""
+    lost = nbytes < 0
+    if lost:
+        nbytes = -nbytes
+    before = S.ci[L.CI_UNACKED, c]
+    S.ci[L.CI_UNACKED, c] = before - segs
+    S.ci[L.CI_SND_UNA, c] += nbytes
+    node = S.ci[L.CI_NODE, c]
+    S.ni[L.NI_KERN_BYTES, node] -= nbytes
+    cw = S.cf[L.CF_CWND, c]
+    if lost:
+        cw = max(cw / 2.0, 2.0)
+        S.cf[L.CF_SSTHRESH, c] = cw
+    elif cw < S.cf[L.CF_SSTHRESH, c]:
+        if S.ci[L.CI_CWND_LIMITED, c] == 1 or cw < 2 * before:
+            cw = min(cw + segs, max(S.cf[L.CF_SSTHRESH, c], cw + 1.0))
+    elif S.ci[L.CI_CWND_LIMITED, c] == 1:
+        cw += segs / cw
+    S.cf[L.CF_CWND, c] = cw
+    if S.ci[L.CI_SNDBUF_MAX, c] > 0:
+        # autotuned send buffer (tcp_sndbuf_expand): grows with cwnd, never shrinks
+        want = 4 * max(int(cw), 10) * S.ci[L.CI_MSS, c]
+        if want > S.ci[L.CI_SNDBUF_MAX, c]:
+            want = S.ci[L.CI_SNDBUF_MAX, c]
+        if want > S.ci[L.CI_SNDBUF, c]:
+            S.ci[L.CI_SNDBUF, c] = want
+    tcp_send(S, c, t)
+    if S.ci[L.CI_OB_BYTES, c] > 0 and S.ci[L.CI_WRITE_EV, c] == 0 and kernel_room(S, c) >= L.CELL_SIZE:
+        S.ci[L.CI_WRITE_EV, c] = 1
+        ev_push(S, t, L.EV_WRITE, c, 0, 0)

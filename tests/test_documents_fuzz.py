@@ -1,0 +1,90 @@
+"""Property: any mutation of a vote, consensus, certificate or detached-signatures document gives a
+parsed document or a one-line DocumentError, never another exception (issue 3, "Bad input")."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kistexp.dirauth.documents import (
+    AuthorityIdentity,
+    AuthorityKeys,
+    RouterStatus,
+    StatusHeader,
+    dir_source_for_vote,
+    parse_detached_signatures,
+    parse_key_certificates,
+    parse_network_status,
+    render_consensus,
+    render_detached_signatures,
+    render_vote,
+    sign_body,
+    verify_signatures,
+)
+from kistexp.errors import DocumentError
+
+UTC = dt.timezone.utc
+VA = dt.datetime(2024, 1, 1, 12, tzinfo=UTC)
+# small keys: only the parser is under test here
+KEYS = AuthorityKeys.generate(published=dt.datetime(2024, 1, 1, tzinfo=UTC), identity_bits=1024, signing_bits=1024)
+ROUTERS = [
+    RouterStatus(f"r{i}", f"{i * 40:02X}" * 20, f"10.0.0.{i}", 9001, flags=("Fast", "Running", "Valid"),
+                 bandwidth=i * 10, version="Tor 0.4.8.13", or_addresses=("[::1]:9001",) if i == 1 else ())
+    for i in range(1, 4)
+]
+HEADER = StatusHeader.hourly(VA, params={"KISTSchedRunInterval": 2, "bwweightscale": 10000})
+VOTE = render_vote(HEADER, AuthorityIdentity("auth0", "127.0.0.1", 7000, 7100), KEYS, ROUTERS)
+_SOURCES = [dir_source_for_vote(parse_network_status(VOTE, "vote"))]
+NS = render_consensus(HEADER, _SOURCES, ROUTERS, [KEYS])
+MD = render_consensus(HEADER, _SOURCES, ROUTERS, [KEYS], flavor="microdesc")
+_ns, _md = parse_network_status(NS, "ns"), parse_network_status(MD, "md")
+DETACHED = render_detached_signatures(_ns, [sign_body(_ns.body, KEYS)], _md, [sign_body(_md.body, KEYS, "microdesc")])
+CERT = KEYS.certificate_text
+
+TOKENS = [" ", "\n", "x", "0", "-1", "=", "2147483648", "\r", "\x00", "é", "-----BEGIN SIGNATURE-----",
+          "-----END SIGNATURE-----", "r", "s", "directory-signature", "directory-footer", "params", "AAAA",
+          "2024-13-01 00:00:00", "dir-source", "dir-key-certificate-version 3"]
+
+
+def _parse(kind: str, text: str) -> None:
+    if kind == "cert":
+        parse_key_certificates(text, "fuzz")
+    elif kind == "detached":
+        parse_detached_signatures(text, "fuzz")
+    else:
+        doc = parse_network_status(text, "fuzz")
+        for r in doc.routers:  # every stored field must also build
+            assert r.identity
+        verify_signatures(doc, [KEYS.certificate], n_authorities=1)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_documents(data):
+    kind, original = data.draw(st.sampled_from(
+        [("vote", VOTE), ("ns", NS), ("md", MD), ("detached", DETACHED), ("cert", CERT)]))
+    # edits at character positions: cut a range, repeat a range, or insert a token
+    text = original
+    for _ in range(data.draw(st.integers(1, 3))):
+        start = data.draw(st.integers(0, len(text)))
+        end = min(len(text), start + data.draw(st.integers(0, 200)))
+        edit = data.draw(st.sampled_from(["cut", "repeat", "insert", "truncate"]))
+        if edit == "cut":
+            text = text[:start] + text[end:]
+        elif edit == "repeat":
+            text = text[:end] + text[start:end] + text[end:]
+        elif edit == "insert":
+            text = text[:start] + data.draw(st.sampled_from(TOKENS)) + text[start:]
+        else:
+            text = text[:start]
+    try:
+        _parse(kind, text)
+    except DocumentError as exc:
+        assert str(exc).startswith("fuzz") and "\n" not in str(exc)
+
+
+def test_fixtures_parse_unchanged():
+    for kind, text in (("vote", VOTE), ("ns", NS), ("md", MD), ("detached", DETACHED), ("cert", CERT)):
+        _parse(kind, text)

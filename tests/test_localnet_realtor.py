@@ -1,0 +1,100 @@
+"""Real tor: kistexp's params rule against tor's own consensus (issue 3, "Real parts to
+test against"; dirspec-params.md §1.3; real-tor.md "Params results").
+
+Three authorities from Debian's tor, each with a different ConsensusParams, vote on a
+10 s schedule. The consensus they publish, fetched with kistexp's directory client, must
+carry exactly the params kistexp computes from their votes; after one authority's params
+change (params.inc rewrite + SIGHUP, through the CLI) the next consensus built from the
+new vote must again match. Only the processes this test started are stopped.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import have_real_tor
+from typer.testing import CliRunner
+
+from kistexp.cli import app
+from kistexp.dirauth.documents import parse_network_status
+from kistexp.dirauth.voting import Vote, compute_consensus_params
+from kistexp.localnet import LocalNetwork, NetworkSpec
+from kistexp.localnet.network import free_base_port
+
+pytestmark = [
+    pytest.mark.realtor,
+    pytest.mark.slow,
+    pytest.mark.skipif(not have_real_tor(), reason="needs Debian's tor and tor-gencert"),
+    pytest.mark.timeout(150),
+]
+
+N_AUTHORITIES = 3
+INITIAL = (
+    # auth000 / auth001 disagree on KISTSchedRunInterval; auth002 votes an empty params line.
+    (("KISTSchedRunInterval", 10), ("pone", 1), ("ptwo", 4)),
+    (("KISTSchedRunInterval", 2), ("ptwo", 6)),
+    (),
+)
+
+
+def _predict(votes: dict) -> tuple[tuple[str, int], ...]:
+    parsed = [Vote(authority=name, params=parse_network_status(doc.text, doc.url).params)
+              for name, doc in votes.items()]
+    return compute_consensus_params(parsed, N_AUTHORITIES)
+
+
+@pytest.fixture
+def network(tmp_path):
+    spec = NetworkSpec(authorities=N_AUTHORITIES, relays=0, exits=0, clients=0,
+                       base_port=free_base_port(N_AUTHORITIES), consensus_params=INITIAL)
+    net = LocalNetwork.create(tmp_path / "net", spec)
+    try:
+        net.start()
+        yield net
+    finally:
+        outcome = net.stop()
+        assert all(v in ("terminated", "killed", "not started", "not running") for v in outcome.values()), outcome
+
+
+def test_consensus_params_match_kistexp_before_and_after_sighup(network: LocalNetwork) -> None:
+    network.wait_for_consensus(timeout_s=45)
+    consensus, votes = network.fetch_round(timeout_s=30)
+    assert sorted(votes) == ["auth000", "auth001", "auth002"]
+    # tor adds AuthDirMaxServersPerAddr=0 to every vote that has ConsensusParams (real-tor.md).
+    assert dict(votes["auth000"].params) == {"AuthDirMaxServersPerAddr": 0, "KISTSchedRunInterval": 10,
+                                             "pone": 1, "ptwo": 4}
+    assert votes["auth002"].params == ()
+    predicted = _predict(votes)
+    assert consensus.params == predicted
+    # T=3: n=2 is enough (2 > 1); low median of {2, 10} is 2 and of {4, 6} is 4; pone (n=1) is dropped.
+    assert predicted == (("AuthDirMaxServersPerAddr", 0), ("KISTSchedRunInterval", 2), ("ptwo", 4))
+
+    # The same consensus, fetched and signature-checked by the directory client.
+    with network.directory_client() as client:
+        checked = client.fetch_consensus("ns")
+    assert checked.valid_after >= consensus.valid_after
+    assert tuple(checked.params) == predicted or checked.valid_after > consensus.valid_after
+
+    # auth002 now votes KISTSchedRunInterval=5 ptwo=1: {2,5,10} -> 5 and {1,4,6} -> 4.
+    runner = CliRunner()
+    result = runner.invoke(app, ["localnet", "params", str(network.root), "auth002",
+                                 "ptwo=1 KISTSchedRunInterval=5", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["consensus_params"] == "KISTSchedRunInterval=5 ptwo=1"
+
+    after = consensus.valid_after
+    for _ in range(4):  # the new vote reaches a consensus one or two periods after the SIGHUP
+        consensus, votes = network.fetch_round(timeout_s=30, newer_than_valid_after=after)
+        if votes["auth002"].params:
+            break
+        after = consensus.valid_after
+    assert dict(votes["auth002"].params) == {"AuthDirMaxServersPerAddr": 0, "KISTSchedRunInterval": 5, "ptwo": 1}
+    assert consensus.params == _predict(votes)
+    assert consensus.params == (("AuthDirMaxServersPerAddr", 0), ("KISTSchedRunInterval", 5), ("ptwo", 4))
+
+    status = runner.invoke(app, ["localnet", "status", str(network.root), "--json"])
+    assert status.exit_code == 0, status.output
+    report = json.loads(status.output)
+    assert report["running"] == N_AUTHORITIES
+    assert report["consensus"]["params"].startswith("AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=")
