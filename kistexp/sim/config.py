@@ -56,6 +56,10 @@ class NodeConfig:
     resolution J of ``CLOCK_MONOTONIC_COARSE`` that quantises the KIST timer (§5.2; 4 ms on a
     HZ=250 kernel).  ``pass_time_us`` is the duration of the libevent pass that holds a scheduler
     run (the ``p`` of §5.2); it only matters for a 1 ms interval or very long passes.
+    ``cell_cpu_us`` is the CPU time the node's single event loop spends on each received cell (TLS
+    read, relay crypto, handling) before the cell is queued: arriving flights are processed one
+    after another, so a node saturates at 1 / cell_cpu_us cells per second.  The 2 us default is
+    the sum of the cost model's per-cell figures (two TLS passes, one AES layer, handling).
     ``nic_rate_bytes_per_s`` = 0 means an unlimited NIC.
     """
 
@@ -66,6 +70,7 @@ class NodeConfig:
     nic_rate_bytes_per_s: float = 0.0
     sock_buf_factor: float = 1.0
     pass_time_us: float = 10.0
+    cell_cpu_us: float = 2.0
 
     def validate(self, where: str = "node") -> None:
         if self.role not in ROLES:
@@ -80,6 +85,7 @@ class NodeConfig:
         _finite(where, "nic_rate_bytes_per_s", nic)
         _finite(where, "sock_buf_factor", self.sock_buf_factor)
         _finite(where, "pass_time_us", self.pass_time_us, minimum=0.0, strict=True)
+        _finite(where, "cell_cpu_us", self.cell_cpu_us)
 
 
 @attrs.frozen

@@ -241,6 +241,18 @@ def run_kernel(S):
         g[L.G_NOW] = t
         g[L.G_EVENTS] += 1
         if kind == L.EV_ARRIVAL:
+            node = S.ci[L.CI_PEER, a]
+            cost = S.ni[L.NI_CELL_CPU_NS, node]
+            if cost > 0:
+                # the node's event loop reads and processes the flight when its CPU is free
+                k = S.ci[L.CI_KQ_HEAD, a]
+                ncells = (b - S.cells[L.KI_END_SEQ, k]) // L.CELL_SIZE + 1 if k >= 0 else 0
+                done = max(t, S.ni[L.NI_CPU_FREE, node]) + ncells * cost
+                S.ni[L.NI_CPU_FREE, node] = done
+                ev_push(S, done, L.EV_DELIVER, a, b, c)
+            else:
+                on_arrival(S, a, b, c, t)
+        elif kind == L.EV_DELIVER:
             on_arrival(S, a, b, c, t)
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)

@@ -210,6 +210,7 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_TICK_NS, i] = max(1, int(round(n.kernel_tick_ms * L.MS)))
         ni[L.NI_PASS_NS, i] = max(1, int(round(n.pass_time_us * 1000)))
         ni[L.NI_TIMER_AT, i] = -1
+        ni[L.NI_CELL_CPU_NS, i] = int(round(n.cell_cpu_us * 1000))
         ni[L.NI_EWMA_TICK, i] = 1000
         # tor's EWMA tick clock starts at a random phase (§11.4)
         ni[L.NI_EWMA_START_MS, i] = -int(rng.integers(0, rc.ewma.tick_s * 1000)) * L.MS
