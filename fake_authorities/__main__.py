@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fake_authorities.serve import describe, serve
+from fake_authorities.serve import describe, parse_population, serve
 from kistexp.errors import KistexpError
 
 
@@ -23,13 +23,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="attach simulated caches and clients, e.g. 200,1000")
     args = p.parse_args(argv)
     try:
-        population = None
-        if args.population:
-            try:
-                caches, clients = (int(x) for x in args.population.split(","))
-            except ValueError:
-                raise KistexpError(f"--population {args.population!r}: expected CACHES,CLIENTS") from None
-            population = (caches, clients)
+        population = parse_population(args.population)
         serve(args.count, args.port, args.interval, args.token, args.state_dir, args.host, population,
               on_ready=lambda net: print("\n".join(describe(net)), flush=True))
     except KistexpError as exc:

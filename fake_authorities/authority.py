@@ -7,7 +7,6 @@ over HTTP. Every method is thread-safe (the DirPort serves from other threads).
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -18,11 +17,11 @@ import attrs
 from fake_authorities import docs
 from fake_authorities.dirport import ServedConsensus
 from fake_authorities.faults import Fault
-from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate, tor_verify
+from kistexp.dirauth.keys import AuthorityKeys, DocumentSignature, KeyCertificate, tor_verify
+from kistexp.dirauth.netstatus import NetworkStatus
 from kistexp.dirauth.voting import VoteRejected, own_vote_params, signatures_needed
 from kistexp.errors import KistexpError
 
-FLAVOURS = ("ns", "microdesc")
 SIG_ALGORITHM = {"ns": "sha1", "microdesc": "sha256"}
 
 
@@ -34,7 +33,7 @@ class HeldVote:
     text: bytes
     digest: str  # SHA-1 hex of the signed part (vote-digest, /d/ URLs)
     valid_after: float
-    parsed: Any
+    parsed: NetworkStatus
 
 
 @attrs.frozen
@@ -53,8 +52,9 @@ class _Pending:
 
     def __init__(self, body: str) -> None:
         self.body = body
-        self.digest = docs.signed_digest(body, "sha1")  # ns digest names the consensus in detached sigs
-        self.signatures: dict[str, Any] = {}  # v3ident -> DocumentSignature
+        # The ns digest names the consensus in detached signatures (consensus-digest).
+        self.digest = docs.signed_digest(body, "sha1").hex().upper()
+        self.signatures: dict[str, DocumentSignature] = {}  # by signer v3ident
 
 
 class FakeAuthority:
@@ -103,7 +103,7 @@ class FakeAuthority:
         params = own_vote_params(list(lines))
         with self._lock:
             self.consensus_params = lines
-            self._note(f"ConsensusParams set to {' '.join(lines) or '(none)'}; applies from the next vote")
+            self.note(f"ConsensusParams set to {' '.join(lines) or '(none)'}; applies from the next vote")
         return params
 
     def vote_params(self) -> tuple[tuple[str, int], ...]:
@@ -130,7 +130,8 @@ class FakeAuthority:
     def _signing_keys(self) -> AuthorityKeys:
         return self._wrong_keys if self.has("wrong-key") and self._wrong_keys else self.keys
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
+        """Keep a short log line (shown by the operator status) of what happened and why."""
         self.log.append(f"{time.strftime('%H:%M:%S', time.gmtime(self._now()))} {text}")
         del self.log[:-50]
 
@@ -155,7 +156,7 @@ class FakeAuthority:
                 try:
                     params = self.vote_params()
                 except VoteRejected as exc:
-                    self._note(f"Couldn't store my own vote: {exc}")
+                    self.note(f"Couldn't store my own vote: {exc}")
                     return None
                 text = docs.render_vote(
                     self._signing_keys(), nickname=self.nickname,
@@ -182,10 +183,10 @@ class FakeAuthority:
             try:
                 held = self._parse_vote(body)
             except KistexpError as exc:
-                self._note(f"rejected vote: {exc}")
+                self.note(f"rejected vote: {exc}")
                 return 400, "Couldn't parse vote"
             if held.valid_after != self.round_va:
-                self._note(f"rejected vote from {held.voter}: valid-after is not the upcoming one")
+                self.note(f"rejected vote from {held.voter}: valid-after is not the upcoming one")
                 return 400, "Vote has the wrong valid-after time"
             self.held["next"][held.voter] = held
             return 200, "Vote stored"
@@ -197,7 +198,7 @@ class FakeAuthority:
         if cert is None:
             raise docs.DocumentError(f"vote from unknown authority {voter}")
         docs.check_vote_signature(parsed, cert, f"vote from {voter}")
-        return HeldVote(voter, body, docs.vote_digest(parsed), docs.valid_after(parsed), parsed)
+        return HeldVote(voter, body, parsed.digest, parsed.valid_after.timestamp(), parsed)
 
     def missing_voters(self) -> list[str]:
         with self._lock:
@@ -215,10 +216,15 @@ class FakeAuthority:
             try:
                 bodies = docs.compute_consensus_bodies(votes, self.n_authorities)
             except KistexpError as exc:
-                self._note(f"no consensus this round: {exc}")
+                self.note(f"no consensus this round: {exc}")
                 return None
             self.pending = {fl: _Pending(body) for fl, body in bodies.items()}
             if self.has("refuse-sign"):
+                return None
+            if self.v3ident not in self.held["next"]:
+                # tor cannot parse a consensus signed by an authority that is not one of its
+                # voters ("ID on signature ... does not match any declared directory source").
+                self.note("my own vote is not among the votes held: not signing")
                 return None
             keys = self._signing_keys()
             for fl, pend in self.pending.items():
@@ -250,7 +256,7 @@ class FakeAuthority:
             try:
                 detached = docs.parse_detached(body, f"signatures posted to {self.nickname}")
             except KistexpError as exc:
-                self._note(f"rejected signatures: {exc}")
+                self.note(f"rejected signatures: {exc}")
                 return 400, "Couldn't parse signatures"
             if detached.consensus_digest != self.pending["ns"].digest:
                 return 400, "Signatures are for a different consensus"
@@ -259,8 +265,10 @@ class FakeAuthority:
                 pend = self.pending.get(fl)
                 if pend is None:
                     continue
-                digest = docs.signed_digest(pend.body, SIG_ALGORITHM[fl], raw=True)
+                digest = docs.signed_digest(pend.body, SIG_ALGORITHM[fl])
                 for sig in sigs:
+                    if sig.identity not in self.held["next"]:
+                        continue  # only the consensus's own voters may sign it
                     cert = self._peers().get(sig.identity)
                     if cert is None or sig.signing_key_digest != cert.signing_key_digest:
                         continue
@@ -281,14 +289,15 @@ class FakeAuthority:
             done = False
             for fl, pend in self.pending.items():
                 if len(pend.signatures) < needed:
-                    self._note(f"not publishing the {fl} consensus for {_fmt(va)}: "
+                    self.note(f"not publishing the {fl} consensus for {_fmt(va)}: "
                                f"{len(pend.signatures)} signatures, {needed} needed")
                     continue
                 text = docs.assemble(pend.body, list(pend.signatures.values())).encode()
                 meta = docs.consensus_meta(text)
                 served = ServedConsensus(
                     text=text, valid_after=meta.valid_after, fresh_until=meta.fresh_until,
-                    valid_until=meta.valid_until, sha3_hex=hashlib.sha3_256(text).hexdigest(),
+                    valid_until=meta.valid_until,
+                    sha3_hex=docs.signed_digest(pend.body, "sha3_256").hex(),
                     signer_v3idents=tuple(sorted(pend.signatures)),
                 )
                 pub = Published(fl, meta.valid_after, meta.params,
@@ -312,9 +321,10 @@ class FakeAuthority:
                 return attrs.evolve(pub.served, text=text[: len(text) // 2])
             return pub.served
 
-    def pending_consensus_ns(self) -> bytes | None:
+    def pending_consensus(self, flavour: str) -> bytes | None:
+        """The consensus being signed, with the signatures collected so far (VA-Dist .. VA)."""
         with self._lock:
-            pend = self.pending.get("ns")
+            pend = self.pending.get(flavour)
             if pend is None or not pend.signatures:
                 return None
             return docs.assemble(pend.body, list(pend.signatures.values())).encode()

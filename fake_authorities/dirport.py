@@ -8,6 +8,7 @@ transport (``fake_authorities.transport``).
 from __future__ import annotations
 
 import email.utils
+import functools
 import gzip
 import lzma
 import re
@@ -45,6 +46,7 @@ class DirRequest:
     headers: dict[str, str]  # lower-case names
     body: bytes = b""
     peer: str = "127.0.0.1"
+    query: str = ""
 
 
 @attrs.frozen
@@ -72,7 +74,7 @@ class ServedConsensus:
     valid_after: float  # POSIX seconds
     fresh_until: float
     valid_until: float
-    sha3_hex: str  # SHA3-256 of the whole document, for X-Or-Diff-From-Consensus
+    sha3_hex: str  # SHA3-256 of the signed part (tor's digest_sha3_as_signed): X-Or-Diff-From-Consensus
     signer_v3idents: tuple[str, ...]
 
 
@@ -80,7 +82,7 @@ class AuthorityView(Protocol):
     """What the DirPort reads from an authority (implemented by FakeAuthority)."""
 
     def served_consensus(self, flavour: str) -> ServedConsensus | None: ...
-    def pending_consensus_ns(self) -> bytes | None: ...
+    def pending_consensus(self, flavour: str) -> bytes | None: ...
     def pending_detached_signatures(self) -> bytes | None: ...
     def own_vote(self, which: str) -> bytes | None: ...
     def votes_by_ident(self, which: str, idents: Iterable[str]) -> list[bytes]: ...
@@ -94,7 +96,9 @@ class AuthorityView(Protocol):
 # --- compression --------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=32)
 def compress(data: bytes, encoding: str) -> bytes:
+    """``data`` in one Content-Encoding; cached, as tor keeps documents precompressed."""
     if encoding == "identity":
         return data
     if encoding == "deflate":  # a zlib stream, not raw deflate (§5.2)
@@ -166,8 +170,8 @@ class DirPortApp:
             return self._consensus(m["flav"], m["rest"], req, accepted)
         if path.startswith("/tor/keys/"):
             return self._keys(path[len("/tor/keys/"):], accepted)
-        if path == "/tor/status-vote/next/consensus":
-            doc = self.authority.pending_consensus_ns()
+        if path in ("/tor/status-vote/next/consensus", "/tor/status-vote/next/consensus-microdesc"):
+            doc = self.authority.pending_consensus("microdesc" if path.endswith("-microdesc") else "ns")
             return self._ok(doc, accepted, no_cache=True) if doc else error(404)
         if path == "/tor/status-vote/next/consensus-signatures":
             doc = self.authority.pending_detached_signatures()
@@ -226,7 +230,8 @@ class DirPortApp:
             if parsed is not None and served.valid_after < parsed.timestamp():
                 return error(304)
         diff_from = req.headers.get("x-or-diff-from-consensus", "")
-        if diff_from and served.sha3_hex.lower() in {d.strip().lower() for d in diff_from.split(",")}:
+        # tor lists the digests of the consensuses it holds separated by spaces (dirclient.c)
+        if diff_from and served.sha3_hex.lower() in diff_from.replace(",", " ").lower().split():
             return error(304)
         # Consensus replies never carry Content-Length (they are spooled, §5.2).
         return self._ok(served.text, accepted, expires_at=served.fresh_until, length=False,
@@ -381,26 +386,30 @@ def _make_handler(app: Callable[[DirRequest], DirResponse], gate: Gate) -> type[
                 return
             if gate.delay_s > 0:
                 time.sleep(gate.delay_s)
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_POST_BYTES:
-                self._send(error(400, "Body too large"), method)
+            raw_length = (self.headers.get("Content-Length") or "0").strip()
+            length = int(raw_length) if raw_length.isdigit() else -1
+            if not 0 <= length <= MAX_POST_BYTES:
+                self._send(error(400, "Bad Content-Length"), method)
                 return
             body = self.rfile.read(length) if length > 0 else b""
-            path = self.path.split("?", 1)[0]
+            path, _, query = self.path.partition("?")
             headers = {k.lower(): v for k, v in self.headers.items()}
             try:
-                resp = app(DirRequest(method, path, headers, body, self.client_address[0]))
+                resp = app(DirRequest(method, path, headers, body, self.client_address[0], query))
             except Exception:  # a bug must not kill the server thread; report 503 like a busy tor
                 resp = error(503)
             self._send(resp, method)
 
         def _send(self, resp: DirResponse, method: str) -> None:
-            self.send_response_only(resp.status, resp.reason_phrase)
-            for k, v in resp.headers:
-                self.send_header(k, v)
-            self.end_headers()
-            if resp.body and method != "HEAD":
-                self.wfile.write(resp.body)
+            try:
+                self.send_response_only(resp.status, resp.reason_phrase)
+                for k, v in resp.headers:
+                    self.send_header(k, v)
+                self.end_headers()
+                if resp.body and method != "HEAD":
+                    self.wfile.write(resp.body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (timed out): nothing to tell it
 
         def do_GET(self) -> None:  # noqa: N802
             self._serve("GET")

@@ -10,6 +10,7 @@ in-process transport when the network does not listen).
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
@@ -31,6 +32,9 @@ from fake_authorities.transport import InProcessTransport, Route
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
 from kistexp.errors import KistexpError
+
+if TYPE_CHECKING:
+    from fake_authorities.population import Population
 
 HOUR_S = 3600.0
 
@@ -93,8 +97,9 @@ class Timing:
         return self.round_for(va)
 
     def voting_delay_line(self) -> tuple[int, int]:
-        """Whole seconds for the ``voting-delay`` line (at least 1)."""
-        return max(1, round(self.vote_delay_s)), max(1, round(self.dist_delay_s))
+        """Whole seconds for the ``voting-delay`` line: at least 2 each, tor's MIN_VOTE_SECONDS
+        and MIN_DIST_SECONDS, below which tor refuses to parse the document (§2.2)."""
+        return max(2, round(self.vote_delay_s)), max(2, round(self.dist_delay_s))
 
 
 def default_nicknames(count: int) -> list[str]:
@@ -172,10 +177,14 @@ class FakeAuthorityNetwork:
         self.count = count
         self.timing = Timing.scaled(interval_s, vote_delay_s, dist_delay_s)
         self.host = host
-        self.base_port = port
+        # Without sockets the ports are only names for the in-process transport.
+        self.base_port = port if listen or port else 17000
         self.listen = listen
-        self.token = token or secrets.token_urlsafe(18)
         self.state_dir = Path(state_dir) if state_dir else None
+        saved_token = self.state_dir / "operator-token" if self.state_dir else None
+        if token is None and saved_token is not None and saved_token.is_file():
+            token = saved_token.read_text().strip() or None  # a restart keeps the operator's token
+        self.token = token or secrets.token_urlsafe(18)
         self.names = list(nicknames) if nicknames else default_nicknames(count)
         if len(self.names) != count or len(set(n.lower() for n in self.names)) != count:
             raise NetworkError(f"need {count} distinct nicknames, got {self.names}")
@@ -196,8 +205,9 @@ class FakeAuthorityNetwork:
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
+        self._io_pool: ThreadPoolExecutor | None = None
         self._http: httpx.Client | None = None
-        self.population: Any = None
+        self.population: Population | None = None
         self.current_round: Round | None = None
         self.rounds_done = 0
         self.started = False
@@ -239,9 +249,11 @@ class FakeAuthorityNetwork:
                 raise NetworkError(f"cannot listen on {self.host}: {exc.strerror or exc}") from None
         else:
             for i, name in enumerate(self.names, start=1):
-                self._ports[name] = self.base_port + i if self.base_port else 17000 + i
+                self._ports[name] = self.base_port + i
                 self.authorities[name].dirport = self.authorities[name].orport = self._ports[name]
         self._pool = ThreadPoolExecutor(max_workers=max(4, self.count), thread_name_prefix="fake-auth")
+        self._io_pool = ThreadPoolExecutor(max_workers=min(64, max(8, self.count * (self.count - 1))),
+                                           thread_name_prefix="fake-auth-io")
         self._http = httpx.Client(transport=None if self.listen else self.transport(),
                                   timeout=httpx.Timeout(max(1.0, self.timing.interval_s / 2)))
         self._write_state()
@@ -260,8 +272,9 @@ class FakeAuthorityNetwork:
             srv.close()
         if self.operator_server is not None:
             self.operator_server.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        for pool in (self._pool, self._io_pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
         if self._http is not None:
             self._http.close()
         self.started = False
@@ -274,6 +287,13 @@ class FakeAuthorityNetwork:
 
     def _apply_initial_params(self) -> None:
         init = self._initial_params
+        saved = self.state_dir / "consensus-params.json" if self.state_dir else None
+        if init is None and saved is not None and saved.is_file():
+            # ConsensusParams set through the operator API survive a restart, as a torrc would.
+            try:
+                init = {n: p for n, p in json.loads(saved.read_text()).items() if n in self.authorities}
+            except ValueError:
+                raise NetworkError(f"{saved}: not valid JSON") from None
         if init is None:
             return
         if isinstance(init, Mapping) and all(n in self.authorities for n in init):
@@ -293,6 +313,10 @@ class FakeAuthorityNetwork:
         token_file = self.state_dir / "operator-token"
         token_file.write_text(self.token + "\n")
         os.chmod(token_file, 0o600)
+
+    def now(self) -> float:
+        """The network's clock (POSIX seconds)."""
+        return self._now()
 
     # -- addressing --------------------------------------------------------------------
 
@@ -373,7 +397,7 @@ class FakeAuthorityNetwork:
             elif not srv.listening:
                 srv.listen()
 
-    def attach_population(self, caches: int = 100, clients: int = 100, seed: int = 1) -> Any:
+    def attach_population(self, caches: int = 100, clients: int = 100, seed: int = 1) -> Population:
         """Simulated relays (directory caches) and clients fetching per the propagation model."""
         from fake_authorities.population import Population
 
@@ -450,7 +474,7 @@ class FakeAuthorityNetwork:
                     return
             except Exception as exc:  # keep voting next round; the status log tells why
                 for a in self.authorities.values():
-                    a._note(f"voting round failed: {type(exc).__name__}: {exc}")
+                    a.note(f"voting round failed: {type(exc).__name__}: {exc}")
             self.rounds_done += 1
             with self._cond:
                 self._cond.notify_all()
@@ -468,19 +492,23 @@ class FakeAuthorityNetwork:
             self._active(),
             lambda a: (a.nickname, a.make_vote(rnd.valid_after, rnd.fresh_until, rnd.valid_until,
                                                vote_delay, dist_delay))))
-        self._parallel([(a, v) for a, v in ((self.authorities[n], v) for n, v in votes.items()) if v],
-                       lambda av: self._upload(av[0], "/tor/post/vote", av[1]))
+        for name, vote in votes.items():
+            self._upload(self.authorities[name], "/tor/post/vote", vote, timeout_s=self.timing.vote_delay_s)
         if not self._sleep_until(rnd.vote_cutoff):
             return False
-        self._parallel(self._active(), self._fetch_missing_votes)
+        self._io([lambda a=a, i=i: self._fetch_vote(a, i) for a in self._active() for i in a.missing_voters()],
+                 until=rnd.consensus_at)
         if not self._sleep_until(rnd.consensus_at):
             return False
         detached = dict(self._parallel(self._active(), lambda a: (a.nickname, a.compute_consensus())))
-        self._parallel([(self.authorities[n], d) for n, d in detached.items() if d],
-                       lambda ad: self._upload(ad[0], "/tor/post/consensus-signature", ad[1]))
+        for name, sigs in detached.items():
+            if sigs:
+                self._upload(self.authorities[name], "/tor/post/consensus-signature", sigs,
+                             timeout_s=self.timing.dist_delay_s / 2)
         if not self._sleep_until(rnd.signature_fetch_at):
             return False
-        self._parallel(self._active(), self._fetch_missing_signatures)
+        self._io([lambda a=a, p=p: self._fetch_signatures(a, p) for a in self._active()
+                  for p in self.authorities.values() if p is not a], until=rnd.valid_after)
         if not self._sleep_until(rnd.valid_after):
             return False
         names = {a.v3ident: a.nickname for a in self.authorities.values()}
@@ -489,6 +517,7 @@ class FakeAuthorityNetwork:
         return True
 
     def _parallel(self, items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
+        """Run one step for each authority at once; a failing one is logged and skipped."""
         assert self._pool is not None
         futures = [self._pool.submit(fn, item) for item in items]
         out = []
@@ -496,54 +525,59 @@ class FakeAuthorityNetwork:
             try:
                 out.append(f.result(timeout=self.timing.interval_s))
             except Exception as exc:  # one authority's trouble must not stop the round
-                out.append(None)
                 for a in self.authorities.values():
-                    a._note(f"{type(exc).__name__}: {exc}")
+                    a.note(f"{type(exc).__name__}: {exc}")
         return [o for o in out if o is not None]
+
+    def _io(self, tasks: list[Callable[[], None]], until: float | None = None) -> None:
+        """Start one request per task (each with its own timeout); wait for them at most until
+        ``until``, like an authority's asynchronous connections (None: do not wait)."""
+        assert self._io_pool is not None
+        futures = [self._io_pool.submit(t) for t in tasks]
+        if until is not None and futures:
+            concurrent.futures.wait(futures, timeout=max(0.0, until - self._now()))
 
     def _url(self, auth: FakeAuthority, path: str) -> str:
         return f"http://{self.host}:{auth.dirport}{path}"
 
-    def _upload(self, sender: FakeAuthority, path: str, body: bytes) -> None:
-        """POST to every other authority, as an authority uploads its vote / signatures."""
+    def _upload(self, sender: FakeAuthority, path: str, body: bytes, timeout_s: float) -> None:
+        """POST to every other authority at once, as an authority uploads its vote or signatures."""
         slow = sender.faults.get("slow")
-        if slow:
-            time.sleep(slow.delay_s)
-        for peer in self.authorities.values():
-            if peer is sender or self._stop.is_set():
-                continue
+        delay = slow.delay_s if slow else 0.0
+
+        def post(peer: FakeAuthority) -> None:
+            if delay:
+                time.sleep(delay)
             try:
                 assert self._http is not None
-                self._http.post(self._url(peer, path), content=body)
+                self._http.post(self._url(peer, path), content=body, timeout=max(0.2, timeout_s))
             except httpx.HTTPError:
                 pass  # a down peer: it will fetch what it misses, or go without
 
-    def _fetch_missing_votes(self, auth: FakeAuthority) -> None:
-        for ident in auth.missing_voters():
-            peer = self.authority(ident)
-            if peer is auth:
-                continue
-            try:
-                assert self._http is not None
-                r = self._http.get(self._url(peer, "/tor/status-vote/next/authority"),
-                                   headers={"Accept-Encoding": "identity"})
-            except httpx.HTTPError:
-                continue
-            if r.status_code == 200:
-                auth.receive_vote(r.content, fetched=True)
+        self._io([lambda p=p: post(p) for p in self.authorities.values() if p is not sender])
 
-    def _fetch_missing_signatures(self, auth: FakeAuthority) -> None:
-        for peer in self.authorities.values():
-            if peer is auth:
-                continue
-            try:
-                assert self._http is not None
-                r = self._http.get(self._url(peer, "/tor/status-vote/next/consensus-signatures"),
-                                   headers={"Accept-Encoding": "identity"})
-            except httpx.HTTPError:
-                continue
-            if r.status_code == 200:
-                auth.receive_signatures(r.content)
+    def _get(self, peer: FakeAuthority, path: str, timeout_s: float) -> bytes | None:
+        try:
+            assert self._http is not None
+            r = self._http.get(self._url(peer, path), headers={"Accept-Encoding": "identity"},
+                               timeout=max(0.2, timeout_s))
+        except httpx.HTTPError:
+            return None
+        return r.content if r.status_code == 200 else None
+
+    def _fetch_vote(self, auth: FakeAuthority, ident: str) -> None:
+        """At the vote cutoff: ask a missing voter for its vote itself (§2.2)."""
+        peer = self.authority(ident)
+        if peer is not auth:
+            body = self._get(peer, "/tor/status-vote/next/authority", self.timing.vote_delay_s / 2)
+            if body:
+                auth.receive_vote(body, fetched=True)
+
+    def _fetch_signatures(self, auth: FakeAuthority, peer: FakeAuthority) -> None:
+        """At VA - Dist/2: collect the signatures another authority holds (§2.2)."""
+        body = self._get(peer, "/tor/status-vote/next/consensus-signatures", self.timing.dist_delay_s / 2)
+        if body:
+            auth.receive_signatures(body)
 
 
 def _fmt(t: float) -> str:

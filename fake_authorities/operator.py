@@ -47,7 +47,7 @@ class OperatorApi:
         self.network = network
 
     def handle(self, req: DirRequest) -> DirResponse:
-        path, _, query = req.path.partition("?")
+        path, query = req.path, req.query
         if not path.startswith(PREFIX + "/"):
             return _problem(404, f"unknown path {path}; the operator API lives under {PREFIX}/")
         auth = req.headers.get("authorization", "")

@@ -12,6 +12,7 @@ recorded, so the adoption of each valid-after -- and hence of its params -- can 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import threading
 import time
@@ -55,7 +56,7 @@ class Population:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._valid: dict[str, bool] = {}  # sha3 of a served consensus -> verified?
+        self._checked: dict[bytes, docs.ConsensusMeta | None] = {}  # by SHA-1 of the text served
         self.started_at = 0.0
 
     # -- timing ----------------------------------------------------------------------
@@ -71,7 +72,7 @@ class Population:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Population:
-        now = self.network._now()
+        now = self.network.now()
         self.started_at = now
         with self._lock:
             for node in self.nodes:  # no live consensus: fetch at once (next check)
@@ -87,14 +88,14 @@ class Population:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            now = self.network._now()
+            now = self.network.now()
             with self._lock:
                 due = []
                 while self._heap and self._heap[0][0] <= now:
                     due.append(heapq.heappop(self._heap)[1])
                 wait = (self._heap[0][0] - now) if self._heap else 0.5
             for ident in due:
-                self._fetch(self.nodes[ident], now)
+                self._fetch(self.nodes[ident], self.network.now())
             self._stop.wait(max(0.01, min(wait, 0.25)))
 
     # -- fetching --------------------------------------------------------------------
@@ -107,20 +108,19 @@ class Population:
         served = auth.served_consensus("microdesc")
         if served is None:
             return None
-        ok = self._valid.get(served.sha3_hex)
-        if ok is None:
-            ok = self._valid[served.sha3_hex] = self._verify(served.text)
-        if not ok:
-            return None
-        meta = docs.consensus_meta(served.text)
-        return meta.valid_after, meta.fresh_until, meta.params
+        key = hashlib.sha1(served.text).digest()  # a truncated copy must not pass as the good one
+        if key not in self._checked:
+            self._checked[key] = self._verify(served.text)
+        meta = self._checked[key]
+        return None if meta is None else (meta.valid_after, meta.fresh_until, meta.params)
 
-    def _verify(self, text: bytes) -> bool:
+    def _verify(self, text: bytes) -> docs.ConsensusMeta | None:
+        """The consensus's times and params if it parses and carries enough valid signatures."""
         try:
             docs.verify_consensus(text, self.network.certificates(), self.network.count)
+            return docs.consensus_meta(text)
         except KistexpError:
-            return False
-        return True
+            return None
 
     def _fetch(self, node: Node, now: float) -> None:
         if node.kind == "cache":

@@ -23,12 +23,28 @@ def parse_interval(text: str) -> int:
     return seconds
 
 
+def parse_population(text: str | None) -> tuple[int, int] | None:
+    """``CACHES,CLIENTS`` (e.g. ``200,1000``) for ``--population``."""
+    if not text:
+        return None
+    try:
+        caches, clients = (int(x) for x in text.split(","))
+    except ValueError:
+        raise NetworkError(f"--population {text!r}: expected CACHES,CLIENTS, e.g. 200,1000") from None
+    if caches < 1 or clients < 0 or caches + clients > 200_000:
+        raise NetworkError(f"--population {text!r}: need at least one cache and at most 200000 nodes")
+    return caches, clients
+
+
 def describe(net: FakeAuthorityNetwork) -> list[str]:
     """What an operator needs: DirPorts with identities, the operator API and its token."""
     lines = [f"{net.count} fake authorities, one voting hour every {net.timing.interval_s} s "
              f"(vote {net.timing.vote_delay_s:.2f} s, dist {net.timing.dist_delay_s:.2f} s)"]
     for a in net.directory_authorities():
         lines.append(f"  {a.nickname:<11} http://{a.address}:{a.dirport}  v3ident {a.v3ident}")
+    if net.timing.interval_s < 10:
+        lines.append("note: tor refuses consensuses fresh for less than 10 s (TestingTorNetwork minimum); "
+                     "use --interval 10s or more if a real tor reads these documents")
     lines.append(f"operator API: {net.operator_url}/kistexp/operator/status")
     lines.append(f"operator token: {net.token}")
     if net.state_dir:

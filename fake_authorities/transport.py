@@ -53,7 +53,11 @@ class InProcessTransport(httpx.BaseTransport):
                 raise httpx.ReadTimeout("timed out (authority slow)", request=request)
             time.sleep(gate.delay_s)
         headers = {k.lower(): v for k, v in request.headers.items()}
-        resp = handler(DirRequest(request.method, request.url.path, headers, request.read(), "127.0.0.1"))
+        try:
+            resp = handler(DirRequest(request.method, request.url.path, headers, request.read(), "127.0.0.1",
+                                      request.url.query.decode()))
+        except Exception:  # as the socket server: a bug answers 503, it does not leak out
+            resp = DirResponse(503)
         return httpx.Response(
             resp.status,
             headers=list(resp.headers),

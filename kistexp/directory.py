@@ -18,6 +18,7 @@ Errors are DirectoryError / DocumentError with one line naming the authority and
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import lzma
 import random
@@ -31,7 +32,13 @@ from typing import Any
 import attrs
 import httpx
 
+from kistexp.dirauth import documents
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
+from kistexp.dirauth.documents import KeyCertificate, NetworkStatus, SignatureCheck
+from kistexp.dirauth.paramsline import sort_params
+from kistexp.dirauth.voting import Vote, tally_params
+from kistexp.dirauth.whatif import describe_tally
 from kistexp.errors import DirectoryError, DocumentError, KistexpError
 
 #: What tor clients offer, best first (§5: lzma > zstd > deflate > gzip > identity).
@@ -95,8 +102,8 @@ def parse_authority_spec(spec: str) -> Endpoint:
 class Limits:
     """Bounds on one response; the defaults leave room for a full live vote."""
 
-    max_body_bytes: int = 32 * 1024 * 1024  # bytes read off the wire
-    max_decoded_bytes: int = 64 * 1024 * 1024  # bytes after decompression
+    max_body_bytes: int = MAX_DOCUMENT_BYTES  # bytes read off the wire
+    max_decoded_bytes: int = MAX_DOCUMENT_BYTES  # bytes after decompression: no parser takes more
     max_ratio: int = BOMB_MAX_RATIO
     ratio_check_after_bytes: int = BOMB_CHECK_AFTER_BYTES
 
@@ -201,13 +208,6 @@ def _decode_stream(encoding: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
 # --- the client ---------------------------------------------------------------------
 
 
-def _doc_module() -> Any:
-    # Imported late: the document layer is large and only needed once a body arrives.
-    from kistexp.dirauth import documents
-
-    return documents
-
-
 class DirectoryClient:
     """Fetch consensuses, votes and key certificates from a list of DirPorts.
 
@@ -231,7 +231,7 @@ class DirectoryClient:
         limits: Limits | None = None,
         accept_encodings: Sequence[str] = ACCEPT_ENCODINGS,
         n_authorities: int | None = None,
-        certificates: Iterable[Any] | None = None,
+        certificates: Iterable[KeyCertificate] | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -259,10 +259,10 @@ class DirectoryClient:
             headers={"User-Agent": "kistexp-directory-client"},
         )
         # State kept across calls; replaced only by documents that passed every check.
-        self.certificates: dict[str, Any] = {}
-        self.consensus: dict[str, Any] = {}
+        self.certificates: dict[str, KeyCertificate] = {}
+        self.consensus: dict[str, NetworkStatus] = {}
         if certificates is not None:
-            self._adopt_certificates(certificates, "given certificates")
+            self._adopt_certificates(certificates)
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -392,9 +392,7 @@ class DirectoryClient:
         order = list(self.endpoints)
         self._rng.shuffle(order)
         problems: list[str] = []
-        for i, ep in enumerate(order):
-            if i:
-                self._backoff(min(i - 1, 4))
+        for ep in order:  # like tor, move straight on to another authority
             try:
                 return accept(self.fetch_once(ep, path))
             except KistexpError as exc:
@@ -406,11 +404,11 @@ class DirectoryClient:
     def trusted_v3idents(self) -> frozenset[str]:
         return frozenset(e.v3ident for e in self.endpoints if e.v3ident)
 
-    def _adopt_certificates(self, certs: Iterable[Any], source: str) -> int:
+    def _adopt_certificates(self, certs: Iterable[KeyCertificate]) -> int:
         trusted = self.trusted_v3idents()
         n = 0
         for cert in certs:
-            ident = _cert_ident(cert)
+            ident = cert.fingerprint
             if trusted and ident not in trusted:
                 continue  # a certificate for an authority we do not recognise is useless
             self.certificates[ident] = cert
@@ -424,7 +422,7 @@ class DirectoryClient:
             data = p.read_bytes()
         except OSError as exc:
             raise DocumentError(f"{p}: cannot read certificates ({exc.strerror})") from None
-        return self._adopt_certificates(_doc_module().parse_key_certificates(data, str(p)), str(p))
+        return self._adopt_certificates(documents.parse_key_certificates(data, str(p)))
 
     def fetch_certificates(self) -> int:
         """Fetch the authorities' key certificates (§5.1 /tor/keys/...).
@@ -434,13 +432,12 @@ class DirectoryClient:
         authority's own ``/tor/keys/authority`` is taken as its identity, as a
         ``DirAuthority`` line would configure it.
         """
-        docs = _doc_module()
         known = sorted(self.trusted_v3idents())
         if known:
             path = "/tor/keys/fp/" + "+".join(known)
 
             def accept(f: Fetched) -> int:
-                return self._adopt_certificates(docs.parse_key_certificates(f.body, f.url), f.url)
+                return self._adopt_certificates(documents.parse_key_certificates(f.body, f.url))
 
             return self._from_any(path, accept, "key certificates")
         problems = []
@@ -448,9 +445,9 @@ class DirectoryClient:
         for ep in self.endpoints:
             try:
                 f = self.fetch(ep, "/tor/keys/authority")
-                for cert in docs.parse_key_certificates(f.body, f.url):
-                    self.certificates[_cert_ident(cert)] = cert
-                    learned.append(attrs.evolve(ep, v3ident=_cert_ident(cert)))
+                for cert in documents.parse_key_certificates(f.body, f.url):
+                    self.certificates[cert.fingerprint] = cert
+                    learned.append(attrs.evolve(ep, v3ident=cert.fingerprint))
             except KistexpError as exc:
                 problems.append(str(exc))
                 learned.append(ep)
@@ -461,17 +458,17 @@ class DirectoryClient:
 
     # -- documents -----------------------------------------------------------------
 
-    def verify_consensus(self, doc: Any, where: str) -> Any:
+    def verify_consensus(self, doc: NetworkStatus, where: str) -> SignatureCheck:
         """The signature check of §2.1; DocumentError unless >= floor(N/2)+1 verify."""
         if not self.certificates:
             raise DocumentError(f"{where}: no authority key certificates to check the consensus against")
-        check = _doc_module().verify_signatures(doc, list(self.certificates.values()),
+        check = documents.verify_signatures(doc, list(self.certificates.values()),
                                                 n_authorities=self.n_authorities)
         if not check.ok:
             raise DocumentError(f"{where}: consensus rejected: {check.summary()}")
         return check
 
-    def fetch_consensus(self, flavour: str = "microdesc", endpoint: Endpoint | str | None = None) -> Any:
+    def fetch_consensus(self, flavour: str = "microdesc", endpoint: Endpoint | str | None = None) -> NetworkStatus:
         """A verified consensus (``ns`` or ``microdesc``); kept as ``self.consensus[flavour]``.
 
         Without ``endpoint`` the authorities are tried in random order. A body that does
@@ -482,13 +479,12 @@ class DirectoryClient:
             raise DirectoryError(f"unknown consensus flavour {flavour!r} (ns or microdesc)")
         if not self.certificates:
             self.fetch_certificates()
-        docs = _doc_module()
         path = CONSENSUS_PATHS[flavour]
 
-        def accept(f: Fetched) -> Any:
+        def accept(f: Fetched) -> NetworkStatus:
             where = f"{f.endpoint.nickname} {f.url}"
-            doc = docs.parse_network_status(f.body, where)
-            if getattr(doc, "is_vote", False) or _doc_flavour(doc) != flavour:
+            doc = documents.parse_network_status(f.body, where)
+            if doc.is_vote or doc.flavor != flavour:
                 raise DocumentError(f"{where}: expected a {flavour} consensus, got {_describe(doc)}")
             self.verify_consensus(doc, where)
             held = self.consensus.get(flavour)
@@ -503,7 +499,7 @@ class DirectoryClient:
             return accept(self.fetch(ep, path))
         return self._from_any(path, accept, f"a valid {flavour} consensus")
 
-    def fetch_vote(self, endpoint: Endpoint | str, which: str = "current") -> Any:
+    def fetch_vote(self, endpoint: Endpoint | str, which: str = "current") -> NetworkStatus:
         """An authority's own vote (``current`` or ``next``, §5.1), parsed and checked: its
         embedded certificate must verify, belong to that authority (when its v3ident is
         known) and certify the key that signed the vote."""
@@ -512,8 +508,7 @@ class DirectoryClient:
         ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
         f = self.fetch(ep, f"/tor/status-vote/{which}/authority")
         where = f"{ep.nickname} {f.url}"
-        docs = _doc_module()
-        doc = docs.parse_network_status(f.body, where)
+        doc = documents.parse_network_status(f.body, where)
         if not doc.is_vote:
             raise DocumentError(f"{where}: expected a vote, got {_describe(doc)}")
         cert = doc.key_certificate
@@ -524,14 +519,14 @@ class DirectoryClient:
             cert.verify()
         except DocumentError as exc:
             raise DocumentError(f"{where}: embedded key certificate: {exc}") from None
-        check = docs.verify_signatures(doc, [cert], n_authorities=1, authorities=[voter])
+        check = documents.verify_signatures(doc, [cert], n_authorities=1, authorities=[voter])
         if not check.ok:
             raise DocumentError(f"{where}: vote signature does not verify: {check.summary()}")
         return doc
 
-    def fetch_votes(self, which: str = "current") -> dict[str, Any]:
+    def fetch_votes(self, which: str = "current") -> dict[str, NetworkStatus | KistexpError]:
         """Every authority's own vote; an unreachable one maps to its DirectoryError."""
-        out: dict[str, Any] = {}
+        out: dict[str, NetworkStatus | KistexpError] = {}
         for ep in self.endpoints:
             try:
                 out[ep.nickname] = self.fetch_vote(ep, which)
@@ -545,22 +540,8 @@ def _short(exc: BaseException) -> str:
     return " ".join(text.split())[:200]
 
 
-def _cert_ident(cert: Any) -> str:
-    for name in ("v3ident", "fingerprint", "identity_fingerprint"):
-        value = getattr(cert, name, None)
-        if value:
-            return str(value).upper()
-    raise DocumentError(f"key certificate without a fingerprint: {cert!r}"[:200])
-
-
-def _doc_flavour(doc: Any) -> str:
-    flavour = getattr(doc, "flavour", None) or getattr(doc, "flavor", None) or "ns"
-    return "microdesc" if str(flavour).startswith("microdesc") else "ns"
-
-
-def _describe(doc: Any) -> str:
-    kind = "vote" if getattr(doc, "is_vote", False) else "consensus"
-    return f"a {_doc_flavour(doc)} {kind}"
+def _describe(doc: NetworkStatus) -> str:
+    return f"a {doc.flavor} {doc.vote_status}"
 
 
 # --- status of the authorities' vote (``kistexp authorities status``) -----------------
@@ -574,7 +555,7 @@ class AuthorityVote:
     url: str
     v3ident: str
     error: str | None
-    valid_after: Any  # datetime of the vote, None on error
+    valid_after: dt.datetime | None  # of the vote; None on error
     params: tuple[tuple[str, int], ...]
 
 
@@ -595,8 +576,8 @@ class AuthoritiesStatus:
     n_authorities: int
     authorities: tuple[AuthorityVote, ...]
     consensus_flavour: str
-    consensus_valid_after: Any
-    consensus_fresh_until: Any
+    consensus_valid_after: dt.datetime | None
+    consensus_fresh_until: dt.datetime | None
     consensus_signatures: str
     consensus_error: str | None
     params: tuple[ParamStatus, ...]
@@ -629,10 +610,6 @@ def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
     """Each authority's current vote for ``parameters`` (all voted ones when empty), the
     verified current consensus and tor's tally of the votes (§1.3). An unreachable authority
     or a consensus that cannot be had is reported, not raised."""
-    from kistexp.dirauth.paramsline import sort_params
-    from kistexp.dirauth.voting import Vote, tally_params
-    from kistexp.dirauth.whatif import describe_tally
-
     fetched = client.fetch_votes("current")
     rows: list[AuthorityVote] = []
     votes: list[Vote] = []

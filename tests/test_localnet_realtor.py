@@ -11,6 +11,8 @@ new vote must again match. Only the processes this test started are stopped.
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from conftest import have_real_tor
@@ -19,6 +21,7 @@ from typer.testing import CliRunner
 from kistexp.cli import app
 from kistexp.dirauth.documents import parse_network_status
 from kistexp.dirauth.voting import Vote, compute_consensus_params
+from kistexp.errors import LocalNetError
 from kistexp.localnet import LocalNetwork, NetworkSpec
 from kistexp.localnet.network import free_base_port
 
@@ -98,3 +101,25 @@ def test_consensus_params_match_kistexp_before_and_after_sighup(network: LocalNe
     report = json.loads(status.output)
     assert report["running"] == N_AUTHORITIES
     assert report["consensus"]["params"].startswith("AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=")
+
+
+def test_start_failures_are_one_line_and_leave_nothing_running(tmp_path) -> None:
+    spec = NetworkSpec(authorities=1, relays=1, exits=0, clients=0, base_port=free_base_port(2),
+                       role_options=(("relay", "NoSuchOption 1"),))
+    net = LocalNetwork.create(tmp_path / "bad", spec)
+    with pytest.raises(LocalNetError, match="relay001: tor exited with status 1: .*Unknown option 'NoSuchOption'"):
+        net.start()
+    assert net.status()["running"] == 0
+    assert LocalNetwork.load(tmp_path / "bad")._state["pids"] == {}
+
+    # a node that dies after start is reported with its last log line while waiting
+    good = LocalNetwork.create(tmp_path / "good", NetworkSpec(authorities=1, relays=0, exits=0, clients=0,
+                                                              base_port=spec.base_port))
+    good.start()
+    try:
+        auth = good.node("auth000")
+        os.kill(good.pid(auth), signal.SIGKILL)
+        with pytest.raises(LocalNetError, match=r"auth000 \(pid \d+\) exited early: "):
+            good.wait_for_consensus(timeout_s=10)
+    finally:
+        assert good.stop()["auth000"] in ("not running", "terminated")

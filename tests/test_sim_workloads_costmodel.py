@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import attrs
+import numpy as np
 import pytest
 
 from kistexp.errors import SimConfigError
@@ -85,7 +86,11 @@ def test_workload_is_seeded_and_mixed_as_asked():
     assert sorted(a.kinds) == sorted(["bulk", "web", "onionperf", "interactive"] * 2)
     for t in a.transfers:
         assert a.kinds[t.circuit] == t.kind
-        assert t.size_bytes == {"bulk": BULK_BYTES, "web": WEB_BYTES}.get(t.kind, t.size_bytes)
+        if t.kind == "bulk":  # back-to-back 5 MiB downloads, one backlogged stream
+            assert t.size_bytes % BULK_BYTES == 0 and t.size_bytes >= BULK_BYTES
+        elif t.kind == "web":
+            assert t.size_bytes == WEB_BYTES
+    assert sum(t.kind == "bulk" for t in a.transfers) == 2
     assert {s.circuit for s in a.interactive} == set(a.circuits_of("interactive"))
     with pytest.raises(SimConfigError, match="circuits"):
         build_workload(mix, circuits=0, duration_s=1.0, seed=1)
@@ -105,6 +110,53 @@ def test_onionperf_schedule_pauses_and_weights():
 def test_interactive_exchanges_every_100ms_or_so():
     ex = interactive_exchanges(InteractiveSpec(0, 0.0, 10.0), random.Random(1))
     assert 70 < len(ex) < 140  # ~100 exchanges in 10 s, jittered +-50 %
-    gaps = [b[0] - a[0] for a, b in zip(ex, ex[1:])]
+    gaps = [b[0] - a[0] for a, b in zip(ex, ex[1:], strict=False)]
     assert min(gaps) >= 0.05 - 1e-9 and max(gaps) <= 0.15 + 1e-9
     assert all(req == 1 and resp in (1, 2) for _, req, resp in ex)
+
+
+def _cfg():
+    from kistexp.sim import LinkConfig, NodeConfig
+
+    return NodeConfig(kist_interval_ms=2), NodeConfig(role="client", kist_interval_ms=2), LinkConfig(rtt_ms=10.0)
+
+
+def test_topologies_shape():
+    from kistexp.sim import workloads as wl
+
+    relay, client, link = _cfg()
+    one = wl.one_relay(3, 7, relay=relay, client=client, link=link)
+    assert len(one.clients) == 3 and len(one.circuits) == 7
+    assert len(one.network.channels) == 3  # one channel per client, circuits share them
+    path = wl.three_hop_path(client=client, guard=relay, middle=relay, exit=relay, link=link, circuits=2)
+    assert [p for p, _ in path.network.circuits] == [(0, 1, 2, 3)] * 2
+    net = wl.small_network(10, 40, clients=4, seed=3, relay=relay, client=client, link=link)
+    again = wl.small_network(10, 40, clients=4, seed=3, relay=relay, client=client, link=link)
+    paths = [p for p, _ in net.network.circuits]
+    assert paths == [p for p, _ in again.network.circuits]
+    for p in paths:
+        assert p[0] in net.clients and len(set(p[1:])) == 3 and set(p[1:]) <= set(net.relays)
+    with pytest.raises(SimConfigError, match="relays"):
+        wl.small_network(2, 1, clients=1, seed=1, relay=relay, client=client, link=link)
+    with pytest.raises(SimConfigError, match="labels"):
+        wl.one_relay(1, 2, relay=relay, client=client, link=link, labels=["bulk"])
+
+
+def test_workload_runs_on_a_network_and_interactive_sees_every_exchange():
+    from kistexp.sim import RunConfig, run
+    from kistexp.sim import workloads as wl
+
+    relay, client, link = _cfg()
+    load = wl.build_workload(WorkloadMix(bulk=1, interactive=1), circuits=2, duration_s=2.0, seed=5)
+    topo = wl.one_relay(1, 2, relay=relay, client=client, link=link, labels=load.kinds)
+    wl.add_workload(topo.network, load, topo.circuits, seed=5)
+    exchanges = len(interactive_exchanges(load.interactive[0], random.Random(5)))
+    assert topo.network.n_transfers == 1 + exchanges
+    res = run(topo.network, RunConfig(duration_s=2.0, sample_interval_s=0.5))
+    inter = res.transfer_circuit == topo.circuits[load.circuits_of("interactive")[0]]
+    # all but the exchanges started in the last round trips have completed
+    assert (~np.isnan(res.transfer_ttlb_s[inter])).sum() >= exchanges - 3
+    bulk = res.transfer_circuit == topo.circuits[load.circuits_of("bulk")[0]]
+    assert not np.isnan(res.transfer_ttfb_s[bulk]).any()  # the bulk stream is flowing
+    with pytest.raises(SimConfigError, match="circuits"):
+        wl.add_workload(topo.network, load, topo.circuits[:1], seed=5)

@@ -28,8 +28,9 @@ def status(
     retries: int = typer.Option(1, "--retries", help="Retries per authority on network errors."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Each authority's current vote for the parameters, the current consensus value and its
-    valid-after, and tor's tally. Unreachable authorities are reported, not fatal."""
+    """Each authority's vote for the parameters, the consensus value, its valid-after and tor's tally.
+
+    Unreachable authorities are reported per authority, not fatal."""
     from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES
     from kistexp.directory import DirectoryClient, authorities_status
 
@@ -97,13 +98,21 @@ def serve(
     token: str | None = typer.Option(None, "--token", help="Operator API token (default: random, printed)."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Keep keys, params and token here."),
     host: str = typer.Option("127.0.0.1", "--host", help="Loopback address to bind (127.0.0.0/8 only)."),
+    population: str | None = typer.Option(
+        None, "--population", metavar="CACHES,CLIENTS", help="Attach simulated caches and clients, e.g. 200,1000."),
     as_json: bool = typer.Option(False, "--json", help="Print the network description as JSON."),
 ) -> None:
     """Run fake directory authorities on loopback until Ctrl-C (see docs/fake-authorities.md)."""
-    from fake_authorities.serve import describe
+    from fake_authorities.serve import describe, parse_population
     from fake_authorities.serve import serve as run
 
+    progress = None if as_json else err_console.status("starting the authorities (keys, first vote)...")
+    if progress:
+        progress.start()
+
     def ready(net) -> None:  # noqa: ANN001
+        if progress:
+            progress.stop()
         if as_json:
             emit_json({"operator_url": net.operator_url, "token": net.token,
                        "interval_s": net.timing.interval_s,
@@ -113,7 +122,11 @@ def serve(
             for line in describe(net):
                 console.print(line, markup=False, highlight=False)
 
-    run(count, port, interval, token, state_dir, host, on_ready=ready)
+    try:
+        run(count, port, interval, token, state_dir, host, parse_population(population), on_ready=ready)
+    finally:
+        if progress:
+            progress.stop()
 
 
 def register(app: typer.Typer) -> None:

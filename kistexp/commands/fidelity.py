@@ -19,8 +19,8 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 def _print_report(report: Report) -> None:
     table = Table(title=f"fidelity: real tor vs simulator (MB/s, mean of {report.repetitions}, "
                         f"{report.size_mb:g} MB per case)")
-    for col in ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real", "real period ms",
-                "cells/run", "note"):
+    for col in ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real", "run period ms real / sim",
+                "cells/run median (mean)", "note"):
         table.add_column(col)
     for row in report.rows:
         real = row.real
@@ -33,8 +33,8 @@ def _print_report(report: Report) -> None:
             (_fmt(real.mean_mbytes_per_s) + spread) if real else "-",
             _fmt(row.sim.mean_mbytes_per_s) if row.sim else "-",
             _fmt(row.ratio),
-            _fmt(rp.period_ms_median if rp else None, 1),
-            _fmt(rp.cells_per_run_median if rp else None, 0),
+            f"{_fmt(rp.period_ms_median if rp else None, 1)} / {_fmt(row.sim.run_period_ms if row.sim else None, 1)}",
+            f"{_fmt(rp.cells_per_run_median, 0)} ({_fmt(rp.cells_per_run_mean, 0)})" if rp else "-",
             "; ".join(n for n in (row.real_note, row.sim_note) if n),
         )
     console.print(table)

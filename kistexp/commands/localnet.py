@@ -38,10 +38,12 @@ def _param_args(values: list[str], n_authorities: int) -> tuple[tuple[tuple[str,
         auth, sep, rest = value.partition("=")
         if not sep:
             raise LocalNetError(f"--param {value!r}: expected AUTH=key=value, e.g. 0=KISTSchedRunInterval=2")
-        index = int(auth) if auth.isdigit() else int(auth[4:]) if auth.startswith("auth") and auth[4:].isdigit() \
-            else -1
+        digits = auth[4:] if auth.startswith("auth") else auth
+        index = int(digits) if digits.isdigit() else -1
         if not 0 <= index < n_authorities:
-            raise LocalNetError(f"--param {value!r}: no authority {auth!r} among {n_authorities} (0..{n_authorities - 1})")
+            raise LocalNetError(
+                f"--param {value!r}: no authority {auth!r} among {n_authorities} (0..{n_authorities - 1})"
+            )
         per_auth.setdefault(index, []).append(rest)
     params = []
     for i in range(max(per_auth, default=-1) + 1):

@@ -77,8 +77,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _record_name(record: dict[str, Any]) -> str:
+    """Column heading of one point of a curve: its scheduler and/or interval."""
+    parts = [str(record[k]) for k in ("scheduler",) if k in record]
+    parts += [f"{record[k]} ms" for k in ("interval_ms",) if k in record]
+    return " ".join(parts) or "value"
+
+
 def _print_result(name: str, figures: dict[str, Any]) -> None:
-    """Scalars as a two-column table, then each list of records (a curve) as its own table."""
+    """Scalars as a two-column table, then each list of records (a curve) as a table with one
+    column per point and one row per figure, which stays readable in 80 columns."""
     scalars = Table(title=f"sim experiment {name}", show_header=True)
     scalars.add_column("figure")
     scalars.add_column("value", justify="right")
@@ -86,17 +94,15 @@ def _print_result(name: str, figures: dict[str, Any]) -> None:
     for key, value in figures.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             curves.append((key, value))
-        elif isinstance(value, dict):
-            for sub, subvalue in value.items():
-                scalars.add_row(f"{key}.{sub}", _fmt(subvalue))
         else:
             scalars.add_row(key, _fmt(value))
-    console.print(scalars)
+    if scalars.row_count:
+        console.print(scalars)
     for key, records in curves:
-        table = Table(title=key, show_header=True)
-        columns = list(records[0])
-        for column in columns:
-            table.add_column(column, justify="right")
+        table = Table(title=f"sim experiment {name}: {key}", show_header=True)
+        table.add_column("figure")
         for record in records:
-            table.add_row(*(_fmt(record.get(column)) for column in columns))
+            table.add_column(_record_name(record), justify="right")
+        for figure in records[0]:
+            table.add_row(figure, *(_fmt(record.get(figure)) for record in records))
         console.print(table)

@@ -25,6 +25,7 @@ import attrs
 from kistexp.directory import DirectoryClient, Endpoint
 from kistexp.errors import DirectoryError, LocalNetError
 from kistexp.localnet import procs
+from kistexp.localnet.control import ControlPort
 from kistexp.localnet.spec import (
     DEFAULT_BASE_PORT,
     LOOPBACK,
@@ -52,6 +53,8 @@ CONSENSUS_PATH = "/tor/status-vote/current/consensus"
 VOTE_PATH = "/tor/status-vote/current/authority"
 HTTP_TIMEOUT_S = 3.0
 KEYGEN_TIMEOUT_S = 60.0
+#: Flags every relay and exit needs before clients start (guard sampling wants all of them).
+USABLE_FLAGS = frozenset({"Fast", "Guard", "Running", "Stable", "Valid"})
 LAUNCH_TIMEOUT_S = 30.0
 
 
@@ -294,7 +297,7 @@ class LocalNetwork:
         for node in nodes:
             (Path(node.data_dir) / "pid").unlink(missing_ok=True)
             launched[node.nickname] = subprocess.Popen(
-                [tor, "-f", str(node.torrc), "--quiet"],
+                [tor, "-f", str(node.torrc), "--hush"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -312,8 +315,9 @@ class LocalNetwork:
                 error = error or f"{node.nickname}: tor did not daemonise within {timeout_s:g} s"
                 continue
             if proc.returncode != 0:
-                text = out.decode(errors="replace").strip().splitlines()
-                last = text[-1] if text else procs.last_log_line(Path(node.data_dir) / "notice.log")
+                last = _tor_complaint(out.decode(errors="replace")) or procs.last_log_line(
+                    Path(node.data_dir) / "notice.log"
+                )
                 error = error or f"{node.nickname}: tor exited with status {proc.returncode}: {last}"
                 continue
             pid = self._read_pidfile(node)
@@ -359,7 +363,10 @@ class LocalNetwork:
         return outcome
 
     def check_alive(self) -> None:
-        """LocalNetError for the first started node that has exited, with its last log line."""
+        """LocalNetError for the first started node that has exited, with its last log line,
+        or when no authority was started at all (nothing could ever answer)."""
+        if not any(self.pid(n) for n in self.authorities):
+            raise LocalNetError(f"the local network in {self.root} is not running (run 'kistexp localnet up')")
         for node in self.nodes:
             pid = self.pid(node)
             if pid and not self.is_running(node):
@@ -377,23 +384,18 @@ class LocalNetwork:
 
     # ---- control port -------------------------------------------------------------------
 
-    def set_conf(self, name: str, options: Mapping[str, str | Sequence[str] | None]) -> None:
-        """SETCONF on a running node's ControlPort (cookie authentication); tor applies
-        e.g. Schedulers, KISTSchedRunInterval and EntryNodes at once (real-tor.md, problem 10)."""
-        from stem import ControllerError, SocketError
-        from stem.control import Controller
-
+    def control(self, name: str) -> ControlPort:
+        """An authenticated control connection to a running node (close it after use)."""
         node = self.node(name)
         if not self.is_running(node):
-            raise LocalNetError(f"{node.nickname} is not running; cannot set {', '.join(options)}")
-        try:
-            with Controller.from_port(address=LOOPBACK, port=node.control_port) as ctl:
-                ctl.authenticate()
-                ctl.set_options(dict(options))
-        except (ControllerError, SocketError, OSError) as exc:
-            raise LocalNetError(
-                f"{node.nickname} ControlPort {node.control_port}: SETCONF {', '.join(options)} failed: {exc}"
-            ) from None
+            raise LocalNetError(f"{node.nickname} is not running; its ControlPort is closed")
+        return ControlPort(node.control_port, Path(node.data_dir) / "control_auth_cookie", node.nickname)
+
+    def set_conf(self, name: str, options: Mapping[str, str | Sequence[str] | None]) -> None:
+        """SETCONF on a running node; tor applies e.g. Schedulers, KISTSchedRunInterval and
+        EntryNodes at once (real-tor.md, problem 10)."""
+        with self.control(name) as ctl:
+            ctl.set_conf(options)
 
     def set_sched_debug(self, name: str, enabled: bool) -> Path:
         """Turn the scheduler's debug log (sched.log) on or off on a running node; returns
@@ -519,15 +521,26 @@ class LocalNetwork:
         return procs.poll("a consensus and its votes", check, timeout_s)  # type: ignore[return-value]
 
     def wait_for_relays(self, timeout_s: float = 60.0) -> DirDocument:
-        """Poll until the consensus lists every server node (authorities, relays, exits)."""
-        want = sum(1 for n in self.nodes if n.is_server)
+        """Poll until the consensus lists every server node, each relay and exit with the
+        flags a pinned path needs (USABLE_FLAGS: a guard must be Stable, Fast and Guard)."""
+        servers = {n.nickname: n for n in self.nodes if n.is_server}
 
         def check() -> DirDocument | None:
             self.check_alive()
             doc = self.fetch_consensus()
-            return doc if doc is not None and doc.relays >= want else None
+            if doc is None:
+                return None
+            listed = {r.nickname: set(r.flags) for r in doc.document.routers}
+            for name, node in servers.items():
+                if name not in listed:
+                    return None
+                if node.role != "authority" and not USABLE_FLAGS <= listed[name]:
+                    return None
+            return doc
 
-        return procs.poll(f"a consensus listing all {want} relays", check, timeout_s)  # type: ignore[return-value]
+        return procs.poll(  # type: ignore[return-value]
+            f"a consensus listing all {len(servers)} relays as usable", check, timeout_s
+        )
 
     def wait_bootstrapped(self, timeout_s: float = 60.0, clients: Iterable[Node] | None = None) -> None:
         """Poll the clients' notice logs for ``Bootstrapped 100%``."""
@@ -575,6 +588,17 @@ class LocalNetwork:
             "consensus": consensus,
             "service": f"{SERVICE_ADDRESS}:{self.spec.service_port}",
         }
+
+
+def _tor_complaint(output: str) -> str:
+    """The informative line of tor's start-up output: its last warning (the final [err]
+    only says "see warnings above"), without the timestamp."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    warns = [ln for ln in lines if "[warn]" in ln] or lines
+    if not warns:
+        return ""
+    line = warns[-1]
+    return line[line.index("["):] if "[" in line else line
 
 
 def _run(argv: list[str], what: str, stdin: str | None = None, cwd: str | None = None) -> str:

@@ -157,6 +157,11 @@ def render_torrc(node: Node, spec: NetworkSpec, root: Path) -> str:
             f"V3AuthVoteDelay {delay}",
             "TestingV3AuthInitialDistDelay 2",
             f"V3AuthDistDelay {delay}",
+            # Stable for every relay from the start: the Stable threshold is a median of
+            # uptimes, so without this some relays lack it, and clients never sample a
+            # relay without Stable as a guard (a pinned EntryNodes path then fails).
+            "AuthDirVoteStableGuaranteeMinUptime 0",
+            "AuthDirVoteStableGuaranteeMTBF 0",
             "ExitRelay 0",
             "ExitPolicy reject *:*",
             f"%include {d}/params.inc",

@@ -55,10 +55,18 @@ class _BulkHandler(BaseHTTPRequestHandler):
                 piece = _CHUNK[: min(len(_CHUNK), remaining)]
                 self.wfile.write(piece)
                 remaining -= len(piece)
-        except (BrokenPipeError, ConnectionResetError):
+        except ConnectionError:
             pass
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence access logs
+        return
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client that hangs up early (a cancelled download) is not an error worth a traceback.
         return
 
 
@@ -69,10 +77,9 @@ class BulkServer:
         if not ipaddress.ip_address(address).is_loopback:
             raise LocalNetError(f"bulk server address {address} is not a loopback address")
         try:
-            self._server = ThreadingHTTPServer((address, port), _BulkHandler)
+            self._server = _QuietServer((address, port), _BulkHandler)
         except OSError as exc:
             raise LocalNetError(f"cannot listen on {address}:{port} for the bulk server: {exc.strerror}") from None
-        self._server.daemon_threads = True
         self.address, self.port = address, port
         self._thread = threading.Thread(target=self._server.serve_forever, name="bulk-server", daemon=True)
         self._thread.start()
@@ -104,7 +111,10 @@ def socks_connect(
 ) -> socket.socket:
     """Open a stream through tor's SocksPort (SOCKS5, RFC 1928) with a username/password
     (RFC 1929) that selects the circuit; returns the connected socket."""
-    sock = socket.create_connection((LOOPBACK, socks_port), timeout=timeout_s)
+    try:
+        sock = socket.create_connection((LOOPBACK, socks_port), timeout=timeout_s)
+    except OSError as exc:
+        raise LocalNetError(f"SOCKS port {socks_port}: cannot connect: {exc.strerror or exc}") from None
     try:
         user = username.encode()[:255]
         sock.sendall(b"\x05\x01\x02")

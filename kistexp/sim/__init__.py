@@ -61,7 +61,11 @@ Result (``kistexp.sim.result.SimResult``)::
 Model limits are documented in docs/simulator.md.
 """
 
-from kistexp.sim.config import (
+from kistexp.sim._cacheguard import drop_stale_numba_cache
+
+drop_stale_numba_cache()
+
+from kistexp.sim.config import (  # noqa: E402
     DEFAULT_MSS,
     LOOPBACK_MSS,
     EwmaConfig,
@@ -70,8 +74,8 @@ from kistexp.sim.config import (
     NodeConfig,
     RunConfig,
 )
-from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run
-from kistexp.sim.result import SimResult
+from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run  # noqa: E402
+from kistexp.sim.result import SimResult  # noqa: E402
 
 __all__ = [
     "DEFAULT_MSS",

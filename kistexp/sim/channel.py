@@ -12,14 +12,28 @@ from numba import njit
 
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import cmux_head, ewma_deactivate, ewma_notify_xmit
-from kistexp.sim.events import ev_push, record_delay
+from kistexp.sim.events import ev_push, record_delay, trace_chan
+
+
+@njit(cache=True, inline="always")
+def arm_write(S, c):
+    """Mark the write event armed; ``push_armed_writes`` queues it after the run (same pass)."""
+    if S.ci[L.CI_ARMED, c] == 0:
+        S.ci[L.CI_ARMED, c] = 1
+        n = S.g[L.G_ARMED_N]
+        S.armed[n] = c
+        S.g[L.G_ARMED_N] = n + 1
 
 
 @njit(cache=True)
-def arm_write(S, c, t):
-    if S.ci[L.CI_WRITE_EV, c] == 0:
-        S.ci[L.CI_WRITE_EV, c] = 1
-        ev_push(S, t, L.EV_WRITE, c, 0, 0)
+def push_armed_writes(S, t):
+    for i in range(S.g[L.G_ARMED_N]):
+        c = S.armed[i]
+        S.ci[L.CI_ARMED, c] = 0
+        if S.ci[L.CI_OB_BYTES, c] > 0 and S.ci[L.CI_WRITE_EV, c] == 0:
+            S.ci[L.CI_WRITE_EV, c] = 1
+            ev_push(S, t, L.EV_WRITE, c, 0, 0)
+    S.g[L.G_ARMED_N] = 0
 
 
 @njit(cache=True)
@@ -29,20 +43,20 @@ def flush_cells(S, c, n, t):
     while done < n and S.ci[L.CI_CMUX_N, c] > 0:
         q = cmux_head(S, c)
         k = S.qi[L.QI_HEAD, q]
-        nxt = S.cells[L.KI_NEXT, k]
+        nxt = S.cells[k, L.KI_NEXT]
         S.qi[L.QI_HEAD, q] = nxt
         if nxt < 0:
             S.qi[L.QI_TAIL, q] = -1
         left = S.qi[L.QI_N, q] - 1
         S.qi[L.QI_N, q] = left
-        record_delay(S, 0, q, t - S.cells[L.KI_T_ENQ, k])
+        record_delay(S, 0, q, t - S.cells[k, L.KI_T_ENQ])
         # append to the outbuf
-        S.cells[L.KI_NEXT, k] = -1
+        S.cells[k, L.KI_NEXT] = -1
         tail = S.ci[L.CI_OB_TAIL, c]
         if tail < 0:
             S.ci[L.CI_OB_HEAD, c] = k
         else:
-            S.cells[L.KI_NEXT, tail] = k
+            S.cells[tail, L.KI_NEXT] = k
         S.ci[L.CI_OB_TAIL, c] = k
         S.ci[L.CI_OB_BYTES, c] += L.CELL_SIZE
         ewma_notify_xmit(S, c, q, t)
@@ -59,5 +73,6 @@ def flush_cells(S, c, n, t):
         node = S.ci[L.CI_NODE, c]
         S.ni[L.NI_CELLS_SENT, node] += done
         S.g[L.G_CELLS_SCHEDULED] += done
-        arm_write(S, c, t)
+        arm_write(S, c)
+        trace_chan(S, c, t)
     return done

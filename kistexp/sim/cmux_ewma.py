@@ -17,7 +17,7 @@ from numba import njit
 from kistexp.sim import layout as L
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def current_tick(S, node, t):
     """``cell_ewma_get_current_tick_and_fraction`` on the coarse clock: returns (tick, frac)."""
     j = S.ni[L.NI_TICK_NS, node]
@@ -32,12 +32,21 @@ def current_tick(S, node, t):
     return S.ni[L.NI_EWMA_TICK, node], msec / float(tick_ms)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _refresh_chan_key(S, c):
+    """Mirror the head count into ``S.ckey`` (+inf without active circuits, §10.1)."""
+    if S.ci[L.CI_CMUX_N, c] == 0:
+        S.ckey[c] = math.inf
+    else:
+        S.ckey[c] = S.qf[L.QF_COUNT, S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]]
+
+
+@njit(cache=True, inline="always")
 def _key(S, q):
     return S.qf[L.QF_COUNT, q]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cmux_push(S, c, q):
     h = S.cmux_heap
     base = S.ci[L.CI_CMUX_BASE, c]
@@ -54,9 +63,11 @@ def _cmux_push(S, c, q):
         i = p
     h[base + i] = q
     S.qi[L.QI_HEAP_IDX, q] = i
+    if i == 0:
+        S.ckey[c] = key
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cmux_heapify(S, c, i):
     h = S.cmux_heap
     base = S.ci[L.CI_CMUX_BASE, c]
@@ -83,7 +94,7 @@ def _cmux_heapify(S, c, i):
         i = best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cmux_remove_at(S, c, i):
     h = S.cmux_heap
     base = S.ci[L.CI_CMUX_BASE, c]
@@ -96,10 +107,11 @@ def _cmux_remove_at(S, c, i):
         h[base + i] = last
         S.qi[L.QI_HEAP_IDX, last] = i
         _cmux_heapify(S, c, i)
+    _refresh_chan_key(S, c)
     return q
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ewma_activate(S, q):
     """Queued cells 0 -> >0: rescale to the cmux's (possibly stale) reference tick, then push (§11.6)."""
     c = S.qi[L.QI_CHAN, q]
@@ -111,7 +123,7 @@ def ewma_activate(S, q):
     _cmux_push(S, c, q)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ewma_deactivate(S, q):
     """Queued cells -> 0: remove from the heap; the count is kept and decays lazily (§11.6)."""
     _cmux_remove_at(S, S.qi[L.QI_CHAN, q], S.qi[L.QI_HEAP_IDX, q])
@@ -121,9 +133,14 @@ def ewma_deactivate(S, q):
 def ewma_notify_xmit(S, c, q, t):
     """Charge one transmitted cell to the head circuit ``q`` of chan ``c`` (§11.6 steps 1-4)."""
     node = S.ci[L.CI_NODE, c]
-    tick, frac = current_tick(S, node, t)
-    ref = S.ci[L.CI_REF_TICK, c]
     ln_f = S.pf[L.PF_LN_F]
+    if S.ni[L.NI_XMIT_T, node] != t:
+        # the tick and the increment only change with the clock: compute once per instant
+        tick, frac = current_tick(S, node, t)
+        S.ni[L.NI_XMIT_T, node] = t
+        S.nf[L.NF_XMIT_INC, node] = math.exp(-ln_f * frac)
+    tick = S.ni[L.NI_EWMA_TICK, node]
+    ref = S.ci[L.CI_REF_TICK, c]
     if tick != ref:
         base = S.ci[L.CI_CMUX_BASE, c]
         for i in range(S.ci[L.CI_CMUX_N, c]):
@@ -131,13 +148,13 @@ def ewma_notify_xmit(S, c, q, t):
             S.qf[L.QF_COUNT, aq] *= math.exp(ln_f * (tick - S.qi[L.QI_LAST_TICK, aq]))
             S.qi[L.QI_LAST_TICK, aq] = tick
         S.ci[L.CI_REF_TICK, c] = tick
-    S.qf[L.QF_COUNT, q] += math.exp(-ln_f * frac)
+    S.qf[L.QF_COUNT, q] += S.nf[L.NF_XMIT_INC, node]
     # pop the head (it is q) and push it back at its new place
     _cmux_remove_at(S, c, 0)
     _cmux_push(S, c, q)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def cmux_head(S, c):
     """The EWMA pick: the active circuit queue with the lowest count (caller checks CI_CMUX_N > 0)."""
     return S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]

@@ -12,7 +12,7 @@ from numba import njit
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import ewma_activate
-from kistexp.sim.events import cell_alloc, cell_free, ev_pop, ev_push, record_delay
+from kistexp.sim.events import cell_alloc, cell_free, ev_next, ev_peek_time, ev_push, record_delay
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, on_ack, write_to_kernel
 
@@ -20,14 +20,14 @@ from kistexp.sim.tcp import _track_peaks, on_ack, write_to_kernel
 @njit(cache=True)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
-    S.cells[L.KI_CQ, k] = q
-    S.cells[L.KI_T_ENQ, k] = t
-    S.cells[L.KI_NEXT, k] = -1
+    S.cells[k, L.KI_CQ] = q
+    S.cells[k, L.KI_T_ENQ] = t
+    S.cells[k, L.KI_NEXT] = -1
     tail = S.qi[L.QI_TAIL, q]
     if tail < 0:
         S.qi[L.QI_HEAD, q] = k
     else:
-        S.cells[L.KI_NEXT, tail] = k
+        S.cells[tail, L.KI_NEXT] = k
     S.qi[L.QI_TAIL, q] = k
     n = S.qi[L.QI_N, q] + 1
     S.qi[L.QI_N, q] = n
@@ -42,7 +42,7 @@ def append_cell(S, q, k, t):
     has_waiting_cells(S, c, t)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _originate(S, cd, node):
     """Crypto work of a relay cell originated at an edge: all layers at the client, one at the exit."""
     if S.di[L.DI_DIR, cd] == 0:
@@ -52,7 +52,7 @@ def _originate(S, cd, node):
     S.ni[L.NI_DIGESTS, node] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ready_add(S, cd, s):
     if S.si[L.SI_INREADY, s] == 1:
         return
@@ -66,7 +66,7 @@ def _ready_add(S, cd, s):
     S.di[L.DI_READY_TAIL, cd] = s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ready_pop(S, cd):
     s = S.di[L.DI_READY_HEAD, cd]
     nxt = S.si[L.SI_NEXT, s]
@@ -78,7 +78,7 @@ def _ready_pop(S, cd):
     return s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _resume(S, cd, t):
     if S.di[L.DI_RESUME_EV, cd] == 0:
         S.di[L.DI_RESUME_EV, cd] = 1
@@ -103,15 +103,15 @@ def package(S, cd, t):
         if fc.stream_window(S, s) <= 0:
             continue  # back in the ready list when its stream SENDME arrives
         k = cell_alloc(S)
-        S.cells[L.KI_KIND, k] = L.K_DATA
-        S.cells[L.KI_STREAM, k] = s
+        S.cells[k, L.KI_KIND] = L.K_DATA
+        S.cells[k, L.KI_STREAM] = s
         fc.on_package(S, cd, s, t)
         S.si[L.SI_TOPKG, s] -= 1
         _originate(S, cd, node)
-        p = S.di[L.DI_PACKAGED, cd] + 1
-        S.di[L.DI_PACKAGED, cd] = p
-        if p - S.di[L.DI_DELIVERED, cd] > S.di[L.DI_MAX_INFLIGHT, cd]:
-            S.di[L.DI_MAX_INFLIGHT, cd] = p - S.di[L.DI_DELIVERED, cd]
+        S.di[L.DI_PACKAGED, cd] += 1
+        unacked = fc.unacked(S, cd)
+        if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
+            S.di[L.DI_MAX_INFLIGHT, cd] = unacked
         append_cell(S, q, k, t)
         if S.si[L.SI_TOPKG, s] > 0:
             _ready_add(S, cd, s)
@@ -123,8 +123,8 @@ def package(S, cd, t):
 def _send_sendme(S, cd, kind, s, node, t):
     """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
     k = cell_alloc(S)
-    S.cells[L.KI_KIND, k] = kind
-    S.cells[L.KI_STREAM, k] = s
+    S.cells[k, L.KI_KIND] = kind
+    S.cells[k, L.KI_STREAM] = s
     _originate(S, cd ^ 1, node)
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
 
@@ -133,8 +133,8 @@ def _send_sendme(S, cd, kind, s, node, t):
 def deliver_edge(S, k, q, node, t):
     """A cell reached the end of its path."""
     cd = S.qi[L.QI_CD, q]
-    kind = S.cells[L.KI_KIND, k]
-    s = S.cells[L.KI_STREAM, k]
+    kind = S.cells[k, L.KI_KIND]
+    s = S.cells[k, L.KI_STREAM]
     if S.di[L.DI_DIR, cd] == 1:
         S.ni[L.NI_CRYPTO, node] += S.di[L.DI_HOPS, cd]
     else:
@@ -176,10 +176,10 @@ def on_arrival(S, c, upto, leave, t):
     node = S.ci[L.CI_PEER, c]
     k = S.ci[L.CI_KQ_HEAD, c]
     n = 0
-    while k >= 0 and S.cells[L.KI_END_SEQ, k] <= upto:
-        nxt = S.cells[L.KI_NEXT, k]
-        q = S.cells[L.KI_CQ, k]
-        record_delay(S, 1, q, leave - S.cells[L.KI_T_KERN, k])
+    while k >= 0 and S.cells[k, L.KI_END_SEQ] <= upto:
+        nxt = S.cells[k, L.KI_NEXT]
+        q = S.cells[k, L.KI_CQ]
+        record_delay(S, 1, q, leave - S.cells[k, L.KI_T_KERN])
         n += 1
         nq = S.qi[L.QI_NEXTQ, q]
         if nq >= 0:
@@ -193,6 +193,14 @@ def on_arrival(S, c, upto, leave, t):
     if k < 0:
         S.ci[L.CI_KQ_TAIL, c] = -1
     S.ni[L.NI_CELLS_RECV, node] += n
+
+
+@njit(cache=True)
+def on_write_ready(S, c, t):
+    """The connection's write event: one write call; below orconn_low, ``wants_writes`` (§2, §9)."""
+    S.ci[L.CI_WRITE_EV, c] = 0
+    if S.ci[L.CI_OB_BYTES, c] > 0 and write_to_kernel(S, c, t):
+        wants_writes(S, c, t)
 
 
 @njit(cache=True)
@@ -223,21 +231,20 @@ def _sample(S):
 @njit(cache=True)
 def run_kernel(S):
     g = S.g
-    ev = S.ev
-    col = ev.shape[1] - 1
-    while g[L.G_EVN] > 0:
+    while True:
         if g[L.G_NFREE] < g[L.G_CELL_RESERVE]:
             return L.RS_GROW_CELLS
-        if g[L.G_EVN] + g[L.G_EV_RESERVE] >= col:
+        if (g[L.G_EVN] + g[L.G_EV_RESERVE] >= S.ev.shape[0] - 1
+                or g[L.G_NQ_N] + g[L.G_EV_RESERVE] >= S.nq.shape[0]):
             return L.RS_GROW_EVENTS
-        t = ev[L.E_T, 0]
-        if t > g[L.G_END]:
+        t = ev_peek_time(S)
+        if t < 0 or t > g[L.G_END]:
             break
-        ev_pop(S)
-        kind = ev[L.E_KIND, col]
-        a = ev[L.E_A, col]
-        b = ev[L.E_B, col]
-        c = ev[L.E_C, col]
+        arr, row = ev_next(S)
+        kind = arr[row, L.E_KIND]
+        a = arr[row, L.E_A]
+        b = arr[row, L.E_B]
+        c = arr[row, L.E_C]
         g[L.G_NOW] = t
         g[L.G_EVENTS] += 1
         if kind == L.EV_ARRIVAL:
@@ -245,8 +252,9 @@ def run_kernel(S):
             cost = S.ni[L.NI_CELL_CPU_NS, node]
             if cost > 0:
                 # the node's event loop reads and processes the flight when its CPU is free
-                k = S.ci[L.CI_KQ_HEAD, a]
-                ncells = (b - S.cells[L.KI_END_SEQ, k]) // L.CELL_SIZE + 1 if k >= 0 else 0
+                # cells end at multiples of 514 in the socket's byte stream
+                ncells = b // L.CELL_SIZE - S.ci[L.CI_ARR_SEQ, a] // L.CELL_SIZE
+                S.ci[L.CI_ARR_SEQ, a] = b
                 done = max(t, S.ni[L.NI_CPU_FREE, node]) + ncells * cost
                 S.ni[L.NI_CPU_FREE, node] = done
                 ev_push(S, done, L.EV_DELIVER, a, b, c)
@@ -260,10 +268,7 @@ def run_kernel(S):
             if b == S.ni[L.NI_TIMER_GEN, a]:
                 run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
-            S.ci[L.CI_WRITE_EV, a] = 0
-            if S.ci[L.CI_OB_BYTES, a] > 0:
-                if write_to_kernel(S, a, t):
-                    wants_writes(S, a, t)
+            on_write_ready(S, a, t)
         elif kind == L.EV_RESUME:
             S.di[L.DI_RESUME_EV, a] = 0
             package(S, a, t)

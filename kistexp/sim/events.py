@@ -1,7 +1,9 @@
 """Compiled basics: the event queue (binary heap in arrays), the cell pool, the RNG, delay records.
 
-The event heap is ordered by (time, sequence number): events at the same time run in the order
-they were scheduled, which is how "later in the same libevent pass" is modelled (§5.2, §9).
+Events are ordered by (time, sequence number): events at the same time run in the order they
+were scheduled, which is how "later in the same libevent pass" is modelled (§5.2, §9).  Events
+for the current instant go to a FIFO ring (``S.nq``) instead of the heap; ``ev_next`` merges the
+two by (time, sequence), so the order is exactly that of a single heap.
 """
 
 from __future__ import annotations
@@ -15,27 +17,39 @@ from kistexp.sim import layout as L
 
 @njit(cache=True)
 def ev_push(S, t, kind, a, b, c):
-    ev = S.ev
     g = S.g
     seq = g[L.G_SEQ]
     g[L.G_SEQ] = seq + 1
+    if t == g[L.G_NOW]:
+        nq = S.nq
+        cap = nq.shape[0]
+        j = (g[L.G_NQ_HEAD] + g[L.G_NQ_N]) % cap
+        g[L.G_NQ_N] += 1
+        nq[j, L.E_T] = t
+        nq[j, L.E_SEQ] = seq
+        nq[j, L.E_KIND] = kind
+        nq[j, L.E_A] = a
+        nq[j, L.E_B] = b
+        nq[j, L.E_C] = c
+        return
+    ev = S.ev
     i = g[L.G_EVN]
     g[L.G_EVN] = i + 1
     # sift up with a hole
     while i > 0:
         p = (i - 1) >> 1
-        pt = ev[L.E_T, p]
-        if pt < t or (pt == t and ev[L.E_SEQ, p] < seq):
+        pt = ev[p, L.E_T]
+        if pt < t or (pt == t and ev[p, L.E_SEQ] < seq):
             break
         for f in range(L.N_EV):
-            ev[f, i] = ev[f, p]
+            ev[i, f] = ev[p, f]
         i = p
-    ev[L.E_T, i] = t
-    ev[L.E_SEQ, i] = seq
-    ev[L.E_KIND, i] = kind
-    ev[L.E_A, i] = a
-    ev[L.E_B, i] = b
-    ev[L.E_C, i] = c
+    ev[i, L.E_T] = t
+    ev[i, L.E_SEQ] = seq
+    ev[i, L.E_KIND] = kind
+    ev[i, L.E_A] = a
+    ev[i, L.E_B] = b
+    ev[i, L.E_C] = c
 
 
 @njit(cache=True)
@@ -43,55 +57,83 @@ def ev_pop(S):
     """Remove the root; its fields are copied to column ``cap - 1`` (kept free for this)."""
     ev = S.ev
     g = S.g
-    cap = ev.shape[1]
+    cap = ev.shape[0]
     for f in range(L.N_EV):
-        ev[f, cap - 1] = ev[f, 0]
+        ev[cap - 1, f] = ev[0, f]
     n = g[L.G_EVN] - 1
     g[L.G_EVN] = n
     if n == 0:
         return
-    t = ev[L.E_T, n]
-    seq = ev[L.E_SEQ, n]
+    t = ev[n, L.E_T]
+    seq = ev[n, L.E_SEQ]
     i = 0
     while True:
         c = 2 * i + 1
         if c >= n:
             break
         if c + 1 < n:
-            ct = ev[L.E_T, c]
-            dt = ev[L.E_T, c + 1]
-            if dt < ct or (dt == ct and ev[L.E_SEQ, c + 1] < ev[L.E_SEQ, c]):
+            ct = ev[c, L.E_T]
+            dt = ev[c + 1, L.E_T]
+            if dt < ct or (dt == ct and ev[c + 1, L.E_SEQ] < ev[c, L.E_SEQ]):
                 c += 1
-        ct = ev[L.E_T, c]
-        if t < ct or (t == ct and seq < ev[L.E_SEQ, c]):
+        ct = ev[c, L.E_T]
+        if t < ct or (t == ct and seq < ev[c, L.E_SEQ]):
             break
         for f in range(L.N_EV):
-            ev[f, i] = ev[f, c]
+            ev[i, f] = ev[c, f]
         i = c
     if i != n:
         for f in range(L.N_EV):
-            ev[f, i] = ev[f, n]
+            ev[i, f] = ev[n, f]
 
 
 @njit(cache=True)
+def ev_next(S):
+    """Remove the next event; returns the array and row holding its fields (-1 row: none left)."""
+    g = S.g
+    if g[L.G_NQ_N] > 0:
+        h = g[L.G_NQ_HEAD]
+        nq = S.nq
+        if g[L.G_EVN] == 0 or nq[h, L.E_T] < S.ev[0, L.E_T] or (
+                nq[h, L.E_T] == S.ev[0, L.E_T] and nq[h, L.E_SEQ] < S.ev[0, L.E_SEQ]):
+            g[L.G_NQ_HEAD] = (h + 1) % nq.shape[0]
+            g[L.G_NQ_N] -= 1
+            return nq, h
+    if g[L.G_EVN] == 0:
+        return S.ev, -1
+    ev_pop(S)
+    return S.ev, S.ev.shape[0] - 1
+
+
+@njit(cache=True)
+def ev_peek_time(S):
+    """Time of the next event, or -1 when there is none."""
+    if S.g[L.G_NQ_N] > 0:
+        return S.nq[S.g[L.G_NQ_HEAD], L.E_T]
+    if S.g[L.G_EVN] > 0:
+        return S.ev[0, L.E_T]
+    return -1
+
+
+@njit(cache=True, inline="always")
 def cell_alloc(S):
     g = S.g
     k = g[L.G_FREE]
-    g[L.G_FREE] = S.cells[L.KI_NEXT, k]
+    g[L.G_FREE] = S.cells[k, L.KI_NEXT]
     g[L.G_NFREE] -= 1
-    S.cells[L.KI_NEXT, k] = -1
+    S.cells[k, L.KI_NEXT] = -1
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def cell_free(S, k):
     g = S.g
-    S.cells[L.KI_NEXT, k] = g[L.G_FREE]
+    S.cells[k, L.KI_NEXT] = g[L.G_FREE]
     g[L.G_FREE] = k
     g[L.G_NFREE] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def rng_uniform(S):
     """64-bit LCG (Knuth's MMIX constants), top 52 bits: deterministic per seed."""
     x = S.g[L.G_RNG] * 6364136223846793005 + 1442695040888963407
@@ -99,7 +141,7 @@ def rng_uniform(S):
     return ((x >> 12) & ((1 << 52) - 1)) / float(1 << 52)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def hist_bin(delay_ns):
     if delay_ns < 1000:
         return 0
@@ -109,7 +151,7 @@ def hist_bin(delay_ns):
     return b
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def record_delay(S, which, cq, delay_ns):
     """Per-cell delay sample: ``which`` 0 = circuit queue (application), 1 = kernel socket."""
     cls = S.qi[L.QI_CLASS, cq]
@@ -124,3 +166,17 @@ def record_delay(S, which, cq, delay_ns):
         S.raw[2, n] = delay_ns
         S.raw[3, n] = S.g[L.G_NOW]
         S.g[L.G_RAW_N] = n + 1
+
+
+@njit(cache=True, inline="always")
+def trace_chan(S, c, t):
+    """Record (time, outbuf bytes, kernel-unsent bytes, kernel-unacked bytes) of the traced chan."""
+    if c != S.g[L.G_TRACE_CHAN]:
+        return
+    n = S.g[L.G_TRACE_N]
+    if n < S.trace.shape[1]:
+        S.trace[0, n] = t
+        S.trace[1, n] = S.ci[L.CI_OB_BYTES, c]
+        S.trace[2, n] = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
+        S.trace[3, n] = S.ci[L.CI_SND_NXT, c] - S.ci[L.CI_SND_UNA, c]
+        S.g[L.G_TRACE_N] = n + 1

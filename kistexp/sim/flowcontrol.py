@@ -25,7 +25,7 @@ EMIT_CIRC = 1
 EMIT_STREAM = 2
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def circ_window(S, cd):
     """Cells the circuit-direction may still package."""
     if S.g[L.G_FC_KIND] == FC_SENDME:
@@ -34,7 +34,15 @@ def circ_window(S, cd):
     return w if w > 0 else 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def unacked(S, cd):
+    """DATA cells packaged and not yet acknowledged by a SENDME: what the window bounds."""
+    if S.g[L.G_FC_KIND] == FC_SENDME:
+        return S.pi[L.P_CIRCWINDOW] - S.di[L.DI_PKG_WIN, cd]
+    return S.di[L.DI_INFLIGHT, cd]
+
+
+@njit(cache=True, inline="always")
 def stream_window(S, s):
     if S.g[L.G_FC_KIND] == FC_SENDME:
         return S.si[L.SI_PKG_WIN, s]
@@ -95,7 +103,7 @@ def on_sendme(S, cd, kind, s, t):
         vegas_process_sendme(S, cd, t)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _update_rate(S, cwnd, ss):
     if ss:
         return 1

@@ -25,7 +25,7 @@ from kistexp.sim.kistlite import kistlite_limit
 from kistexp.sim.tcp import write_to_kernel
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def kist_limit(S, c):
     cwnd = int(S.cf[L.CF_CWND, c])
     mss = S.ci[L.CI_MSS, c]
@@ -35,14 +35,14 @@ def kist_limit(S, c):
     return max(tcp_space + extra, 0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _can_write(S, c):
     if S.ci[L.CI_KS_ENTRY, c] == 0:
         return True  # no socket entry: tor's "bug path" lets it write
     return (S.ci[L.CI_KS_LIMIT, c] - S.ci[L.CI_KS_WRITTEN, c]) // L.KIST_CELL_COST > 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _touch(S, c):
     if S.ci[L.CI_TOUCHED, c] == 0:
         S.ci[L.CI_TOUCHED, c] = 1
@@ -123,7 +123,7 @@ def kist_run(S, node, t, lite):
     return moved
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ceil_ms(ns):
     if ns <= 0:
         return 0

@@ -1,7 +1,8 @@
 """Struct-of-arrays layout of the simulation state shared by the compiled modules.
 
-Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64); the constants below
-name the fields.  Times are int64 nanoseconds.  The whole state is one :class:`State`
+Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; cells and events are
+``[entity, field]`` so that one cell's or one event's fields share a cache line); the constants
+below name the fields.  Times are int64 nanoseconds.  The whole state is one :class:`State`
 namedtuple so the compiled kernel can be stopped and resumed (to grow the cell pool or the
 event heap) without losing anything.
 """
@@ -9,6 +10,9 @@ event heap) without losing anything.
 from __future__ import annotations
 
 from collections import namedtuple
+
+from numba.core import types
+from numba.experimental import structref
 
 CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
 KIST_CELL_COST = 543      # 514 + TLS_PER_CELL_OVERHEAD 29, §6
@@ -65,7 +69,7 @@ def _fields(*names: str) -> int:
 N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_FREE", "G_NFREE", "G_RNG", "G_NEXT_TR",
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
-              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N")
+              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N", "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -81,8 +85,8 @@ N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEA
                "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
                "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
-               "NI_CPU_FREE", "NI_CELL_CPU_NS")
-N_NF = _fields("NF_NIC_RATE", "NF_FACTOR")
+               "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T")
+N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC")
 
 # chans: the sending side of one direction of a channel (one tor channel object + its socket)
 N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", "CI_CMUX_N",
@@ -91,7 +95,7 @@ N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", 
                "CI_SNDBUF_MAX", "CI_OWD_NS", "CI_LAST_ARRIVAL", "CI_LAST_SEND", "CI_RATE_LIMITED",
                "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
                "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
-               "CI_CMUX_CAP", "CI_WW")
+               "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED")
 N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
 
 # circuit queues: one circuit's queue of cells toward one chan
@@ -114,10 +118,10 @@ N_SI = _fields("SI_CD", "SI_TOPKG", "SI_TOTAL", "SI_DELIVERED", "SI_PKG_WIN", "S
 # transfers
 N_TI = _fields("TI_CIRC", "TI_START", "TI_TTFB", "TI_TTLB", "TI_REQ_DONE")
 
-# cells (pool)
+# cells (pool; one row per cell)
 N_KI = _fields("KI_NEXT", "KI_CQ", "KI_KIND", "KI_STREAM", "KI_T_ENQ", "KI_T_KERN", "KI_END_SEQ")
 
-# events (heap)
+# events (heap; one row per event)
 N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
 
 # per-circuit delay sums
@@ -134,5 +138,24 @@ State = namedtuple(
     "State",
     ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
      "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
-     "hist", "circ_sum", "raw", "chg", "runlog"],
+     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq"],
 )
+
+
+@structref.register
+class StateRefType(types.StructRef):
+    """The numba type of :class:`StateRef`: one pointer to all the state arrays."""
+
+    def preprocess_fields(self, fields):
+        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+
+
+class StateRef(structref.StructRefProxy):
+    """What the compiled code receives: a reference to the arrays of a :class:`State`.
+
+    Passing one reference instead of a tuple of 30 arrays keeps calls between compiled
+    functions cheap (a tuple is passed as hundreds of scalars).
+    """
+
+
+structref.define_proxy(StateRef, StateRefType, list(State._fields))

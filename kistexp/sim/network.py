@@ -103,7 +103,7 @@ class Network:
             raise SimConfigError(f"circuit {len(self.circuits)}: path {path} needs at least two nodes")
         for n in path:
             self._check_node(n, f"circuit {len(self.circuits)}")
-        for u, v in zip(path, path[1:]):
+        for u, v in zip(path, path[1:], strict=False):
             if u == v:
                 raise SimConfigError(f"circuit {len(self.circuits)}: path {path} repeats node {u} in a row")
             if self.channel_between(u, v) is None:
@@ -210,6 +210,7 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_TICK_NS, i] = max(1, int(round(n.kernel_tick_ms * L.MS)))
         ni[L.NI_PASS_NS, i] = max(1, int(round(n.pass_time_us * 1000)))
         ni[L.NI_TIMER_AT, i] = -1
+        ni[L.NI_XMIT_T, i] = -1
         ni[L.NI_CELL_CPU_NS, i] = int(round(n.cell_cpu_us * 1000))
         ni[L.NI_EWMA_TICK, i] = 1000
         # tor's EWMA tick clock starts at a random phase (§11.4)
@@ -363,9 +364,12 @@ def _build(net: Network, rc: RunConfig):
     g[L.G_CELL_RESERVE] = cell_reserve
     g[L.G_EV_RESERVE] = ev_reserve
     g[L.G_FC_KIND] = fc.FC_VEGAS if vegas else fc.FC_SENDME
-    cells = np.zeros((L.N_KI, cell_cap), np.int64)
-    cells[L.KI_NEXT] = np.arange(1, cell_cap + 1)
-    cells[L.KI_NEXT, -1] = -1
+    if rc.trace_chan >= n_chan:
+        raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
+    g[L.G_TRACE_CHAN] = rc.trace_chan
+    cells = np.zeros((cell_cap, L.N_KI), np.int64)  # one row per cell: its fields share a cache line
+    cells[:, L.KI_NEXT] = np.arange(1, cell_cap + 1)
+    cells[-1, L.KI_NEXT] = -1
     g[L.G_FREE] = 0
     g[L.G_NFREE] = cell_cap
 
@@ -377,7 +381,7 @@ def _build(net: Network, rc: RunConfig):
     S = L.State(
         g=g, pi=pi, pf=pf, ni=ni, nf=nf, ci=ci, cf=cf, qi=qi, qf=qf, di=di, df=df,
         ts=np.zeros((n_cd, ts_cap), np.int64), si=si, ti=ti, tr_order=tr_order, cells=cells,
-        ev=np.zeros((L.N_EV, ev_cap), np.int64), pend_heap=np.zeros(max(n_chan, 1), np.int64),
+        ev=np.zeros((ev_cap, L.N_EV), np.int64), pend_heap=np.zeros(max(n_chan, 1), np.int64),
         cmux_heap=np.zeros(max(n_cq, 1), np.int64), touched=np.zeros(max(n_chan, 1), np.int64),
         readd=np.zeros(max(n_chan, 1), np.int64), ww=np.zeros(max(n_chan, 1), np.int64),
         ser_chan=np.zeros((n_samples, n_chan), np.int64),
@@ -386,6 +390,9 @@ def _build(net: Network, rc: RunConfig):
         circ_sum=np.zeros((L.N_CS, n_circ), np.int64),
         raw=np.zeros((4, rc.cell_delays_max), np.int64), chg=chg,
         runlog=np.zeros((3, rc.run_log_max), np.int64),
+        trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
+        ckey=np.full(max(n_chan, 1), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
                 t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
@@ -406,11 +413,11 @@ def _check_memory(S, rc: RunConfig, when: str) -> None:
 
 def _grow_cells(S):
     old = S.cells
-    cap = old.shape[1]
-    new = np.zeros((L.N_KI, 2 * cap), np.int64)
-    new[:, :cap] = old
-    new[L.KI_NEXT, cap:] = np.arange(cap + 1, 2 * cap + 1)
-    new[L.KI_NEXT, -1] = S.g[L.G_FREE]
+    cap = old.shape[0]
+    new = np.zeros((2 * cap, L.N_KI), np.int64)
+    new[:cap] = old
+    new[cap:, L.KI_NEXT] = np.arange(cap + 1, 2 * cap + 1)
+    new[-1, L.KI_NEXT] = S.g[L.G_FREE]
     S.g[L.G_FREE] = cap
     S.g[L.G_NFREE] += cap
     return S._replace(cells=new)
@@ -419,21 +426,27 @@ def _grow_cells(S):
 def _grow_events(S):
     old = S.ev
     n = int(S.g[L.G_EVN])
-    new = np.zeros((L.N_EV, 2 * old.shape[1]), np.int64)
-    new[:, :n] = old[:, :n]
-    return S._replace(ev=new)
+    new = np.zeros((2 * old.shape[0], L.N_EV), np.int64)
+    new[:n] = old[:n]
+    oq = S.nq
+    m = int(S.g[L.G_NQ_N])
+    nq = np.zeros((2 * oq.shape[0], L.N_EV), np.int64)
+    nq[:m] = oq[(int(S.g[L.G_NQ_HEAD]) + np.arange(m)) % oq.shape[0]]
+    S.g[L.G_NQ_HEAD] = 0
+    return S._replace(ev=new, nq=nq)
 
 
 def _seed_events(S, meta) -> None:
     from kistexp.sim.events import ev_push
 
+    ref = L.StateRef(*S)
     if S.tr_order.shape[0]:
-        tr = S.tr_order[0]
+        tr = int(S.tr_order[0])
         S.g[L.G_NEXT_TR] = 1
-        ev_push(S, S.ti[L.TI_START, tr], L.EV_START, tr, 0, 0)
-    ev_push(S, 0, L.EV_SAMPLE, 0, 0, 0)
+        ev_push(ref, int(S.ti[L.TI_START, tr]), L.EV_START, tr, 0, 0)
+    ev_push(ref, 0, L.EV_SAMPLE, 0, 0, 0)
     if S.chg.shape[1]:
-        ev_push(S, S.chg[0, 0], L.EV_INTERVAL, S.chg[1, 0], S.chg[2, 0], 0)
+        ev_push(ref, int(S.chg[0, 0]), L.EV_INTERVAL, int(S.chg[1, 0]), int(S.chg[2, 0]), 0)
 
 
 def run(network: Network, run_config: RunConfig | None = None,
@@ -458,7 +471,7 @@ def run(network: Network, run_config: RunConfig | None = None,
     for step in range(1, steps + 1):
         S.g[L.G_END] = end if step == steps else end * step // steps
         while True:
-            status = run_kernel(S)
+            status = run_kernel(L.StateRef(*S))
             if status == L.RS_GROW_CELLS:
                 S = _grow_cells(S)
             elif status == L.RS_GROW_EVENTS:

@@ -86,7 +86,7 @@ class SimResult:
     delay_hist: np.ndarray                      # [kind(app, kernel), label, bin] counts of per-hop samples
     circuit_delay_sum_ns: np.ndarray            # [kind, circuit]
     circuit_delay_count: np.ndarray             # [kind, circuit]
-    circuit_max_inflight_cells: np.ndarray      # [circuit, dir]: packaged minus delivered DATA cells, max
+    circuit_max_inflight_cells: np.ndarray      # [circuit, dir]: max DATA cells packaged, not yet SENDME-acked
     circuit_final_cwnd_cells: np.ndarray        # [circuit, dir]: Vegas cwnd at the end
     transfer_circuit: np.ndarray
     transfer_start_s: np.ndarray
@@ -97,7 +97,8 @@ class SimResult:
     run_node: np.ndarray                        # scheduler-run log (first run_log_max runs)
     run_time_s: np.ndarray
     run_cells: np.ndarray
-    raw_delays: np.ndarray                      # [4, n]: kind, circuit, delay ns, time ns
+    raw_delays: np.ndarray                      # [5, n]: kind, circuit, delay ns, time ns, sending node
+    trace: np.ndarray                           # [4, n]: time ns, outbuf, kernel unsent, unacked bytes
     cells_scheduled: int
     events: int
     queue_cap_exceeded: int
@@ -116,9 +117,12 @@ class SimResult:
             return v - start if n_tr else v
 
         raw_n = int(S.g[L.G_RAW_N])
-        raw = S.raw[:, :raw_n].copy()
+        raw = np.zeros((5, raw_n), np.int64)
+        raw[:4] = S.raw[:, :raw_n]
         if raw_n:
-            raw[1] = S.qi[L.QI_CIRC, raw[1]]
+            cq = S.raw[1, :raw_n]
+            raw[1] = S.qi[L.QI_CIRC, cq]
+            raw[4] = S.ci[L.CI_NODE, S.qi[L.QI_CHAN, cq]]
         rl = int(S.g[L.G_RUNLOG_N])
         return cls(
             duration_s=rc.duration_s, seed=rc.seed, wall_s=wall_s,
@@ -141,6 +145,7 @@ class SimResult:
             transfer_ttfb_s=rel(L.TI_TTFB), transfer_ttlb_s=rel(L.TI_TTLB),
             run_node=S.runlog[0, :rl].copy(), run_time_s=S.runlog[1, :rl] / 1e9,
             run_cells=S.runlog[2, :rl].copy(), raw_delays=raw,
+            trace=S.trace[:, :int(S.g[L.G_TRACE_N])].copy(),
             cells_scheduled=int(S.g[L.G_CELLS_SCHEDULED]), events=int(S.g[L.G_EVENTS]),
             queue_cap_exceeded=int(S.g[L.G_QCAP_EXCEEDED]),
         )

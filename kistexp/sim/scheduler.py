@@ -15,6 +15,7 @@ from numba import njit
 
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_push
+from kistexp.sim.channel import push_armed_writes
 from kistexp.sim.kist import kist_run, kist_schedule
 from kistexp.sim.vanilla import vanilla_run, vanilla_schedule
 
@@ -62,6 +63,7 @@ def run_scheduler(S, node, t):
         moved = vanilla_run(S, node, t)
     else:
         moved = kist_run(S, node, t, kind == L.SCHED_KISTLITE)
+    push_armed_writes(S, t)
     S.ni[L.NI_LAST_RUN, node] = t + S.ni[L.NI_PASS_NS, node]
     S.ni[L.NI_RUN_CELLS_LAST, node] = moved
     n = S.g[L.G_RUNLOG_N]

@@ -16,18 +16,18 @@ from __future__ import annotations
 from numba import njit
 
 from kistexp.sim import layout as L
-from kistexp.sim.events import ev_push, rng_uniform
+from kistexp.sim.events import ev_push, rng_uniform, trace_chan
 
 RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def kernel_room(S, c):
     return S.ci[L.CI_SNDBUF, c] - (S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_UNA, c])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _track_peaks(S, node):
     app = S.ni[L.NI_APP_BYTES, node]
     kern = S.ni[L.NI_KERN_BYTES, node]
@@ -110,20 +110,20 @@ def write_to_kernel(S, c, t):
     moved = 0
     while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
         k = S.ci[L.CI_OB_HEAD, c]
-        nxt = S.cells[L.KI_NEXT, k]
+        nxt = S.cells[k, L.KI_NEXT]
         S.ci[L.CI_OB_HEAD, c] = nxt
         if nxt < 0:
             S.ci[L.CI_OB_TAIL, c] = -1
         seq = S.ci[L.CI_WRITE_SEQ, c] + L.CELL_SIZE
         S.ci[L.CI_WRITE_SEQ, c] = seq
-        S.cells[L.KI_END_SEQ, k] = seq
-        S.cells[L.KI_T_KERN, k] = t
-        S.cells[L.KI_NEXT, k] = -1
+        S.cells[k, L.KI_END_SEQ] = seq
+        S.cells[k, L.KI_T_KERN] = t
+        S.cells[k, L.KI_NEXT] = -1
         tail = S.ci[L.CI_KQ_TAIL, c]
         if tail < 0:
             S.ci[L.CI_KQ_HEAD, c] = k
         else:
-            S.cells[L.KI_NEXT, tail] = k
+            S.cells[tail, L.KI_NEXT] = k
         S.ci[L.CI_KQ_TAIL, c] = k
         ob -= L.CELL_SIZE
         room -= L.CELL_SIZE
@@ -135,6 +135,7 @@ def write_to_kernel(S, c, t):
         S.ni[L.NI_KERN_BYTES, node] += moved
         _track_peaks(S, node)
         tcp_send(S, c, t)
+        trace_chan(S, c, t)
     if ob > 0 and room >= L.CELL_SIZE and S.ci[L.CI_WRITE_EV, c] == 0:
         # share-limited: the write event fires again in the next pass
         S.ci[L.CI_WRITE_EV, c] = 1
@@ -171,6 +172,7 @@ def on_ack(S, c, t, segs, nbytes):
         if want > S.ci[L.CI_SNDBUF, c]:
             S.ci[L.CI_SNDBUF, c] = want
     tcp_send(S, c, t)
+    trace_chan(S, c, t)
     if S.ci[L.CI_OB_BYTES, c] > 0 and S.ci[L.CI_WRITE_EV, c] == 0 and kernel_room(S, c) >= L.CELL_SIZE:
         S.ci[L.CI_WRITE_EV, c] = 1
         ev_push(S, t, L.EV_WRITE, c, 0, 0)

@@ -14,18 +14,22 @@ Four kinds of circuit traffic (issue 4, point 4), all seeded so a seed gives the
   ssh/IRC-like traffic: what EWMA is meant to favour, kist-ewma.md §11.7).
 
 A :class:`Workload` is the schedule (a tuple of :class:`TransferSpec` and
-:class:`InteractiveSpec`); :func:`to_flows` turns it into the simulation core's flow objects on
-given circuits.
+:class:`InteractiveSpec`); :func:`add_workload` puts it on a network's circuits as the core's
+transfers. :func:`one_relay`, :func:`three_hop_path` and :func:`small_network` build the
+topologies the experiments use.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
 import attrs
 
 from kistexp.errors import SimConfigError
+from kistexp.sim.config import LinkConfig, NodeConfig
+from kistexp.sim.network import Network
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -116,18 +120,19 @@ def _check_window(duration_s: float, start_spread_s: float) -> None:
 
 
 def bulk_transfers(circuit: int, start_s: float, duration_s: float, size_bytes: int = BULK_BYTES,
-                   count: int | None = None) -> list[TransferSpec]:
-    """Back-to-back bulk downloads. The core starts each one when the previous ends (see
-    :func:`to_flows`), so only the first start time is real; `count` defaults to enough
-    downloads to stay busy for `duration_s` at 1 GB/s."""
-    n = count if count is not None else max(1, int(duration_s * 1e9 / size_bytes) + 1)
-    return [TransferSpec(circuit, "bulk", start_s, size_bytes) for _ in range(n)]
+                   rate_bytes_per_s: float = 100e6) -> list[TransferSpec]:
+    """Back-to-back bulk downloads, carried as one stream that stays backlogged for the run: as
+    many `size_bytes` downloads as `rate_bytes_per_s` could move in `duration_s` (the core runs
+    the transfers of a circuit concurrently, so a series would overlap; the gap of a request
+    round trip between two real downloads is left out)."""
+    count = max(1, math.ceil(duration_s * rate_bytes_per_s / size_bytes))
+    return [TransferSpec(circuit, "bulk", start_s, size_bytes * count)]
 
 
 def web_transfers(circuit: int, start_s: float, duration_s: float, rng: random.Random,
                   size_bytes: int = WEB_BYTES, think_s: tuple[float, float] = WEB_THINK_S) -> list[TransferSpec]:
-    """320 KiB downloads with a uniform think time; start times assume each download takes no
-    time, the core delays a download until its predecessor on the circuit is done."""
+    """320 KiB downloads separated by a uniform think time (counted start to start: a download
+    takes well under the minimum think time except on a congested circuit)."""
     out: list[TransferSpec] = []
     t = start_s
     while t < duration_s:
@@ -186,10 +191,101 @@ def interactive_exchanges(spec: InteractiveSpec, rng: random.Random) -> list[tup
     return out
 
 
+def add_workload(network: Network, workload: Workload, circuits: Sequence[int], seed: int) -> None:
+    """Put `workload` on the network: workload circuit i runs on network circuit `circuits[i]`.
+
+    Transfers become the core's :class:`Transfer` streams; each interactive exchange is a
+    transfer of ``request_cells`` and 1-2 response cells of 498 payload bytes (§1)."""
+    if len(circuits) < len(workload.kinds):
+        raise SimConfigError(
+            f"workload: {len(workload.kinds)} circuits needed, {len(circuits)} given")
+    if workload.transfers:
+        network.add_transfers(
+            [circuits[t.circuit] for t in workload.transfers],
+            [t.request_bytes for t in workload.transfers],
+            [t.size_bytes for t in workload.transfers],
+            [t.start_s for t in workload.transfers],
+        )
+    rng = random.Random(seed)
+    for spec in workload.interactive:
+        ex = interactive_exchanges(spec, rng)
+        if ex:
+            network.add_transfers(
+                [circuits[spec.circuit]] * len(ex),
+                [req * RELAY_DATA_BYTES for _, req, _ in ex],
+                [resp * RELAY_DATA_BYTES for _, _, resp in ex],
+                [t for t, _, _ in ex],
+            )
+
+
+# -- topologies ----------------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class Topology:
+    """A network under construction and the ids the experiments need."""
+
+    network: Network
+    clients: tuple[int, ...]
+    relays: tuple[int, ...]
+    circuits: tuple[int, ...]
+
+
+def _labels(labels: Sequence[str] | None, n: int) -> list[str]:
+    if labels is None:
+        return ["default"] * n
+    if len(labels) != n:
+        raise SimConfigError(f"topology: {len(labels)} labels for {n} circuits")
+    return [str(x) for x in labels]
+
+
+def one_relay(channels: int, circuits: int, *, relay: NodeConfig, client: NodeConfig,
+              link: LinkConfig, labels: Sequence[str] | None = None) -> Topology:
+    """One relay with `channels` channels, one per client, and `circuits` one-hop circuits
+    spread round-robin over them. The relay is the circuits' far edge, so every cell it sends
+    comes out of its own circuit queues: its scheduler alone decides what goes on each channel."""
+    if channels < 1 or circuits < 1:
+        raise SimConfigError(f"topology: channels={channels} and circuits={circuits} must be >= 1")
+    net = Network(default_link=link)
+    r = net.add_node(relay, "relay")
+    clients = tuple(net.add_node(client, f"client{i}") for i in range(channels))
+    names = _labels(labels, circuits)
+    circs = tuple(net.add_circuit([clients[i % channels], r], names[i]) for i in range(circuits))
+    return Topology(net, clients, (r,), circs)
+
+
+def three_hop_path(*, client: NodeConfig, guard: NodeConfig, middle: NodeConfig, exit: NodeConfig,
+                   link: LinkConfig, circuits: int = 1, labels: Sequence[str] | None = None) -> Topology:
+    """client - guard - middle - exit, with `circuits` circuits over this one path."""
+    if circuits < 1:
+        raise SimConfigError(f"topology: circuits={circuits} must be >= 1")
+    net = Network(default_link=link)
+    c = net.add_node(client, "client")
+    g = net.add_node(guard, "guard")
+    m = net.add_node(middle, "middle")
+    x = net.add_node(exit, "exit")
+    names = _labels(labels, circuits)
+    circs = tuple(net.add_circuit([c, g, m, x], names[i]) for i in range(circuits))
+    return Topology(net, (c,), (g, m, x), circs)
+
+
+def small_network(relays: int, circuits: int, *, clients: int, seed: int, relay: NodeConfig,
+                  client: NodeConfig, link: LinkConfig, labels: Sequence[str] | None = None) -> Topology:
+    """`relays` relays and `clients` clients; each circuit (on client i mod `clients`) picks three
+    distinct relays uniformly at random (seeded) as guard, middle and exit."""
+    if relays < 3:
+        raise SimConfigError(f"topology: relays={relays} must be >= 3 for 3-hop circuits")
+    if clients < 1 or circuits < 1:
+        raise SimConfigError(f"topology: clients={clients} and circuits={circuits} must be >= 1")
+    rng = random.Random(seed)
+    net = Network(default_link=link)
+    rs = tuple(net.add_node(relay, f"relay{i}") for i in range(relays))
+    cs = tuple(net.add_node(client, f"client{i}") for i in range(clients))
+    names = _labels(labels, circuits)
+    circs = tuple(net.add_circuit([cs[i % clients], *rng.sample(rs, 3)], names[i]) for i in range(circuits))
+    return Topology(net, cs, rs, circs)
+
+
 def cells_for(size_bytes: int) -> int:
     """DATA cells needed to carry `size_bytes` of stream payload."""
     return -(-size_bytes // RELAY_DATA_BYTES)
-
-
-def spread(values: Sequence[float]) -> float:
-    return max(values) - min(values) if values else 0.0

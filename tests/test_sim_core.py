@@ -1,0 +1,241 @@
+"""Simulation core: the validation tests of kist-ewma.md §15 and the model's contracts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kistexp.errors import SimConfigError
+from kistexp.sim import (
+    LOOPBACK_MSS,
+    EwmaConfig,
+    FlowControlConfig,
+    IntervalChange,
+    LinkConfig,
+    Network,
+    NodeConfig,
+    RunConfig,
+    Transfer,
+    run,
+)
+
+BIG = 2_000_000_000  # a response that does not finish within the test
+
+
+def _pair(exit_sched: str, interval_ms: int, *, link: LinkConfig | None = None, circuits: int = 1,
+          client_sched: str | None = None, **exit_kw) -> tuple[Network, int, int, list[int]]:
+    """A client and an exit joined by one channel; the exit sends the bulk responses."""
+    net = Network(link if link is not None else LinkConfig(rtt_ms=0.1, mss=LOOPBACK_MSS))
+    client = net.add_node(NodeConfig(role="client", scheduler=client_sched or exit_sched,
+                                     kist_interval_ms=interval_ms), "client")
+    ex = net.add_node(NodeConfig(role="exit", scheduler=exit_sched, kist_interval_ms=interval_ms, **exit_kw),
+                      "exit")
+    circs = [net.add_circuit([client, ex], "bulk") for _ in range(circuits)]
+    return net, client, ex, circs
+
+
+def _busy(res, node, skip: int = 20):
+    sel = (res.run_node == node) & (res.run_cells > 0)
+    return res.run_time_s[sel][skip:], res.run_cells[sel][skip:]
+
+
+@pytest.mark.parametrize(("interval_ms", "period_ms"), [(10, 12.0), (2, 4.0)])
+def test_kistlite_backlogged_channel_moves_64_cells_per_run_every_tick_quantised_period(interval_ms, period_ms):
+    # §15: KISTLite, one backlogged channel: 64 cells (32,896 B) per run, P from §5.2 at J = 4 ms
+    net, client, ex, circs = _pair("kistlite", interval_ms, circuits=8)
+    for c in circs:
+        net.add_transfer(Transfer(c, 498, BIG, 0.0))
+    res = run(net, RunConfig(duration_s=2.0, sample_interval_s=0.5))
+    times, cells = _busy(res, ex)
+    assert np.mean(cells == 64) > 0.95
+    assert np.median(np.diff(times)) * 1e3 == pytest.approx(period_ms, abs=0.05)
+    thr = res.channel_throughput_bytes_per_s(res.chan_between(ex, client))[-1]
+    assert thr == pytest.approx(64 * 514 / (period_ms / 1e3), rel=0.03)
+
+
+def test_kist_first_run_on_an_idle_iw10_socket_moves_53_cells():
+    # §6/§15: (cwnd, unacked, mss, notsent, outbuf) = (10, 0, 1448, 0, 0) -> floor(28960 / 543) = 53
+    net, client, ex, circs = _pair("kist", 10, link=LinkConfig(rtt_ms=20.0, mss=1448, initial_cwnd=10))
+    net.add_transfer(Transfer(circs[0], 498, 5 * 1024 * 1024, 0.5))
+    res = run(net, RunConfig(duration_s=1.0))
+    assert res.cells_per_run(ex)[0] == 53
+    assert res.node_counts(ex)["socket_info_syscalls"] >= 2  # TCP_INFO + SIOCOUTQNSD per pending socket
+
+
+def test_ewma_quiet_circuit_wins_every_pick_until_its_count_passes_the_decayed_bulk_count():
+    # §15: one circuit busy for 60 s, a quiet one then starts; H = 30 s
+    net, client, ex, (bulk, quiet) = _pair("kistlite", 10, circuits=2)
+    net.add_transfer(Transfer(bulk, 498, BIG, 0.0))
+    net.add_transfer(Transfer(quiet, 498, BIG, 60.0))
+    res = run(net, RunConfig(duration_s=90.0, sample_interval_s=10.0, ewma=EwmaConfig(30000, 10),
+                             cell_delays_max=3_000_000))
+    raw = res.raw_delays
+    sel = (raw[0] == 0) & (raw[4] == ex)          # picks of the exit's cmux, in time order
+    circ, t = raw[1, sel], raw[3, sel] / 1e9
+    start = np.argmax(circ == quiet)
+    after = circ[start:]
+    streak = int(np.argmax(after != quiet))       # consecutive picks won by the quiet circuit
+    assert streak > 50_000
+    # §11.7: within one cmux the counts order like the continuous EWMA sum of 0.5 ** (age / H)
+    t_cross = t[start + streak]
+
+    def ewma(which):
+        ti = t[:start + streak][circ[:start + streak] == which]
+        return np.sum(0.5 ** ((t_cross - ti) / 30.0))
+
+    assert ewma(quiet) == pytest.approx(ewma(bulk), rel=0.01)
+    # after the crossing both circuits share the channel
+    tail = after[streak:streak + 2000]
+    assert 0.3 < np.mean(tail == quiet) < 0.7
+
+
+def test_vanilla_outbuf_oscillates_between_orconn_low_and_orconn_high_plus_a_cell():
+    # §9/§15: refill to >= 32768 whenever a flush leaves the outbuf below 16384
+    link = LinkConfig(rtt_ms=10.0, mss=1448, send_buffer_bytes=65536)
+    net, client, ex, circs = _pair("vanilla", 10, link=link, circuits=4, nic_rate_bytes_per_s=2e6)
+    for c in circs:
+        net.add_transfer(Transfer(c, 498, BIG, 0.0))
+    chan = 2 * net.channel_between(client, ex) + 1  # exit -> client
+    res = run(net, RunConfig(duration_s=3.0, trace_chan=chan, trace_max=1_000_000))
+    assert res.chan_src[chan] == ex
+    t, ob = res.trace[0] / 1e9, res.trace[1]
+    steady = t > 0.5
+    rises = np.nonzero(np.diff(ob) > 0)[0] + 1           # a Vanilla run refilled the outbuf
+    rises = rises[steady[rises]]
+    assert len(rises) > 50
+    before, after = ob[rises - 1], ob[rises]
+    assert np.all(before < 16384) and np.all(before >= 16384 - 16448)
+    assert np.all(after >= 32768) and np.all(after <= 32768 + 513)
+    assert ob[steady].max() <= 32768 + 513
+
+
+def _mixed_network(loss: float) -> Network:
+    net = Network(LinkConfig(rtt_ms=30.0, loss_rate=loss))
+    nodes = [net.add_node(NodeConfig(role=r, scheduler=s, kist_interval_ms=3, nic_rate_bytes_per_s=5e6))
+             for r, s in (("client", "kist"), ("guard", "kist"), ("middle", "kistlite"), ("exit", "vanilla"),
+                          ("client", "kist"))]
+    c1 = net.add_circuit(nodes[:4], "bulk")
+    c2 = net.add_circuit([nodes[4], nodes[1], nodes[2], nodes[3]], "web")
+    net.add_transfer(Transfer(c1, 498, 3_000_000, 0.0))
+    for k in range(5):
+        net.add_transfer(Transfer(c2, 600, 320 * 1024, 0.2 * k))
+    return net
+
+
+def test_runs_are_deterministic_per_seed_and_the_seed_matters():
+    a = run(_mixed_network(0.01), RunConfig(duration_s=3.0, seed=11))
+    b = run(_mixed_network(0.01), RunConfig(duration_s=3.0, seed=11))
+    c = run(_mixed_network(0.01), RunConfig(duration_s=3.0, seed=12))
+    assert a.chan_losses.sum() > 0
+    np.testing.assert_array_equal(a.transfer_ttlb_s, b.transfer_ttlb_s)
+    np.testing.assert_array_equal(a.chan_bytes_sent, b.chan_bytes_sent)
+    assert a.node_counters["cells_sent"].tolist() == b.node_counters["cells_sent"].tolist()
+    assert a.events == b.events
+    assert not np.array_equal(a.chan_bytes_sent, c.chan_bytes_sent)
+
+
+def test_sendme_windows_bound_cells_in_flight_to_the_circuit_and_stream_windows():
+    # §13.1: 1000 cells per circuit, 500 per stream; a long, slow path keeps the windows full
+    net, client, ex, (one, many) = _pair("kist", 2, link=LinkConfig(rtt_ms=200.0), circuits=2,
+                                         nic_rate_bytes_per_s=4e6)
+    net.add_transfer(Transfer(one, 498, BIG, 0.0))
+    for _ in range(4):
+        net.add_transfer(Transfer(many, 498, BIG, 0.0))
+    res = run(net, RunConfig(duration_s=3.0))
+    assert 450 <= res.circuit_max_inflight_cells[one, 1] <= 550   # the stream window binds
+    assert res.circuit_max_inflight_cells[many, 1] == 1000           # the circuit window binds
+
+
+def test_vegas_replaces_the_windows_with_a_congestion_window():
+    net, client, ex, (c,) = _pair("kist", 2, link=LinkConfig(rtt_ms=50.0))
+    net.add_transfer(Transfer(c, 498, BIG, 0.0))
+    res = run(net, RunConfig(duration_s=3.0, flow_control=FlowControlConfig(kind="vegas")))
+    assert res.circuit_max_inflight_cells[c, 1] > 500      # no stream window under Vegas
+    assert res.circuit_final_cwnd_cells[c, 1] != 124       # cwnd moved from cc_cwnd_init
+    assert res.circuit_final_cwnd_cells[c, 1] >= 124       # never below cc_cwnd_min
+
+
+def test_interval_change_mid_run_takes_effect_at_the_next_schedule():
+    net, client, ex, circs = _pair("kistlite", 10, circuits=8)
+    for c in circs:
+        net.add_transfer(Transfer(c, 498, BIG, 0.0))
+    net.change_interval(IntervalChange(time_s=1.0, node=ex, interval_ms=2))
+    res = run(net, RunConfig(duration_s=2.0))
+    times, _ = _busy(res, ex, skip=0)
+    gaps = np.diff(times) * 1e3
+    before, after = gaps[times[1:] < 0.99], gaps[times[1:] > 1.02]
+    assert np.median(before) == pytest.approx(12.0, abs=0.05)
+    assert np.median(after) == pytest.approx(4.0, abs=0.05)
+    # the timer armed before the change keeps its deadline: one more 12 ms gap, then 4 ms
+    first_after = np.argmax(times > 1.0)
+    assert gaps[first_after - 1] == pytest.approx(12.0, abs=0.05)
+    assert gaps[first_after] == pytest.approx(4.0, abs=0.05)
+
+
+def test_first_cell_after_idle_is_free_and_a_busy_scheduler_waits_for_its_timer():
+    # §5.2 / §15 rules 4-5: after an idle gap (diff >= interval) the run happens in the same pass;
+    # 3 ms after a run the timer is set to interval - diff from the coarse clock
+    net, client, ex, (c,) = _pair("kist", 10, cell_cpu_us=0.0)
+    net.add_transfer(Transfer(c, 498, 498, 1.0))
+    net.add_transfer(Transfer(c, 498, 498, 1.003))
+    res = run(net, RunConfig(duration_s=2.0))
+    # first exchange: one round trip (0.1 ms) and the client's 2 us per cell, no KIST wait
+    assert res.transfer_ttlb_s[0] == pytest.approx(0.1e-3 + 2e-6, abs=1e-9)
+    # second: the client ran at 1.0, so diff = 3 ms and the timeout is 7 ms: the deadline
+    # C(1.003) + 7 = 1.007 is reached on the 1.008 tick, but epoll waits the full 7 ms from 1.003,
+    # so the run is at 1.010; the exit then idled 10 ms and answers at once: 1.0101 + 2 us
+    assert res.transfer_ttlb_s[1] == pytest.approx(1.010102 - 1.003, abs=1e-9)
+
+
+@pytest.mark.parametrize(("make", "key"), [
+    (lambda: NodeConfig(nic_rate_bytes_per_s=-1.0), "nic_rate_bytes_per_s"),
+    (lambda: LinkConfig(loss_rate=-0.1), "loss_rate"),
+    (lambda: LinkConfig(mss=0), "mss"),
+    (lambda: NodeConfig(kist_interval_ms=0), "kist_interval_ms"),
+    (lambda: NodeConfig(kist_interval_ms=101), "kist_interval_ms"),
+    (lambda: NodeConfig(scheduler="fifo"), "scheduler"),
+    (lambda: FlowControlConfig(kind="bbr"), "kind"),
+])
+def test_invalid_model_parameters_raise_before_anything_runs(make, key):
+    cfg = make()
+    net = Network(cfg if isinstance(cfg, LinkConfig) else LinkConfig())
+    node_cfg = cfg if isinstance(cfg, NodeConfig) else NodeConfig()
+    a, b = net.add_node(node_cfg), net.add_node(NodeConfig())
+    net.add_transfer(Transfer(net.add_circuit([a, b]), 498, 498, 0.0))
+    rc = RunConfig(flow_control=cfg) if isinstance(cfg, FlowControlConfig) else RunConfig()
+    with pytest.raises(SimConfigError, match=key):
+        run(net, rc)
+
+
+def test_bad_network_references_and_interval_changes_raise():
+    net = Network()
+    a = net.add_node(NodeConfig())
+    with pytest.raises(SimConfigError, match="does not exist"):
+        net.add_circuit([a, 7])
+    b = net.add_node(NodeConfig())
+    net.add_circuit([a, b])
+    with pytest.raises(SimConfigError, match="circuit 3 does not exist"):
+        net.add_transfer(Transfer(3))
+    net.change_interval(IntervalChange(1.0, b, 0))
+    with pytest.raises(SimConfigError, match="interval_ms"):
+        run(net, RunConfig(duration_s=1.0))
+
+
+def test_a_run_beyond_the_memory_bound_stops_with_a_clear_error():
+    net, client, ex, circs = _pair("vanilla", 10, circuits=2)
+    with pytest.raises(SimConfigError, match="memory_limit_bytes"):
+        run(net, RunConfig(duration_s=1.0, memory_limit_bytes=100_000))
+
+
+def test_result_to_dict_carries_units_and_cost_model_counts():
+    res = run(_mixed_network(0.0), RunConfig(duration_s=2.0))
+    d = res.to_dict()
+    assert d["duration_s"] == 2.0 and d["transfers_count"] == 6
+    node = d["nodes"][1]
+    for key in ("scheduler_runs_count", "socket_info_syscalls_count", "kernel_writes_count",
+                "cells_sent_count", "peak_queued_bytes", "scheduler_runs_per_s"):
+        assert key in node
+    counts = res.node_counts(1)
+    assert counts["cells_received"] == counts["crypto_layers"]  # a guard: one layer per relayed cell
+    assert counts["socket_info_syscalls"] > 0 and res.node_counts(2)["socket_info_syscalls"] == 0
+    assert set(d["delays_by_label"]) == {"bulk", "web"}

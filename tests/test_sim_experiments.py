@@ -1,0 +1,133 @@
+"""Shape of the simulator's experiments (issue 4 point 6; kist-ewma.md §5.2, §6, §9, §11, §12).
+
+Sizes are chosen so that each experiment runs in a second or two once the engine is compiled.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kistexp.errors import SimConfigError
+from kistexp.sim import experiments as E
+
+KISTLITE_BUDGET_BYTES = 64 * 514  # §6: 64 cells from an empty outbuf
+
+
+@pytest.fixture(scope="module")
+def lite10():
+    return E.ceiling(scheduler="kistlite", interval_ms=10)
+
+
+def test_kistlite_ceiling_is_64_cells_per_real_period(lite10):
+    """§6 + §5.2: 64 cells per run, and the run period at interval 10 with a 4 ms tick is 12 ms."""
+    assert lite10.cells_per_run_mode == 64
+    assert lite10.cells_per_run_median == 64
+    assert lite10.run_period_ms == pytest.approx(12.0, abs=0.3)
+    expected = KISTLITE_BUDGET_BYTES / (lite10.run_period_ms / 1e3) / 1e6
+    assert lite10.throughput_mbytes_per_s == pytest.approx(expected, rel=0.03)
+    assert lite10.throughput_mbytes_per_s == pytest.approx(2.74, rel=0.03)  # §6 table, real period
+    d = lite10.to_dict()
+    assert d["throughput_mbytes_per_s"] == lite10.throughput_mbytes_per_s and "run_period_ms" in d
+
+
+def test_kistlite_ceiling_at_2ms_follows_the_4ms_tick_not_the_interval(lite10):
+    lite2 = E.ceiling(scheduler="kistlite", interval_ms=2)
+    assert lite2.cells_per_run_mode == 64
+    assert lite2.run_period_ms == pytest.approx(4.0, abs=0.2)
+    assert lite2.throughput_mbytes_per_s == pytest.approx(8.22, rel=0.03)
+    # the period shrinks 3x (12 -> 4 ms), not 5x as the nominal intervals would suggest
+    assert lite2.throughput_mbytes_per_s / lite10.throughput_mbytes_per_s == pytest.approx(3.0, rel=0.05)
+
+
+def test_vanilla_and_loopback_kist_are_not_bound_by_the_kistlite_budget(lite10):
+    vanilla = E.ceiling(scheduler="vanilla", interval_ms=10)
+    kist = E.ceiling(scheduler="kist", interval_ms=10)
+    # Vanilla has no interval: it runs again whenever the outbuf drains (§9)
+    assert vanilla.run_period_ms < 2.0
+    assert vanilla.throughput_mbytes_per_s > 10 * lite10.throughput_mbytes_per_s
+    # KIST with a 64 KiB mss: the per-socket limit allows far more than 64 cells (§6 table)
+    assert kist.cells_per_run_mode > 10 * 64
+    assert kist.throughput_mbytes_per_s > 10 * lite10.throughput_mbytes_per_s
+
+
+def test_kist_first_run_moves_53_cells_on_an_idle_iw10_socket():
+    r = E.kist_first_run()
+    # §6: limit = (10 - 0) * 1448 + 10 * 1448 = 28,960 B; floor(28960 / 543) = 53
+    assert r.first_run_cells == 53
+    bigger = E.kist_first_run(initial_cwnd=20)
+    assert bigger.first_run_cells == (2 * 20 * 1448) // 543
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return E.circuit_sweep(transfer_bytes=5 * 1024 * 1024)
+
+
+def test_one_circuit_throughput_ordering_and_range(sweep):
+    """Loopback 3-hop circuit. Real tor 0.4.9 (real-tor.md): ~2.7 MB/s at 10 ms, ~8.2 at 2 ms,
+    Vanilla several times faster. Ranges are a factor of two either way: the model is not tuned
+    to these figures (docs/simulator.md, Fidelity)."""
+    k10, k5, k2 = (sweep.throughput("kist", iv) for iv in (10, 5, 2))
+    vanilla = sweep.throughput("vanilla", 10)
+    assert k2 > 2 * k10 and k5 > 2 * k10
+    assert vanilla > 3 * max(k2, k5, k10, sweep.throughput("kistlite", 2))
+    assert 2.7 / 2 < k10 < 2.7 * 2
+    assert 8.2 / 2 < k2 < 8.2 * 2
+    assert all(p.finished for p in sweep.points)
+    assert sweep.throughput("kistlite", 2) > sweep.throughput("kistlite", 10)
+
+
+def test_one_circuit_is_window_bound_not_budget_bound(sweep):
+    """With a 64 KiB mss the KIST socket limit is huge; what binds is the circuit's window over a
+    round trip of about one run period per hop (§12.2 latency side effect)."""
+    p10 = next(p for p in sweep.points if p.scheduler == "kist" and p.interval_ms == 10)
+    rtt_s = 4 * 0.012  # 4 hops each holding the cells for up to one 12 ms period
+    window_rate = p10.max_inflight_cells * 498 / rtt_s / 1e6
+    assert p10.throughput_mbytes_per_s == pytest.approx(window_rate, rel=0.35)
+    assert p10.throughput_mbytes_per_s < 64 * 514 / 0.012 / 1e6 * 1.05
+    assert p10.client_interval_ms == 10 and p10.flow_control == "vegas"
+
+
+def test_ewma_interactive_far_below_bulk_and_advantage_shrinks_toward_1ms():
+    """§11.7: EWMA serves the quiet circuits first, so their cells barely wait at the relay while
+    bulk cells queue. At 1-2 ms KIST refills the socket almost continuously, so interactive cells
+    wait more behind bulk bytes already in the kernel, where EWMA cannot reorder them (§12.1)."""
+    r = E.ewma(duration_s=10.0)
+    assert [p.interval_ms for p in r.points] == [1, 2, 5, 10, 20]
+    for p in r.points:
+        assert p.interactive_delay_ms_p50 < p.bulk_delay_ms_p50 / 5
+        assert p.interactive_delay_ms_mean < p.bulk_delay_ms_mean / 5
+    at = {p.interval_ms: p for p in r.points}
+    assert at[1].interactive_delay_ms_mean > 1.05 * at[10].interactive_delay_ms_mean
+    assert at[2].interactive_delay_ms_mean > 1.05 * at[10].interactive_delay_ms_mean
+    assert at[1].interactive_kernel_delay_ms_mean > at[20].interactive_kernel_delay_ms_mean
+    d = r.to_dict()
+    assert {"interval_ms", "interactive_delay_ms_p50", "bulk_delay_ms_p50"} <= set(d["points"][0])
+    assert d["client_interval_ms"] == 2
+
+
+def test_kernel_queue_kist_queues_in_the_application_vanilla_in_the_kernel():
+    r = E.kernel_queue(duration_s=3.0)
+    kist, vanilla = r.point("kist"), r.point("vanilla")
+    assert kist.kernel_delay_ms_p50 * 4 < vanilla.kernel_delay_ms_p50
+    assert kist.mean_kernel_bytes * 3 < vanilla.mean_kernel_bytes
+    assert kist.app_delay_ms_p50 > 10 * vanilla.app_delay_ms_p50
+    assert kist.mean_app_bytes > vanilla.mean_app_bytes
+    # both keep the relay busy: the queue moves, the throughput does not collapse
+    assert kist.throughput_mbytes_per_s > 0.5 * vanilla.throughput_mbytes_per_s
+
+
+@pytest.mark.parametrize("kwargs, key", [
+    (dict(name="nosuch"), "unknown experiment"),
+    (dict(name="ceiling", scheduler="fifo"), "unknown scheduler"),
+    (dict(name="circuit", interval_ms=0), "kist_interval_ms"),
+    (dict(name="circuit", interval_ms=101), "kist_interval_ms"),
+    (dict(name="ewma", client_interval_ms=500), "kist_interval_ms"),
+    (dict(name="ceiling", circuits=0), "circuits"),
+    (dict(name="kist-first-run", scheduler="vanilla"), "kist"),
+])
+def test_bad_arguments_fail_before_running(kwargs, key):
+    with pytest.raises(SimConfigError, match=key):
+        E.check_experiment_args(**kwargs)
+    with pytest.raises(SimConfigError):
+        E.ceiling(interval_ms=0)
