@@ -420,3 +420,18 @@ def test_certificates_file_is_checked(tmp_path, keys):
     broken.write_text(keys[0].certificate_text.replace("dir-key-published 2026", "dir-key-published 2025"))
     with pytest.raises(DocumentError, match=str(broken)):
         c.load_certificates(broken)
+
+
+@pytest.mark.parametrize(("params_line", "message"), [
+    (b"params KISTSchedRunInterval=2 AuthDirMaxServersPerAddr=8", "is out of order"),
+    (b"params KISTSchedRunInterval=2 KISTSchedRunInterval=3", "listed twice"),
+    (b"params KISTSchedRunInterval=2147483648", "outside the int32 range"),
+    (b"params KISTSchedRunInterval=two", "non-integer value"),
+])
+def test_bad_params_lines_reject_the_whole_consensus(server, holding, keys, params_line, message):
+    text = consensus_text(keys, keys, hour=13).replace(b"params KISTSchedRunInterval=2", params_line)
+    c = holding(server(reply(zlib.compress(text), "deflate")))
+    with pytest.raises(DocumentError) as err:
+        c.fetch_consensus("microdesc", endpoint="badauth")
+    one_line(err.value, "badauth", MD_PATH, "params line", message)
+    assert_kept(c)

@@ -237,6 +237,11 @@ def test_stem_parses_the_fakes_with_validation(net):
                      document_handler=stem.descriptor.DocumentHandler.DOCUMENT, validate=True, timeout=5)
     doc = list(q.run())[0]
     assert doc.is_consensus and len(doc.signatures) >= 5
+    q = remote.Query("/tor/status-vote/current/authority", endpoints=[stem.DirPort("127.0.0.1", a.dirport)],
+                     document_handler=stem.descriptor.DocumentHandler.DOCUMENT, validate=True, timeout=5,
+                     descriptor_type="network-status-vote-3 1.0")
+    vote = list(q.run())[0]
+    assert not vote.is_consensus and vote.directory_authorities[0].nickname == "bastet"
 
 
 def test_only_loopback_and_sane_options():

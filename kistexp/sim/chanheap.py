@@ -23,7 +23,7 @@ def chan_key(S, c):
     return S.ckey[c]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pend_push(S, node, c):
     h = S.pend_heap
     base = S.ni[L.NI_HEAP_BASE, node]
@@ -42,7 +42,7 @@ def pend_push(S, node, c):
     S.ci[L.CI_HEAP_IDX, c] = i
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pend_heapify(S, node, i):
     h = S.pend_heap
     base = S.ni[L.NI_HEAP_BASE, node]
@@ -69,7 +69,7 @@ def _pend_heapify(S, node, i):
         i = best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pend_pop(S, node):
     h = S.pend_heap
     base = S.ni[L.NI_HEAP_BASE, node]

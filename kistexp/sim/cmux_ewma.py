@@ -129,7 +129,7 @@ def ewma_deactivate(S, q):
     _cmux_remove_at(S, S.qi[L.QI_CHAN, q], S.qi[L.QI_HEAP_IDX, q])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ewma_notify_xmit(S, c, q, t):
     """Charge one transmitted cell to the head circuit ``q`` of chan ``c`` (§11.6 steps 1-4)."""
     node = S.ci[L.CI_NODE, c]

@@ -17,7 +17,7 @@ from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, on_ack, write_to_kernel
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
     S.cells[k, L.KI_CQ] = q
@@ -176,8 +176,11 @@ def on_arrival(S, c, upto, leave, t):
     node = S.ci[L.CI_PEER, c]
     k = S.ci[L.CI_KQ_HEAD, c]
     n = 0
-    while k >= 0 and S.cells[k, L.KI_END_SEQ] <= upto:
+    kseq = S.cells[k, L.KI_END_SEQ] if k >= 0 else upto + 1
+    while kseq <= upto:
         nxt = S.cells[k, L.KI_NEXT]
+        # load the next cell early: the list is scattered over the pool and this is a cache miss
+        nseq = S.cells[nxt, L.KI_END_SEQ] if nxt >= 0 else upto + 1
         q = S.cells[k, L.KI_CQ]
         record_delay(S, 1, q, leave - S.cells[k, L.KI_T_KERN])
         n += 1
@@ -189,6 +192,7 @@ def on_arrival(S, c, upto, leave, t):
             deliver_edge(S, k, q, node, t)
             cell_free(S, k)
         k = nxt
+        kseq = nseq
     S.ci[L.CI_KQ_HEAD, c] = k
     if k < 0:
         S.ci[L.CI_KQ_TAIL, c] = -1
