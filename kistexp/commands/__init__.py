@@ -1,5 +1,5 @@
 """CLI command modules. Each module exposes `register(app)` adding its commands or
-sub-apps to the root typer app; modules are imported lazily-safe (no heavy work at import)."""
+sub-apps to the root typer app. Modules do no heavy work at import, so `kistexp --help` stays fast."""
 
 from __future__ import annotations
 
@@ -22,11 +22,4 @@ _MODULES = (
 
 def register_all(app: typer.Typer) -> None:
     for name in _MODULES:
-        try:
-            module = importlib.import_module(f"kistexp.commands.{name}")
-        except ModuleNotFoundError as exc:
-            # A command module not written yet is simply absent from the CLI.
-            if exc.name == f"kistexp.commands.{name}":
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(f"kistexp.commands.{name}").register(app)

@@ -17,7 +17,7 @@ from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, on_ack, write_to_kernel
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
     S.cells[k, L.KI_CQ] = q
