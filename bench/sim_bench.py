@@ -84,14 +84,16 @@ def network_100(scheduler: str, duration_s: float, seed: int = 2) -> Network:
 
 def _measure(name: str, net: Network, duration_s: float) -> None:
     t0 = time.perf_counter()
+    c0 = time.process_time()
     res = run(net, RunConfig(duration_s=duration_s, seed=7, sample_interval_s=1.0))
     total = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"({name}) nodes={len(net.nodes)} channels={len(net.channels)} circuits={len(net.circuits)} "
           f"transfers={net.n_transfers}")
     print(f"    cells scheduled: {res.cells_scheduled:,}  events: {res.events:,}  "
           f"transfers finished: {int((~np.isnan(res.transfer_ttlb_s)).sum()):,}")
-    print(f"    kernel wall: {res.wall_s:.2f} s (run() total {total:.2f} s)")
+    print(f"    kernel wall: {res.wall_s:.2f} s (run() total {total:.2f} s wall, {cpu:.2f} s CPU)")
     print(f"    cells scheduled per wall-second: {res.cells_scheduled / res.wall_s / 1e6:.2f} M")
     print(f"    simulated seconds per wall-second: {duration_s / res.wall_s:.2f}")
     print(f"    peak RSS: {rss_mib:.0f} MiB")

@@ -6,6 +6,6 @@ docs/fake-authorities.md.
 """
 
 from fake_authorities.faults import FAULT_KINDS, Fault
-from fake_authorities.network import FakeAuthorityNetwork, NetworkError, Timing
+from fake_authorities.network import FakeAuthorityNetwork, NetworkError
 
-__all__ = ["FAULT_KINDS", "FakeAuthorityNetwork", "Fault", "NetworkError", "Timing"]
+__all__ = ["FAULT_KINDS", "FakeAuthorityNetwork", "Fault", "NetworkError"]

@@ -289,7 +289,7 @@ class FakeAuthority:
             done = False
             for fl, pend in self.pending.items():
                 if len(pend.signatures) < needed:
-                    self.note(f"not publishing the {fl} consensus for {_fmt(va)}: "
+                    self.note(f"not publishing the {fl} consensus for {docs.fmt_time(va)}: "
                                f"{len(pend.signatures)} signatures, {needed} needed")
                     continue
                 text = docs.assemble(pend.body, list(pend.signatures.values())).encode()
@@ -378,14 +378,10 @@ class FakeAuthority:
                 "votes_held_next": len(self.held["next"]),
                 "votes_held_current": len(self.held["current"]),
                 "published": {
-                    fl: {"valid_after": _fmt(p.valid_after),
+                    fl: {"valid_after": docs.fmt_time(p.valid_after),
                          "params": " ".join(f"{k}={v}" for k, v in p.params),
                          "signers": list(p.signers)}
                     for fl, p in self.published.items()
                 },
                 "log": self.log[-10:],
             }
-
-
-def _fmt(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))

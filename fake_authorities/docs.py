@@ -12,8 +12,8 @@ import hashlib
 import attrs
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from kistexp.dirauth import documents, netstatus, voting
-from kistexp.dirauth.keys import AuthorityKeys, DocumentSignature, KeyCertificate
+from kistexp.dirauth import dirformat, documents, netstatus, voting
+from kistexp.dirauth.keys import AuthorityKeys, DocumentSignature, KeyCertificate, signed_part
 from kistexp.errors import DocumentError
 
 __all__ = ["DocumentError"]
@@ -25,9 +25,14 @@ def _dt(t: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(int(t), tz=UTC)
 
 
+def fmt_time(t: float) -> str:
+    """POSIX seconds as directory documents write times (``YYYY-MM-DD HH:MM:SS`` UTC)."""
+    return dirformat.format_time(_dt(t))
+
+
 def signed_digest(body: str, algorithm: str) -> bytes:
     """Digest of a body's signed part (through ``directory-signature ``, dir-spec §3.4.1)."""
-    return hashlib.new(algorithm, (body + "directory-signature ").encode()).digest()
+    return hashlib.new(algorithm, signed_part(body)).digest()
 
 
 def rogue_signing_keys(keys: AuthorityKeys) -> AuthorityKeys:
@@ -175,10 +180,8 @@ def _consensus_routers(votes: list[netstatus.NetworkStatus]) -> list[documents.R
 
 def render_detached(bodies: dict[str, str], signatures: dict[str, list[DocumentSignature]]) -> str:
     """Detached signatures (§6.3b) for the pending ns + microdesc pair."""
-    ns = netstatus.parse_network_status(documents.attach_signatures(bodies["ns"], signatures["ns"]), "pending ns")
-    md = netstatus.parse_network_status(
-        documents.attach_signatures(bodies["microdesc"], signatures["microdesc"]), "pending microdesc")
-    return documents.render_detached_signatures(ns, signatures["ns"], md, signatures["microdesc"])
+    return documents.render_detached_signatures(bodies["ns"], signatures["ns"],
+                                                bodies["microdesc"], signatures["microdesc"])
 
 
 def verify_consensus(text: bytes, certs: list[KeyCertificate], n_authorities: int) -> None:

@@ -2,17 +2,16 @@
 
 ``FakeAuthorityNetwork`` owns the authorities, their DirPort servers (one per authority on
 127.0.0.1, port+1 .. port+N; the operator API on ``port``), the voting loop and an optional
-node population. The voting loop follows dirspec-params.md §2.2 with every time scaled:
-``interval_s`` is one "hour"; the vote and distribution delays are 300/3600 of it unless
-given. Votes and detached signatures travel as HTTP POSTs (over sockets, or through the
-in-process transport when the network does not listen).
+node population. The voting loop follows dirspec-params.md §2.2 with every time scaled
+(``kistexp.dirauth.schedule.AcceleratedSchedule``): ``interval_s`` is one "hour"; the vote and
+distribution delays are 300/3600 of it unless given. Votes and detached signatures travel as
+HTTP POSTs (over sockets, or through the in-process transport when the network does not listen).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import math
 import os
 import secrets
 import threading
@@ -22,84 +21,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import httpx
 
+from fake_authorities import docs
 from fake_authorities.authority import FakeAuthority, Published
 from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, require_loopback
 from fake_authorities.faults import Fault
 from fake_authorities.transport import InProcessTransport, Route
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
+from kistexp.dirauth.schedule import AcceleratedSchedule, RoundTimes, ScheduleError
 from kistexp.errors import KistexpError
 
 if TYPE_CHECKING:
     from fake_authorities.population import Population
 
-HOUR_S = 3600.0
-
-
 class NetworkError(KistexpError):
     """Misuse of the fake network (bad name, bad option); the CLI reports it in one line."""
-
-
-@attrs.frozen
-class Round:
-    """The instants of one scaled voting round (dirspec-params.md §2.2, in POSIX seconds)."""
-
-    valid_after: float
-    vote_at: float
-    vote_cutoff: float
-    consensus_at: float
-    signature_fetch_at: float
-    fresh_until: float
-    valid_until: float
-
-
-@attrs.frozen
-class Timing:
-    """One "hour" = ``interval_s``; delays default to the hourly network's 300 s, scaled."""
-
-    interval_s: int
-    vote_delay_s: float
-    dist_delay_s: float
-    n_intervals_valid: int = 3
-
-    @classmethod
-    def scaled(cls, interval_s: int, vote_delay_s: float | None = None,
-               dist_delay_s: float | None = None) -> Timing:
-        if isinstance(interval_s, bool) or not isinstance(interval_s, int) or interval_s < 2:
-            raise NetworkError(f"interval must be a whole number of seconds >= 2, got {interval_s!r}")
-        vote = vote_delay_s if vote_delay_s is not None else interval_s * 300 / HOUR_S
-        dist = dist_delay_s if dist_delay_s is not None else interval_s * 300 / HOUR_S
-        if vote <= 0 or dist <= 0:
-            raise NetworkError("vote and distribution delays must be positive")
-        if vote + dist > interval_s / 2:  # tor's rule: both become Interval/4 (§2.2)
-            vote = dist = interval_s / 4
-        return cls(interval_s, vote, dist)
-
-    @property
-    def scale(self) -> float:
-        """Real seconds per second of the hourly network."""
-        return self.interval_s / HOUR_S
-
-    def round_for(self, va: float) -> Round:
-        v, d = self.vote_delay_s, self.dist_delay_s
-        return Round(va, va - d - v, va - d - v / 2, va - d, va - d / 2,
-                     va + self.interval_s, va + self.interval_s * self.n_intervals_valid)
-
-    def next_round(self, now: float) -> Round:
-        """The first round whose vote instant is still ahead (intervals aligned to the epoch,
-        hence to midnight when the interval divides a day)."""
-        va = math.floor(now / self.interval_s + 1) * self.interval_s
-        while va - self.dist_delay_s - self.vote_delay_s < now:
-            va += self.interval_s
-        return self.round_for(va)
-
-    def voting_delay_line(self) -> tuple[int, int]:
-        """Whole seconds for the ``voting-delay`` line: at least 2 each, tor's MIN_VOTE_SECONDS
-        and MIN_DIST_SECONDS, below which tor refuses to parse the document (§2.2)."""
-        return max(2, round(self.vote_delay_s)), max(2, round(self.dist_delay_s))
 
 
 def default_nicknames(count: int) -> list[str]:
@@ -175,7 +113,10 @@ class FakeAuthorityNetwork:
         if listen and port and not 1024 <= port <= 65535 - count:
             raise NetworkError(f"port {port} leaves no room for {count} authorities (1024 .. {65535 - count})")
         self.count = count
-        self.timing = Timing.scaled(interval_s, vote_delay_s, dist_delay_s)
+        try:
+            self.timing = AcceleratedSchedule.scaled(interval_s, vote_delay_s, dist_delay_s)
+        except ScheduleError as exc:
+            raise NetworkError(str(exc)) from None
         self.host = host
         # Without sockets the ports are only names for the in-process transport.
         self.base_port = port if listen or port else 17000
@@ -208,7 +149,7 @@ class FakeAuthorityNetwork:
         self._io_pool: ThreadPoolExecutor | None = None
         self._http: httpx.Client | None = None
         self.population: Population | None = None
-        self.current_round: Round | None = None
+        self.current_round: RoundTimes | None = None
         self.rounds_done = 0
         self.started = False
 
@@ -444,10 +385,10 @@ class FakeAuthorityNetwork:
             "vote_delay_s": self.timing.vote_delay_s,
             "dist_delay_s": self.timing.dist_delay_s,
             "rounds_done": self.rounds_done,
-            "next_valid_after": _fmt(rnd.valid_after) if rnd else None,
+            "next_valid_after": docs.fmt_time(rnd.valid_after) if rnd else None,
             "operator_url": self.operator_url,
             "latest_consensus": None if latest is None else {
-                "valid_after": _fmt(latest.valid_after),
+                "valid_after": docs.fmt_time(latest.valid_after),
                 "params": " ".join(f"{k}={v}" for k, v in latest.params),
                 "signers": list(latest.signers),
             },
@@ -482,11 +423,11 @@ class FakeAuthorityNetwork:
     def _active(self) -> list[FakeAuthority]:
         return [a for a in self.authorities.values() if not a.has("down")]
 
-    def _round(self, rnd: Round) -> bool:
+    def _round(self, rnd: RoundTimes) -> bool:
         if not self._sleep_until(rnd.vote_at):
             return False
         for a in self.authorities.values():
-            a.begin_round(rnd.valid_after, rnd.vote_cutoff)
+            a.begin_round(rnd.valid_after, rnd.late_vote_cutoff)
         vote_delay, dist_delay = self.timing.voting_delay_line()
         votes = dict(self._parallel(
             self._active(),
@@ -494,7 +435,7 @@ class FakeAuthorityNetwork:
                                                vote_delay, dist_delay))))
         for name, vote in votes.items():
             self._upload(self.authorities[name], "/tor/post/vote", vote, timeout_s=self.timing.vote_delay_s)
-        if not self._sleep_until(rnd.vote_cutoff):
+        if not self._sleep_until(rnd.late_vote_cutoff):
             return False
         self._io([lambda a=a, i=i: self._fetch_vote(a, i) for a in self._active() for i in a.missing_voters()],
                  until=rnd.consensus_at)
@@ -578,7 +519,3 @@ class FakeAuthorityNetwork:
         body = self._get(peer, "/tor/status-vote/next/consensus-signatures", self.timing.dist_delay_s / 2)
         if body:
             auth.receive_signatures(body)
-
-
-def _fmt(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))

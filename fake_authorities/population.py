@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -65,9 +64,7 @@ class Population:
         return float(self.rng.uniform(0.0, self.model.jitter_s)) * self.scale
 
     def _next_fetch(self, node: Node, fresh_until: float) -> float:
-        w = self.model.window(KINDS[node.kind])
-        offset = w.start_s + float(self.rng.uniform(0.0, w.length_s))
-        return fresh_until + offset * self.scale + self._check_jitter()
+        return fresh_until + float(self.model.draw_next_fetch_s(KINDS[node.kind], self.rng)[0]) * self.scale
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -150,7 +147,7 @@ class Population:
             running: dict[str, int] = {}
             adoption: dict[float, dict[str, Any]] = {}
             for node in self.nodes:
-                key = "none" if node.held_va is None else _fmt(node.held_va)
+                key = "none" if node.held_va is None else docs.fmt_time(node.held_va)
                 holding.setdefault(key, {"cache": 0, "client": 0})[node.kind] += 1
                 params = " ".join(f"{k}={v}" for k, v in node.held_params) if node.held_va else "(no consensus)"
                 running[params] = running.get(params, 0) + 1
@@ -166,7 +163,7 @@ class Population:
                 "holding": holding,
                 "running": running,
                 "adoption": [
-                    {"valid_after": _fmt(va), "params": e["params"],
+                    {"valid_after": docs.fmt_time(va), "params": e["params"],
                      **{kind: _delays(e[kind], counts[kind], self.scale) for kind in ("cache", "client")}}
                     for va, e in sorted(adoption.items())
                 ],
@@ -175,7 +172,7 @@ class Population:
     def records(self) -> list[dict[str, Any]]:
         with self._lock:
             return [{"id": n.ident, "kind": n.kind, "failed_fetches": n.failed,
-                     "fetches": [{"at": _fmt(t), "at_s": t, "valid_after": _fmt(va), "params": p}
+                     "fetches": [{"at": docs.fmt_time(t), "at_s": t, "valid_after": docs.fmt_time(va), "params": p}
                                  for t, va, p in n.fetches]} for n in self.nodes]
 
 
@@ -188,7 +185,3 @@ def _delays(values: list[float], total: int, scale: float) -> dict[str, Any]:
     return {"adopted": int(arr.size), "of": total,
             "first_s": round(q[0], 3), "median_s": round(q[50], 3), "last_s": round(q[100], 3),
             "median_hourly_min": round(q[50] / scale / 60, 1)}
-
-
-def _fmt(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))

@@ -11,7 +11,11 @@ has not checked:
   reported as a lie, not guessed around;
 * a consensus is returned only if at least floor(N/2)+1 of the configured authorities
   signed it with keys certified by their certificates (§2.1); otherwise a
-  DocumentError is raised and the previously accepted consensus is kept.
+  DocumentError is raised and the previously accepted consensus is kept. As in tor
+  (networkstatus.c ``networkstatus_check_consensus_signature``), a certificate must be
+  current *now*, not at the consensus's valid-after; the consensus itself is not refused
+  for being past its valid-until, since tor keeps using one for 24 h after it
+  ("reasonably live", §2.2).
 
 Errors are DirectoryError / DocumentError with one line naming the authority and URL.
 """
@@ -216,6 +220,7 @@ class DirectoryClient:
     the signature rule (defaults to the length of the list). ``transport`` is any httpx
     transport (e.g. ``fake_authorities`` in-process). Backoff between attempts is
     exponential with full jitter: U(0, min(backoff_max_s, backoff_s * 2**attempt)).
+    ``clock`` (POSIX seconds) is the "now" certificates must be current at.
     """
 
     def __init__(
@@ -234,6 +239,7 @@ class DirectoryClient:
         certificates: Iterable[KeyCertificate] | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.endpoints: tuple[Endpoint, ...] = tuple(Endpoint.of(a) for a in authorities)
         if not self.endpoints:
@@ -252,6 +258,7 @@ class DirectoryClient:
         self.n_authorities = n_authorities or len(self.endpoints)
         self._rng = rng or random.Random()
         self._sleep = sleep
+        self._clock = clock
         self._http = httpx.Client(
             transport=transport,
             timeout=httpx.Timeout(timeout_s),
@@ -459,11 +466,13 @@ class DirectoryClient:
     # -- documents -----------------------------------------------------------------
 
     def verify_consensus(self, doc: NetworkStatus, where: str) -> SignatureCheck:
-        """The signature check of §2.1; DocumentError unless >= floor(N/2)+1 verify."""
+        """The signature check of §2.1 with certificates checked at the current time (a
+        live fetch, as tor does); DocumentError unless >= floor(N/2)+1 verify."""
         if not self.certificates:
             raise DocumentError(f"{where}: no authority key certificates to check the consensus against")
+        now = dt.datetime.fromtimestamp(int(self._clock()), tz=dt.timezone.utc)
         check = documents.verify_signatures(doc, list(self.certificates.values()),
-                                                n_authorities=self.n_authorities)
+                                            n_authorities=self.n_authorities, at=now)
         if not check.ok:
             raise DocumentError(f"{where}: consensus rejected: {check.summary()}")
         return check

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,10 @@ def certs_path(shared_data: Path) -> Path:
 
 def have_real_tor() -> bool:
     return shutil.which("tor") is not None and shutil.which("tor-gencert") is not None
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at ``address`` right now (the OS's pick, released)."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]

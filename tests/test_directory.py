@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import pytest
 import zstandard
+from conftest import free_port
 
 from kistexp.dirauth import documents
 from kistexp.dirauth.keys import AuthorityKeys
@@ -127,10 +128,15 @@ def reply(body: bytes, encoding: str | None = "identity", status: str = "200 OK"
     return behave
 
 
+# "Now" for the live certificate check: half an hour into the 12:00 consensus of consensus_text.
+NOW = dt.datetime(2026, 6, 1, 12, 30, tzinfo=dt.timezone.utc).timestamp()
+
+
 def client_for(endpoints: list[Endpoint], keys: list[AuthorityKeys], **kw) -> DirectoryClient:
     kw.setdefault("timeout_s", 1.0)
     kw.setdefault("retries", 0)
     kw.setdefault("sleep", lambda s: None)
+    kw.setdefault("clock", lambda: NOW)
     return DirectoryClient(endpoints, certificates=[k.certificate for k in keys], n_authorities=5, **kw)
 
 
@@ -360,6 +366,29 @@ def test_unsigned_forged_and_undersigned_consensus_rejected(server, holding, key
     assert_kept(c)
 
 
+
+def test_live_fetch_checks_certificates_now(server, holding):
+    # Certificates valid at the consensus's valid-after (12:00) but expired by the time it is
+    # fetched: tor counts no signature whose certificate has expired now, so neither do we.
+    published = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    expired = [AuthorityKeys.generate(published=published, lifetime=dt.timedelta(days=151, hours=13),
+                                      identity_bits=1024, signing_bits=1024) for _ in range(5)]
+    assert expired[0].certificate.expires == dt.datetime(2026, 6, 1, 13, tzinfo=dt.timezone.utc)
+    text = consensus_text(expired, expired, hour=12)
+    srv = server(reply(text))
+    archived = documents.require_signatures(documents.parse_network_status(text, "archive"),
+                                            [k.certificate for k in expired], n_authorities=5)
+    assert archived.valid == 5  # checked at its valid-after, as for an archived document
+    c = client_for([srv.endpoint()], expired, clock=lambda: NOW + 3600)  # 13:30, an hour after expiry
+    with pytest.raises(DirectoryError) as info:
+        c.fetch_consensus("microdesc")
+    one_line(info.value, "badauth", MD_PATH, "consensus rejected: 0/5 signatures valid", "5 expired cert")
+    assert "microdesc" not in c.consensus
+    # With certificates still current, a consensus past its valid-until (15:00) is accepted:
+    # tor keeps using one for 24 h after ("reasonably live", dirspec §2.2).
+    late = holding(server(reply(b"")), clock=lambda: NOW + 20 * 3600)
+    assert late.consensus["microdesc"].valid_until < dt.datetime.fromtimestamp(NOW + 20 * 3600, dt.timezone.utc)
+
 def test_older_consensus_is_not_taken(server, holding, keys):
     c = holding(server(reply(consensus_text(keys, keys, hour=11))))
     with pytest.raises(DocumentError, match="older than the one held"):
@@ -384,10 +413,7 @@ def test_http_errors_and_retries_with_backoff(server, keys):
 
 
 def test_unreachable_authority_named(keys):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
+    port = free_port()  # nothing listens there now
     c = client_for([Endpoint("gone", "127.0.0.1", port)], keys)
     with pytest.raises(DirectoryError) as err:
         c.fetch_consensus("microdesc")

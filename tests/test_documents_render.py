@@ -199,6 +199,18 @@ def test_detached_signatures(authority_keys, consensuses):
         add_detached_signatures(attach_signatures(other, [sign_body(other, authority_keys[0])]), detached, "x")
 
 
+
+def test_detached_signatures_from_unsigned_bodies(authority_keys, consensuses):
+    # What an authority holds before publication: the bodies, no parsed document; same output.
+    ns = parse_network_status(consensuses[0], "ns")
+    md = parse_network_status(consensuses[1], "md")
+    sigs = [sign_body(ns.body, k) for k in authority_keys]
+    md_sigs = [sign_body(md.body, k, "microdesc") for k in authority_keys]
+    from_bodies = render_detached_signatures(ns.body, sigs, md.body, md_sigs)
+    assert from_bodies == render_detached_signatures(ns, sigs, md, md_sigs)
+    with pytest.raises(DocumentError, match="unsigned ns consensus body: .*missing required valid-after"):
+        render_detached_signatures(ns.body.replace("valid-after", "xvalid-after"), sigs)
+
 def test_wrong_signing_key_and_unknown_signer(authority_keys):
     a, b, c = authority_keys
     sources = [DirSource(f"auth{i}", k.v3ident, "127.0.0.1", "127.0.0.1", 7000, 7100, "x", "AB" * 20)

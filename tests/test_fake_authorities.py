@@ -24,14 +24,15 @@ from pathlib import Path
 import httpx
 import pytest
 import zstandard
-from conftest import have_real_tor
+from conftest import free_port, have_real_tor
 from typer.testing import CliRunner
 
 from fake_authorities.dirport import DirPortServer
 from fake_authorities.faults import Fault, FaultError
-from fake_authorities.network import FakeAuthorityNetwork, NetworkError, Timing, generate_keys
+from fake_authorities.network import FakeAuthorityNetwork, NetworkError, generate_keys
 from kistexp.cli import app
 from kistexp.dirauth import netstatus
+from kistexp.dirauth.schedule import AcceleratedSchedule
 from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.directory import DirectoryClient
 from kistexp.errors import DirectoryError, DocumentError
@@ -252,14 +253,14 @@ def test_only_loopback_and_sane_options():
     with pytest.raises(NetworkError, match="whole number of seconds >= 2"):
         FakeAuthorityNetwork(count=3, interval_s=1)
     # 10 s = one hour: delays of 300 s scale to 0.83 s; aligned rounds (§2.2).
-    t = Timing.scaled(10)
+    t = AcceleratedSchedule.scaled(10)
     assert round(t.vote_delay_s, 2) == 0.83 and t.n_intervals_valid == 3
     rnd = t.next_round(1000.5)
     assert rnd.valid_after == 1010 and rnd.fresh_until == 1020 and rnd.valid_until == 1040
-    assert rnd.vote_at == pytest.approx(1010 - 2 * 10 / 12) and rnd.vote_cutoff == pytest.approx(1010 - 1.25)
+    assert rnd.vote_at == pytest.approx(1010 - 2 * 10 / 12) and rnd.late_vote_cutoff == pytest.approx(1010 - 1.25)
     # The documents' voting-delay never goes below tor's 2 s minimum; an hourly network says 300 300.
-    assert t.voting_delay_line() == (2, 2) and Timing.scaled(3600).voting_delay_line() == (300, 300)
-    assert Timing.scaled(4, 1.5, 1.5).vote_delay_s == 1.0  # Vote + Dist > Interval/2: both Interval/4
+    assert t.voting_delay_line() == (2, 2) and AcceleratedSchedule.scaled(3600).voting_delay_line() == (300, 300)
+    assert AcceleratedSchedule.scaled(4, 1.5, 1.5).vote_delay_s == 1.0  # Vote + Dist > Interval/2: both Interval/4
 
 
 # --- faults ---------------------------------------------------------------------------------
@@ -386,9 +387,7 @@ def test_population_records_adoption_in_tors_windows(net):
 
 def _free_port_block(n: int) -> int:
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+        base = free_port()
         if base + n < 65535 and all(_free(base + i) for i in range(n + 1)):
             return base
     raise RuntimeError("no free port block")

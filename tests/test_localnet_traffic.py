@@ -9,17 +9,12 @@ import struct
 import threading
 
 import pytest
+from conftest import free_port
 
 from kistexp.errors import LocalNetError
 from kistexp.localnet.procs import port_in_use
 from kistexp.localnet.spec import SERVICE_ADDRESS
 from kistexp.localnet.traffic import BulkServer, download, parallel_download, socks_connect
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class Socks5Relay(socketserver.ThreadingTCPServer):
@@ -74,7 +69,7 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
 
 @pytest.fixture
 def bulk():
-    server = BulkServer(_free_port(SERVICE_ADDRESS))
+    server = BulkServer(free_port(SERVICE_ADDRESS))
     yield server
     server.close()
 
@@ -111,7 +106,7 @@ def test_socks_failure_is_a_clear_error(bulk: BulkServer) -> None:
             socks_connect(relay.port, SERVICE_ADDRESS, bulk.port, "x", timeout_s=5)
     finally:
         relay.close()
-    closed = _free_port("127.0.0.1")
+    closed = free_port("127.0.0.1")
     with pytest.raises(LocalNetError, match=f"SOCKS port {closed}"):
         socks_connect(closed, SERVICE_ADDRESS, bulk.port, "x", timeout_s=2)
 

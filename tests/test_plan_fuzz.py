@@ -4,11 +4,11 @@ import datetime as dt
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plan_helpers import VALID_PLAN
 
 from kistexp.errors import PlanError
 from kistexp.plan import parse_plan
 from kistexp.plan.lint import _Collector, check_plan
-from plan_helpers import VALID_PLAN
 
 NOW = dt.datetime(2029, 12, 1, tzinfo=dt.timezone.utc)
 LINES = VALID_PLAN.splitlines()

@@ -4,11 +4,11 @@ import datetime as dt
 import json
 
 import pytest
+from plan_helpers import VALID_PLAN
 from typer.testing import CliRunner
 
 from kistexp.cli import app
 from kistexp.plan.lint import RULES, lint_paths
-from plan_helpers import VALID_PLAN
 
 NOW = dt.datetime(2029, 12, 1, tzinfo=dt.timezone.utc)
 

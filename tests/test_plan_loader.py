@@ -1,12 +1,12 @@
 import datetime as dt
 
 import pytest
+from plan_helpers import VALID_PLAN
 
 from kistexp.errors import PlanError
 from kistexp.plan import load_plan, parse_plan
 from kistexp.plan.durations import format_duration, parse_duration
 from kistexp.plan.model import UNSET
-from plan_helpers import VALID_PLAN
 
 
 def test_valid_plan_loads_into_frozen_objects():
@@ -60,7 +60,8 @@ def _mutate(old, new):
      "stages[0].values.KISTSchedRunInterval: expected an integer"),
     (_mutate("values = { KISTSchedRunInterval = 2 }", "values = { KISTSchedRunInterval = 4294967296 }"),
      "outside the int32 range"),
-    (_mutate("values = { KISTSchedRunInterval = 2 }", "values = { Other = 2 }"), "Other is not in experiment.parameters"),
+    (_mutate("values = { KISTSchedRunInterval = 2 }", "values = { Other = 2 }"),
+     "Other is not in experiment.parameters"),
     (_mutate('parameters = ["KISTSchedRunInterval"]', "parameters = []"), "name at least one parameter"),
     (_mutate("min_samples = 100", "min_samples = 0"), "criteria[0].min_samples: 0 is outside"),
 ])

@@ -3,12 +3,12 @@ import json
 import subprocess
 import sys
 
+from plan_helpers import VALID_PLAN
 from typer.testing import CliRunner
 
 from kistexp.cli import app
 from kistexp.plan import parse_plan
 from kistexp.plan.timeline import authorities_needed, build_timeline, first_round, propagation_delay
-from plan_helpers import VALID_PLAN
 
 UTC = dt.timezone.utc
 

@@ -142,3 +142,12 @@ def test_bad_input():
         PropagationModel(transfer_s=-1)
     with pytest.raises(PropagationError):
         fetch_window(NodeClass.CACHE, 3600, 3600)
+
+
+def test_draw_next_fetch_is_the_window_plus_check_jitter():
+    # Caches on the hourly network: FU + 2 min .. FU + 2 min + 30 min + 60 s check jitter (§3).
+    d = HOURLY.draw_next_fetch_s(NodeClass.CACHE, np.random.default_rng(5), 20000)
+    assert d.min() >= 120 and d.max() <= 120 + 1800 + 60
+    assert abs(np.median(d) - (120 + 900 + 30)) < 30
+    again = HOURLY.draw_next_fetch_s(NodeClass.CACHE, np.random.default_rng(5), 20000)
+    assert np.array_equal(d, again)

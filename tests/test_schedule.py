@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 
+import attrs
 import pytest
 
-from kistexp.dirauth.schedule import ScheduleError, VotingSchedule, start_of_interval_after
+from kistexp.dirauth.schedule import (
+    AcceleratedSchedule,
+    RoundTimes,
+    ScheduleError,
+    VotingSchedule,
+    start_of_interval_after,
+)
 from kistexp.errors import KistexpError
 
 UTC = dt.timezone.utc
@@ -126,3 +133,31 @@ def test_first_round_voting_after_a_config_change():
     assert sched.first_round_voting_after(at(12)).valid_after == at(13)
     fast = VotingSchedule.testing()
     assert fast.first_round_voting_after(at(12, 0, 7)).valid_after == at(12, 0, 20)
+
+
+def test_first_round_valid_from_a_stage_start():
+    sched = VotingSchedule()
+    assert sched.first_round_valid_from(at(12)).valid_after == at(12)  # a start on the hour is that round
+    assert sched.first_round_valid_from(at(12, 0, 1)).valid_after == at(13)
+
+
+def test_accelerated_schedule_shares_the_round_arithmetic():
+    # An accelerated schedule with the live numbers gives the live round, instant for instant.
+    live = VotingSchedule()
+    same = AcceleratedSchedule.scaled(3600)
+    assert same.voting_delay_line() == (300, 300) and same.scale == 1.0
+    va = at(12).timestamp()
+    assert same.round_for(va) == RoundTimes(*(t.timestamp() for t in attrs.astuple(live.round_for(at(12)))))
+    assert same.next_round(at(11, 50).timestamp()).valid_after == va  # vote built exactly now
+    assert same.next_round(at(11, 50, 1).timestamp()).valid_after == at(13).timestamp()
+    # 10 s = one hour: 300 s delays become 0.83 s; fractional delays halve exactly.
+    fast = AcceleratedSchedule.scaled(10)
+    r = fast.next_round(at(12).timestamp() - 1.7)  # its vote is built at VA - 1.67 s
+    assert r.valid_after == at(12).timestamp()
+    assert r.late_vote_cutoff == pytest.approx(r.valid_after - 10 / 12 - 10 / 24)
+    assert r.valid_until == r.valid_after + 30
+    with pytest.raises(ScheduleError, match="whole number of seconds >= 2"):
+        AcceleratedSchedule.scaled(1)
+    with pytest.raises(ScheduleError, match="must be positive"):
+        AcceleratedSchedule.scaled(10, 0.0, 1.0)
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -239,3 +240,22 @@ def test_result_to_dict_carries_units_and_cost_model_counts():
     assert counts["cells_received"] == counts["crypto_layers"]  # a guard: one layer per relayed cell
     assert counts["socket_info_syscalls"] > 0 and res.node_counts(2)["socket_info_syscalls"] == 0
     assert set(d["delays_by_label"]) == {"bulk", "web"}
+
+
+def test_a_run_that_outgrows_the_memory_bound_stops_during_the_run():
+    from kistexp.sim.network import _build, _nbytes
+
+    # 80 circuits whose middle relay has a slow NIC: cells pile up there to the circuit windows
+    net = Network(LinkConfig(rtt_ms=1.0, mss=LOOPBACK_MSS))
+    path = [net.add_node(NodeConfig(role=r, scheduler="kist", nic_rate_bytes_per_s=1e6 if r == "middle" else 0.0))
+            for r in ("client", "guard", "middle", "exit")]
+    for _ in range(80):
+        c = net.add_circuit(path)
+        net.add_transfer(Transfer(c, 498, BIG, 0.0))
+        net.add_transfer(Transfer(c, 498, BIG, 0.0))
+    rc = RunConfig(duration_s=2.0)
+    state, _ = _build(net, rc)
+    limit = _nbytes(state) + 64 * 1024   # room to start, not to double the cell pool
+    with pytest.raises(SimConfigError, match=r"memory_limit_bytes=\d+: the run at t=[\d.]+ s needs"):
+        run(net, attrs.evolve(rc, memory_limit_bytes=limit))
+    assert run(net, rc).node_counters["peak_app_bytes"][2] > state.cells.shape[0] * 514

@@ -160,3 +160,26 @@ def test_workload_runs_on_a_network_and_interactive_sees_every_exchange():
     assert not np.isnan(res.transfer_ttfb_s[bulk]).any()  # the bulk stream is flowing
     with pytest.raises(SimConfigError, match="circuits"):
         wl.add_workload(topo.network, load, topo.circuits[:1], seed=5)
+
+
+def test_cost_of_a_real_run_counts_kist_syscalls_only_under_kist():
+    from kistexp.sim import RunConfig, Transfer, run
+    from kistexp.sim import workloads as wl
+    from kistexp.sim.costmodel import result_node_cpu
+
+    _, client, link = _cfg()
+    est = {}
+    for sched in ("kist", "kistlite"):
+        from kistexp.sim import NodeConfig
+
+        topo = wl.one_relay(1, 4, relay=NodeConfig(scheduler=sched, kist_interval_ms=10),
+                            client=attrs.evolve(client, scheduler=sched), link=link)
+        for c in topo.circuits:
+            topo.network.add_transfer(Transfer(circuit=c, response_bytes=10 * 1024 * 1024))
+        res = run(topo.network, RunConfig(duration_s=1.0, sample_interval_s=0.5))
+        est[sched] = result_node_cpu(res, "relay")
+        counts = res.node_counts("relay")
+        # two socket-info syscalls per pending channel per KIST run (§7.5), none under KISTLite
+        assert counts["socket_info_syscalls"] == (2 * counts["scheduler_runs"] if sched == "kist" else 0)
+        assert est[sched].tls_s > 0 and est[sched].duration_s == 1.0
+    assert est["kist"].syscalls_s > 0 == est["kistlite"].syscalls_s

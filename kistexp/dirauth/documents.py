@@ -32,6 +32,7 @@ Rendering and signing (fake authorities)
     ``sign_body(body, keys, flavor) -> DocumentSignature``; ``attach_signatures(body, signatures) -> str``
     ``render_consensus(header, sources, routers, signers, flavor="ns") -> str``
     ``render_detached_signatures(ns, signatures, microdesc=None, microdesc_signatures=()) -> str``
+    (each consensus parsed or as its unsigned body)
     ``add_detached_signatures(consensus_text, detached, source) -> str``: merge collected signatures
 
 Files
@@ -53,8 +54,10 @@ from kistexp.dirauth.keys import (
     AuthorityKeys,
     DocumentSignature,
     KeyCertificate,
+    digest_of,
     parse_key_certificates,
     render_key_certificate,
+    signed_part,
     tor_verify,
 )
 from kistexp.dirauth.netstatus import (
@@ -63,6 +66,7 @@ from kistexp.dirauth.netstatus import (
     NetworkStatus,
     Routers,
     RouterStatus,
+    body_times,
     parse_detached_signatures,
     parse_network_status,
 )
@@ -476,27 +480,40 @@ def render_consensus(
 
 
 def render_detached_signatures(
-    ns: NetworkStatus,
+    ns: NetworkStatus | str,
     signatures: Sequence[DocumentSignature],
-    microdesc: NetworkStatus | None = None,
+    microdesc: NetworkStatus | str | None = None,
     microdesc_signatures: Sequence[DocumentSignature] = (),
 ) -> str:
     """A detached-signatures document for an ns consensus and optionally its microdesc twin
-    (dirspec-params.md §6.3b). Signatures come from ``sign_body`` on each document's body."""
+    (dirspec-params.md §6.3b). Each consensus is given parsed or as its unsigned body (what
+    ``render_consensus_body`` returns and an authority holds before publication); signatures
+    come from ``sign_body`` on each body."""
+    ns_digest, (valid_after, fresh_until, valid_until) = _detached_subject(ns, "sha1", "ns consensus")
     out = [
-        f"consensus-digest {ns.digest}",
-        f"valid-after {format_time(ns.valid_after)}",
-        f"fresh-until {format_time(ns.fresh_until)}",
-        f"valid-until {format_time(ns.valid_until)}",
+        f"consensus-digest {ns_digest}",
+        f"valid-after {format_time(valid_after)}",
+        f"fresh-until {format_time(fresh_until)}",
+        f"valid-until {format_time(valid_until)}",
     ]
     text = "\n".join(out) + "\n"
     if microdesc is not None:
-        text += f"additional-digest microdesc sha256 {microdesc.signed_digest('sha256').hex().upper()}\n"
+        md_digest, _ = _detached_subject(microdesc, "sha256", "microdesc consensus")
+        text += f"additional-digest microdesc sha256 {md_digest}\n"
         for s in sorted(microdesc_signatures, key=lambda s: s.identity):
             text += s.render("additional-signature", "microdesc ")
     for s in sorted(signatures, key=lambda s: s.identity):
         text += s.render()
     return text
+
+
+def _detached_subject(
+    doc: NetworkStatus | str, algorithm: str, what: str
+) -> tuple[str, tuple[dt.datetime, dt.datetime, dt.datetime]]:
+    """(upper-hex digest of the signed part, (valid-after, fresh-until, valid-until))."""
+    if isinstance(doc, NetworkStatus):
+        return doc.signed_digest(algorithm).hex().upper(), (doc.valid_after, doc.fresh_until, doc.valid_until)
+    return digest_of(signed_part(doc), algorithm).hex().upper(), body_times(doc, f"unsigned {what} body")
 
 
 def add_detached_signatures(consensus_text: str, detached: DetachedSignatures, source: str) -> str:

@@ -48,6 +48,12 @@ def digest_of(data: bytes, algorithm: str) -> bytes:
         raise DocumentError(f"unknown signature digest algorithm {algorithm!r}") from None
 
 
+def signed_part(body: str) -> bytes:
+    """What a network-status signature covers: the body (the document up to its first
+    ``directory-signature`` line) plus ``directory-signature `` (dir-spec §3.4.1)."""
+    return (body + "directory-signature ").encode()
+
+
 def _padded(digest: bytes, modulus_bytes: int) -> int:
     # PKCS#1 v1.5 type-1 block: 00 01 FF..FF 00 <digest>, no DigestInfo (tor's crypto_pk_private_sign).
     pad = modulus_bytes - 3 - len(digest)
@@ -411,7 +417,7 @@ class AuthorityKeys:
     def sign_document(self, body: str, algorithm: str = "sha1") -> DocumentSignature:
         """Sign a network-status body: ``body`` is the document up to, not including, its first
         ``directory-signature`` line; the signed part adds ``directory-signature `` (dir-spec §3.4.1)."""
-        digest = digest_of((body + "directory-signature ").encode(), algorithm)
+        digest = digest_of(signed_part(body), algorithm)
         return DocumentSignature(algorithm, self.v3ident, self.signing_key_digest, self.sign_digest(digest))
 
 

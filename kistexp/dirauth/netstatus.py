@@ -342,11 +342,7 @@ def parse_network_status(data: bytes | str, source: str) -> NetworkStatus:
         if cert is not None:
             raise DocumentError(f"{source}: key certificate inside a consensus")
 
-    valid_after = parse_time(fields["valid-after"], f"{source}: valid-after")
-    fresh_until = parse_time(fields["fresh-until"], f"{source}: fresh-until")
-    valid_until = parse_time(fields["valid-until"], f"{source}: valid-until")
-    if not valid_after < fresh_until <= valid_until:
-        raise DocumentError(f"{source}: times out of order (need valid-after < fresh-until <= valid-until)")
+    valid_after, fresh_until, valid_until = _times(fields, source)
     delay = fields["voting-delay"].split(" ")
     if len(delay) != 2:
         raise DocumentError(f"{source}: voting-delay needs two numbers")
@@ -391,6 +387,26 @@ def parse_network_status(data: bytes | str, source: str) -> NetworkStatus:
         signatures=signatures,
         signed_part=raw[:signed_len],
     )
+
+
+def _times(fields: dict[str, str], source: str) -> tuple[dt.datetime, dt.datetime, dt.datetime]:
+    valid_after = parse_time(fields["valid-after"], f"{source}: valid-after")
+    fresh_until = parse_time(fields["fresh-until"], f"{source}: fresh-until")
+    valid_until = parse_time(fields["valid-until"], f"{source}: valid-until")
+    if not valid_after < fresh_until <= valid_until:
+        raise DocumentError(f"{source}: times out of order (need valid-after < fresh-until <= valid-until)")
+    return valid_after, fresh_until, valid_until
+
+
+def body_times(body: str, source: str) -> tuple[dt.datetime, dt.datetime, dt.datetime]:
+    """valid-after, fresh-until and valid-until of an unsigned body (a document up to its first
+    ``directory-signature``), read with ``parse_network_status``'s header rules."""
+    if not body.startswith("network-status-version ") or not body.endswith("\n"):
+        raise DocumentError(f"{source}: not a network-status body")
+    ends = [i for i in (body.find("\nr "), body.find("\ndirectory-footer\n")) if i >= 0]
+    head_end = min(ends) if ends else len(body) - 1
+    fields, _, _ = _parse_head(body[: head_end + 1].split("\n")[:-1], source)
+    return _times(fields, source)
 
 
 def _parse_head(

@@ -233,15 +233,20 @@ class PropagationModel:
 
     # -- per-node sampling ---------------------------------------------------------------
 
-    def _draw_delay(self, node_class: NodeClass, rng: np.random.Generator, n: int) -> np.ndarray:
+    def draw_next_fetch_s(self, node_class: NodeClass, rng: np.random.Generator, n: int = 1) -> np.ndarray:
+        """For ``n`` nodes that have just accepted a consensus: seconds from its fresh-until until
+        each node's next fetch (§3; networkstatus.c ``update_consensus_networkstatus_fetch_time_impl``).
+
+        That is window start + U(0, window length) + U(0, check period) + ``transfer_s``; the two
+        uniforms are drawn from ``rng`` in that order, so a seeded Generator repeats the times.
+        Scale the result for an accelerated network.
+        """
         w = self.window(node_class)
-        return (
-            self.interval_s
-            + w.start_s
-            + rng.uniform(0.0, w.length_s, n)
-            + rng.uniform(0.0, self.jitter_s, n)
-            + self.transfer_s
-        )
+        return w.start_s + rng.uniform(0.0, w.length_s, n) + rng.uniform(0.0, self.jitter_s, n) + self.transfer_s
+
+    def _draw_delay(self, node_class: NodeClass, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Next fetch, in seconds after the valid-after of the consensus held."""
+        return self.interval_s + self.draw_next_fetch_s(node_class, rng, n)
 
     def sample_adoption_times(
         self, node_class: NodeClass, n: int, rng: np.random.Generator, burn_in_intervals: int = 8

@@ -2,11 +2,15 @@
 
 Times are UTC. Functions accept an aware datetime, a naive datetime (taken as UTC, the way
 directory documents write times) or POSIX seconds, and return aware UTC datetimes.
+``RoundTimes.compute`` is the one place a round's instants are derived from its valid-after;
+``VotingSchedule`` (a real tor schedule, validated as tor's config check does) and
+``AcceleratedSchedule`` (the hourly schedule run faster, for the fake authorities) both use it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import attrs
 
@@ -33,7 +37,7 @@ def _epoch(t: TimeLike) -> int:
     return int(t)
 
 
-def _utc(seconds: int) -> dt.datetime:
+def _utc(seconds: int | float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
 
 
@@ -60,6 +64,65 @@ def start_of_interval_after(now: TimeLike, interval_s: int, offset_s: int = 0) -
     return nxt
 
 
+Seconds = int | float
+
+
+def effective_delays(interval_s: Seconds, vote_delay_s: Seconds, dist_delay_s: Seconds) -> tuple[Seconds, Seconds]:
+    """(vote, dist) after tor's rule: both become Interval/4 if their sum exceeds Interval/2 (§2.2).
+
+    Whole seconds (a real schedule) use tor's integer division; an accelerated schedule's
+    fractional delays are scaled exactly.
+    """
+    exact = isinstance(vote_delay_s, float) or isinstance(dist_delay_s, float)
+    half, quarter = (interval_s / 2, interval_s / 4) if exact else (interval_s // 2, interval_s // 4)
+    if vote_delay_s + dist_delay_s > half:
+        return quarter, quarter
+    return vote_delay_s, dist_delay_s
+
+
+def first_valid_after_voting_from(when: Seconds, interval_s: int, lead_s: Seconds, offset_s: int = 0) -> int:
+    """The valid-after of the first round whose vote is built (VA - ``lead_s``, with ``lead_s`` =
+    Vote + Dist) at or after ``when`` (POSIX seconds, §2.2)."""
+    va = start_of_interval_after(math.ceil(when) - 1, interval_s, offset_s)
+    while va - lead_s < when:
+        va = start_of_interval_after(va, interval_s, offset_s)
+    return va
+
+
+@attrs.frozen
+class RoundTimes:
+    """The instants of one voting round in POSIX seconds (§2.2; voting_schedule.c
+    ``dirauth_sched_recalculate_timing``). ``VotingRound`` is the same as datetimes."""
+
+    valid_after: Seconds
+    vote_at: Seconds  # VA - Dist - Vote: build own vote, POST it
+    late_vote_cutoff: Seconds  # VA - Dist - Vote/2: fetch missing votes; later uploads refused
+    consensus_at: Seconds  # VA - Dist: compute consensus, POST detached signatures
+    signature_fetch_at: Seconds  # VA - Dist/2: fetch missing signatures
+    publish_at: Seconds  # VA: publish if enough signatures
+    fresh_until: Seconds
+    valid_until: Seconds
+
+    @classmethod
+    def compute(cls, valid_after: Seconds, interval_s: Seconds, vote_delay_s: Seconds, dist_delay_s: Seconds,
+                n_intervals_valid: int) -> RoundTimes:
+        """The round ending at ``valid_after``; the delays are the effective ones (``effective_delays``).
+        Whole seconds halve as tor does (integer division), fractional ones exactly."""
+        vote, dist = vote_delay_s, dist_delay_s
+        exact = isinstance(vote, float) or isinstance(dist, float)
+        half_vote, half_dist = (vote / 2, dist / 2) if exact else (vote // 2, dist // 2)
+        return cls(
+            valid_after=valid_after,
+            vote_at=valid_after - dist - vote,
+            late_vote_cutoff=valid_after - dist - half_vote,
+            consensus_at=valid_after - dist,
+            signature_fetch_at=valid_after - half_dist,
+            publish_at=valid_after,
+            fresh_until=valid_after + interval_s,
+            valid_until=valid_after + interval_s * n_intervals_valid,
+        )
+
+
 @attrs.frozen
 class VotingRound:
     """The instants of one voting round ending in a consensus valid from ``valid_after`` (§2.2)."""
@@ -72,6 +135,10 @@ class VotingRound:
     publish_at: dt.datetime  # VA: publish if enough signatures
     fresh_until: dt.datetime
     valid_until: dt.datetime
+
+    @classmethod
+    def of(cls, times: RoundTimes) -> VotingRound:
+        return cls(*(_utc(t) for t in attrs.astuple(times)))
 
 
 @attrs.frozen
@@ -147,9 +214,7 @@ class VotingSchedule:
     @property
     def effective_delays_s(self) -> tuple[int, int]:
         """(vote, dist) after tor's rule: both become Interval/4 if their sum exceeds Interval/2."""
-        if self.vote_delay_s + self.dist_delay_s > self.interval_s // 2:
-            return self.interval_s // 4, self.interval_s // 4
-        return self.vote_delay_s, self.dist_delay_s
+        return effective_delays(self.interval_s, self.vote_delay_s, self.dist_delay_s)
 
     @property
     def lifetime_s(self) -> int:
@@ -162,33 +227,24 @@ class VotingSchedule:
 
     def round_for(self, valid_after: TimeLike) -> VotingRound:
         """The instants of the round producing the consensus valid from ``valid_after``."""
-        va = _epoch(valid_after)
-        vote, dist = self.effective_delays_s
-        return VotingRound(
-            valid_after=_utc(va),
-            vote_at=_utc(va - dist - vote),
-            late_vote_cutoff=_utc(va - dist - vote // 2),
-            consensus_at=_utc(va - dist),
-            signature_fetch_at=_utc(va - dist // 2),
-            publish_at=_utc(va),
-            fresh_until=_utc(va + self.interval_s),
-            valid_until=_utc(va + self.lifetime_s),
-        )
+        times = RoundTimes.compute(_epoch(valid_after), self.interval_s, *self.effective_delays_s,
+                                   self.n_intervals_valid)
+        return VotingRound.of(times)
 
     def next_round(self, t: TimeLike) -> VotingRound:
         """The round whose consensus is the next one to become valid after ``t``."""
         return self.round_for(self.next_valid_after(t))
 
+    def first_round_valid_from(self, t: TimeLike) -> VotingRound:
+        """The round of the first consensus valid at or after ``t`` (an interval start >= ``t``)."""
+        return self.round_for(start_of_interval_after(_epoch(t) - 1, self.interval_s, self.start_offset_s))
+
     def first_round_voting_after(self, t: TimeLike) -> VotingRound:
         """The first round whose votes are built at or after ``t``: a ConsensusParams change
         reloaded at ``t`` first appears in that round's consensus (§1.2)."""
-        when = _epoch(t)
-        va = start_of_interval_after(when - 1, self.interval_s, self.start_offset_s)
-        while True:
-            r = self.round_for(va)
-            if _epoch(r.vote_at) >= when:
-                return r
-            va = start_of_interval_after(va, self.interval_s, self.start_offset_s)
+        va = first_valid_after_voting_from(_epoch(t), self.interval_s, sum(self.effective_delays_s),
+                                           self.start_offset_s)
+        return self.round_for(va)
 
     def rounds(self, start: TimeLike, end: TimeLike) -> list[VotingRound]:
         """Every round with ``start < valid_after <= end``, in order."""
@@ -200,3 +256,58 @@ class VotingSchedule:
                 return out
             out.append(self.round_for(va))
             t = va
+
+
+LIVE_INTERVAL_S = 3600
+LIVE_DELAY_S = 300  # V3AuthVoteDelay / V3AuthDistDelay defaults
+
+
+@attrs.frozen
+class AcceleratedSchedule:
+    """The hourly schedule run faster, as the fake authorities vote (§2.2, every time scaled).
+
+    One "hour" lasts ``interval_s`` real seconds; the vote and distribution delays default to
+    the live 300 s scaled the same way, and tor's Interval/4 rule applies. Rounds are aligned
+    like tor's (``start_of_interval_after``) and their instants come from ``RoundTimes.compute``
+    as for a ``VotingSchedule``; only the limits differ: the interval may be as short as 2 s
+    and the delays fractions of a second, which tor (and ``VotingSchedule``) would refuse.
+    Instants are POSIX seconds (floats).
+    """
+
+    interval_s: int
+    vote_delay_s: float
+    dist_delay_s: float
+    n_intervals_valid: int = 3
+
+    @classmethod
+    def scaled(cls, interval_s: int, vote_delay_s: float | None = None, dist_delay_s: float | None = None,
+               n_intervals_valid: int = 3) -> AcceleratedSchedule:
+        """``interval_s`` real seconds per hour; delays in real seconds (default: 300 s scaled)."""
+        if isinstance(interval_s, bool) or not isinstance(interval_s, int) or interval_s < 2:
+            raise ScheduleError(f"interval must be a whole number of seconds >= 2, got {interval_s!r}")
+        scaled_delay = interval_s * LIVE_DELAY_S / LIVE_INTERVAL_S
+        vote = float(vote_delay_s) if vote_delay_s is not None else scaled_delay
+        dist = float(dist_delay_s) if dist_delay_s is not None else scaled_delay
+        if vote <= 0 or dist <= 0:
+            raise ScheduleError("vote and distribution delays must be positive")
+        vote, dist = effective_delays(interval_s, vote, dist)
+        return cls(interval_s, vote, dist, n_intervals_valid)
+
+    @property
+    def scale(self) -> float:
+        """Real seconds per second of the hourly network."""
+        return self.interval_s / LIVE_INTERVAL_S
+
+    def round_for(self, valid_after: float) -> RoundTimes:
+        return RoundTimes.compute(valid_after, self.interval_s, self.vote_delay_s, self.dist_delay_s,
+                                  self.n_intervals_valid)
+
+    def next_round(self, now: float) -> RoundTimes:
+        """The first round whose vote is still to be built at ``now``."""
+        return self.round_for(first_valid_after_voting_from(now, self.interval_s,
+                                                            self.vote_delay_s + self.dist_delay_s))
+
+    def voting_delay_line(self) -> tuple[int, int]:
+        """Whole seconds for the documents' ``voting-delay`` line: at least tor's MIN_VOTE_SECONDS
+        and MIN_DIST_SECONDS (2 s), below which tor refuses to parse the document (§2.2)."""
+        return max(MIN_DELAY_S, round(self.vote_delay_s)), max(MIN_DELAY_S, round(self.dist_delay_s))

@@ -27,7 +27,7 @@ def first_round(stage_start: dt.datetime, schedule: VotingSchedule = LIVE_SCHEDU
     participating authorities must run the new ConsensusParams before that round's
     votes are built (VA - Dist - Vote: 10 minutes before VA on the live network).
     """
-    return schedule.next_round(stage_start - dt.timedelta(seconds=1))
+    return schedule.first_round_valid_from(stage_start)
 
 
 def unplanned_change_delay(population: str, schedule: VotingSchedule = LIVE_SCHEDULE
@@ -35,14 +35,13 @@ def unplanned_change_delay(population: str, schedule: VotingSchedule = LIVE_SCHE
     """(best, worst) time from an unscheduled authority change (a revert) until all of
     ``population`` run it: best just before a vote is built, worst just after."""
     vote, dist = schedule.effective_delays_s
-    adopt = _adoption_offset_s(population, 1.0, schedule.interval_s)
+    adopt = _adoption_offset_s(population, 1.0, schedule)
     best = vote + dist + adopt
     return dt.timedelta(seconds=best), dt.timedelta(seconds=best + schedule.interval_s)
 
 
 @functools.lru_cache(maxsize=64)
-def _adoption_offset_s(population: str, fraction: float, interval_s: int) -> float:
-    schedule = LIVE_SCHEDULE if interval_s == LIVE_SCHEDULE.interval_s else VotingSchedule.testing(interval_s)
+def _adoption_offset_s(population: str, fraction: float, schedule: VotingSchedule) -> float:
     # whole seconds: the model is not finer than that, and it keeps printed times tidy
     return float(math.ceil(PropagationModel(schedule=schedule).time_until(fraction, _POPULATIONS[population])))
 
@@ -50,7 +49,7 @@ def _adoption_offset_s(population: str, fraction: float, interval_s: int) -> flo
 def adoption_time(valid_after: dt.datetime, population: str, fraction: float,
                   schedule: VotingSchedule = LIVE_SCHEDULE) -> dt.datetime:
     """When ``fraction`` of ``population`` ("relays" or "clients") holds the consensus of ``valid_after``."""
-    return valid_after + dt.timedelta(seconds=_adoption_offset_s(population, fraction, schedule.interval_s))
+    return valid_after + dt.timedelta(seconds=_adoption_offset_s(population, fraction, schedule))
 
 
 def propagation_delay(stage_start: dt.datetime, population: str,

@@ -10,7 +10,8 @@ Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``Sim
                kist_interval_ms=10 (1..100; KISTSchedRunInterval, or ...Client on a client),
                kernel_tick_ms=4.0 (CLOCK_MONOTONIC_COARSE resolution, §5.2),
                nic_rate_bytes_per_s=0.0 (0 = unlimited), sock_buf_factor=1.0 (KISTSockBufSizeFactor),
-               pass_time_us=10.0 (duration of the libevent pass holding a run, §5.2's p))
+               pass_time_us=10.0 (duration of the libevent pass holding a run, §5.2's p),
+               cell_cpu_us=2.0 (CPU time per received cell; a node's event loop is serial))
     LinkConfig(rtt_ms=0.1, mss=1448 (LOOPBACK_MSS = 65483), initial_cwnd=10, loss_rate=0.0,
                send_buffer_bytes=0 (0 = Linux-like autotuning), send_buffer_max_bytes=4 MiB,
                rate_limited=True (≤ 16448 B per write call, §7.4))
@@ -18,8 +19,8 @@ Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``Sim
     FlowControlConfig(kind="sendme"|"vegas", circwindow=1000, circ_increment=100, stream_window=500,
                stream_increment=50, cellq_high=256, cellq_low=10, sendme_inc=31, cwnd_init=124, ...§14)
     RunConfig(duration_s=10.0, seed=1, sample_interval_s=1.0, memory_limit_bytes=4 GiB,
-              flow_control=FlowControlConfig(), ewma=EwmaConfig(), cell_delays_max=0,
-              run_log_max=100_000)
+              flow_control=FlowControlConfig(), ewma=EwmaConfig(), cell_delays_max=0 (raw samples),
+              run_log_max=100_000 (scheduler runs logged), trace_chan=-1, trace_max=100_000)
 
 Network (``kistexp.sim.network``)::
 
@@ -55,8 +56,17 @@ Result (``kistexp.sim.result.SimResult``)::
     delay_percentile_ms(kind="app"|"kernel", q=50, label=None); delay_mean_ms(kind, label)
         (per-hop time of a cell in a circuit queue / in the kernel until it left the NIC)
     run_time_s / run_node / run_cells (scheduler-run log); run_periods_ms(node); cells_per_run(node)
-    circuit_max_inflight_cells [circuit, dir]; chan_final_cwnd; cells_scheduled; events
+    raw_delays [5, n]: kind (0 app, 1 kernel), circuit, delay ns, time ns, sending node
+        (the first cell_delays_max samples)
+    trace [4, n]: time ns, outbuf, kernel unsent, kernel unacked bytes of RunConfig.trace_chan
+    circuit_max_inflight_cells [circuit, dir] (max DATA cells not yet acknowledged by a SENDME);
+    circuit_final_cwnd_cells; chan_final_cwnd; chan_losses; cells_scheduled; events;
+    queue_cap_exceeded; wall_s
     to_dict()   (keys carry units)
+
+Speed: the event loop is compiled with numba (``cache=True``): the first run on a machine compiles
+for about 20 s, later processes load the cache in about a second.  ``_cacheguard`` drops the
+cache whenever one of the compiled modules changes.
 
 Model limits are documented in docs/simulator.md.
 """

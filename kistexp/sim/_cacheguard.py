@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-COMPILED_MODULES = ("layout", "events", "chanheap", "cmux_ewma", "channel", "tcp", "kistlite", "kist",
+COMPILED_MODULES = ("layout", "events", "pqueue", "chanheap", "cmux_ewma", "channel", "tcp", "kistlite", "kist",
                     "vanilla", "scheduler", "flowcontrol", "engine")
 
 

@@ -15,6 +15,7 @@ import math
 from numba import njit
 
 from kistexp.sim import layout as L
+from kistexp.sim.pqueue import pq_push, pq_remove_at
 
 
 @njit(cache=True, inline="always")
@@ -36,77 +37,24 @@ def current_tick(S, node, t):
 def _refresh_chan_key(S, c):
     """Mirror the head count into ``S.ckey`` (+inf without active circuits, §10.1)."""
     if S.ci[L.CI_CMUX_N, c] == 0:
-        S.ckey[c] = math.inf
+        S.ckey[0, c] = math.inf
     else:
-        S.ckey[c] = S.qf[L.QF_COUNT, S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]]
-
-
-@njit(cache=True, inline="always")
-def _key(S, q):
-    return S.qf[L.QF_COUNT, q]
+        S.ckey[0, c] = S.qf[L.QF_COUNT, S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]]
 
 
 @njit(cache=True, inline="always")
 def _cmux_push(S, c, q):
-    h = S.cmux_heap
-    base = S.ci[L.CI_CMUX_BASE, c]
-    i = S.ci[L.CI_CMUX_N, c]
-    S.ci[L.CI_CMUX_N, c] = i + 1
-    key = _key(S, q)
-    while i > 0:
-        p = (i - 1) >> 1
-        pq = h[base + p]
-        if _key(S, pq) <= key:
-            break
-        h[base + i] = pq
-        S.qi[L.QI_HEAP_IDX, pq] = i
-        i = p
-    h[base + i] = q
-    S.qi[L.QI_HEAP_IDX, q] = i
-    if i == 0:
-        S.ckey[c] = key
-
-
-@njit(cache=True, inline="always")
-def _cmux_heapify(S, c, i):
-    h = S.cmux_heap
-    base = S.ci[L.CI_CMUX_BASE, c]
-    n = S.ci[L.CI_CMUX_N, c]
-    while True:
-        left = 2 * i + 1
-        if left >= n:
-            return
-        if _key(S, h[base + i]) < _key(S, h[base + left]):
-            best = i
-        else:
-            best = left
-        right = left + 1
-        if right < n and _key(S, h[base + right]) < _key(S, h[base + best]):
-            best = right
-        if best == i:
-            return
-        a = h[base + i]
-        b = h[base + best]
-        h[base + i] = b
-        h[base + best] = a
-        S.qi[L.QI_HEAP_IDX, b] = i
-        S.qi[L.QI_HEAP_IDX, a] = best
-        i = best
+    S.ci[L.CI_CMUX_N, c] = pq_push(S.cmux_heap, S.ci[L.CI_CMUX_BASE, c], S.ci[L.CI_CMUX_N, c], q,
+                                   S.qf, L.QF_COUNT, S.qi, L.QI_HEAP_IDX)
+    if S.qi[L.QI_HEAP_IDX, q] == 0:
+        S.ckey[0, c] = S.qf[L.QF_COUNT, q]
 
 
 @njit(cache=True, inline="always")
 def _cmux_remove_at(S, c, i):
-    h = S.cmux_heap
-    base = S.ci[L.CI_CMUX_BASE, c]
-    n = S.ci[L.CI_CMUX_N, c] - 1
-    q = h[base + i]
-    S.qi[L.QI_HEAP_IDX, q] = -1
+    q, n = pq_remove_at(S.cmux_heap, S.ci[L.CI_CMUX_BASE, c], S.ci[L.CI_CMUX_N, c], i,
+                        S.qf, L.QF_COUNT, S.qi, L.QI_HEAP_IDX)
     S.ci[L.CI_CMUX_N, c] = n
-    if i != n:
-        last = h[base + n]
-        h[base + i] = last
-        S.qi[L.QI_HEAP_IDX, last] = i
-        _cmux_heapify(S, c, i)
     _refresh_chan_key(S, c)
     return q
 

@@ -21,9 +21,14 @@ Where the costs come from (kist-ewma.md §4, §6, §7.5):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from kistexp.errors import SimConfigError
+
+if TYPE_CHECKING:
+    from kistexp.sim.result import SimResult
 
 CELL_BYTES = 514
 """Cell on the wire (kist-ewma.md §1)."""
@@ -169,3 +174,11 @@ def estimate_node_cpu(
         writes_s=(work.kernel_writes * model.per_write_ns + work.bytes_written * model.per_write_byte_ns)
         * ns,
     )
+
+
+def result_node_cpu(result: SimResult, node: int | str, model: CostModel = DEFAULT_COST_MODEL) -> NodeCpuEstimate:
+    """Apply `model` to one node of a finished run (its counters, over the run's duration)."""
+    counts = result.node_counts(node)
+    fields = [f.name for f in attrs.fields(NodeWork) if f.name != "node"]
+    work = NodeWork(node=result.node_names[result.node_index(node)], **{k: counts[k] for k in fields})
+    return estimate_node_cpu(work, result.duration_s, model)

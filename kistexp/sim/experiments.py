@@ -37,7 +37,7 @@ from kistexp.sim.config import (
     NodeConfig,
     RunConfig,
 )
-from kistexp.sim.costmodel import DEFAULT_COST_MODEL, CostModel, NodeWork, estimate_node_cpu
+from kistexp.sim.costmodel import result_node_cpu
 from kistexp.sim.network import Network, Transfer, run
 from kistexp.sim.result import DELAY_KINDS, SimResult
 
@@ -49,9 +49,11 @@ Progress = Callable[[int, int], None]
 """Called as progress(done, total) in hundredths of runs while an experiment works."""
 
 # A relay-to-client path across the internet, for the experiments where queues must form at a
-# relay: 20 ms RTT, Ethernet mss, 0.1 % loss so that TCP's cwnd settles (about 1.22/sqrt(p) = 40
-# segments) instead of growing into an unbounded NIC queue. A modelling choice, not a tor value.
-WAN_LINK = LinkConfig(rtt_ms=20.0, mss=1448, loss_rate=0.001)
+# relay: 25 ms RTT, Ethernet mss, 0.1 % loss so that TCP's cwnd settles (about 1.22/sqrt(p) = 40
+# segments) instead of growing into an unbounded NIC queue. The RTT is deliberately not a
+# multiple of the 4 ms kernel tick, so that timers and ACKs do not all fall on one lattice.
+# A modelling choice, not a tor value.
+WAN_LINK = LinkConfig(rtt_ms=25.0, mss=1448, loss_rate=0.001)
 # Loopback as in real-tor.md's test network: tiny RTT, 64 KiB mss, no rate limit on the NIC.
 LOOPBACK_LINK = LinkConfig(rtt_ms=0.1, mss=LOOPBACK_MSS)
 
@@ -118,17 +120,19 @@ def _find(points: Sequence[Any], **match: Any) -> Any:
     raise KeyError(f"no point with {match}")
 
 
+def _json_safe(obj: Any) -> Any:
+    """NaN (no sample) becomes None so that --json output stays valid JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def _nan_none(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
-
-
-def node_cpu(res: SimResult, node: int, model: CostModel = DEFAULT_COST_MODEL):
-    """Cost-model estimate for one node of a finished run."""
-    counts = res.node_counts(node)
-    work = NodeWork(node=res.node_names[node], **{k: counts[k] for k in (
-        "cells_received", "cells_sent", "crypto_layers", "digests", "scheduler_runs",
-        "socket_info_syscalls", "kernel_writes", "bytes_written")})
-    return estimate_node_cpu(work, res.duration_s, model)
 
 
 def _hop_delay_ms(res: SimResult, kind: str, label: str, node: int, q: float | None) -> float:
@@ -178,7 +182,7 @@ class CeilingResult:
     """cells_per_run_mode * 514 B / run_period_ms: what the per-run budget allows."""
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return _json_safe(attrs.asdict(self))
 
 
 def ceiling(*, scheduler: str = "kistlite", interval_ms: int = 10, circuits: int = 8,
@@ -246,7 +250,7 @@ class CircuitResult:
     """Busiest node's CPU share from the cost model; above 1 the run is CPU-bound in reality."""
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return _json_safe(attrs.asdict(self))
 
 
 def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
@@ -276,10 +280,11 @@ def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_m
     finished = not math.isnan(ttlb)
     elapsed = ttlb if finished else max_duration_s
     delivered = transfer_bytes if finished else 0
-    if not finished:  # count what reached the client
-        delivered = int(res.chan_bytes_sent[-1, res.chan_between(topo.relays[0], topo.clients[0])])
+    if not finished:  # the payload of the cells that reached the client (all DATA on this channel)
+        wire = int(res.chan_bytes_sent[-1, res.chan_between(topo.relays[0], topo.clients[0])])
+        delivered = wire // CELL_BYTES * wl.RELAY_DATA_BYTES
     # CPU estimate over the transfer's own duration, not the idle rest of the run
-    cpu = max(node_cpu(res, n).total_s for n in range(len(res.node_names))) / elapsed
+    cpu = max(result_node_cpu(res, n).total_s for n in range(len(res.node_names))) / elapsed
     return CircuitResult(
         scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_iv, flow_control=flow_control,
         transfer_bytes=transfer_bytes, finished=finished, ttfb_ms=_nan_none(ttfb * 1e3),
@@ -299,7 +304,7 @@ class CircuitSweepResult:
         return _find(self.points, scheduler=scheduler, interval_ms=interval_ms).throughput_mbytes_per_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"points": [p.to_dict() for p in self.points]}
+        return {"points": [p.to_dict() for p in self.points]}  # each point is already JSON-safe
 
 
 def circuit_sweep(*, cases: Sequence[tuple[str, int]] = CIRCUIT_SWEEP, client_interval_ms: int | None = None,
@@ -324,7 +329,7 @@ class FirstRunResult:
     next_runs_cells: tuple[int, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return _json_safe(attrs.asdict(self))
 
 
 def kist_first_run(*, mss: int = 1448, initial_cwnd: int = 10, interval_ms: int = 10, rtt_ms: float = 50.0,
@@ -387,7 +392,7 @@ class EwmaResult:
     def to_dict(self) -> dict[str, Any]:
         d = attrs.asdict(self, recurse=False)
         d["points"] = [dict(attrs.asdict(p), bulk_over_interactive_delay_ratio=p.advantage) for p in self.points]
-        return d
+        return _json_safe(d)
 
 
 EWMA_INTERVALS_MS = (1, 2, 5, 10, 20)
@@ -460,6 +465,8 @@ class QueuePlacement:
     kernel_delay_ms_p50: float
     app_delay_ms_mean: float
     kernel_delay_ms_mean: float
+    kernel_delay_share: float
+    """Share of a cell's time at the relay spent in the kernel (means)."""
     peak_app_bytes: int
     peak_kernel_bytes: int
     mean_kernel_bytes: float
@@ -478,8 +485,8 @@ class KernelQueueResult:
         return _find(self.points, scheduler=scheduler)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"channels": self.channels, "circuits": self.circuits, "duration_s": self.duration_s,
-                "points": [attrs.asdict(p) for p in self.points]}
+        return _json_safe({"channels": self.channels, "circuits": self.circuits, "duration_s": self.duration_s,
+                           "points": [attrs.asdict(p) for p in self.points]})
 
 
 def kernel_queue(*, schedulers: Sequence[str] = ("kist", "vanilla"), interval_ms: int = 10, channels: int = 1,
@@ -507,12 +514,14 @@ def kernel_queue(*, schedulers: Sequence[str] = ("kist", "vanilla"), interval_ms
         counts = res.node_counts(r)
         steady = res.sample_times_s >= warm
         thr = sum(_steady_throughput(res, res.chan_between(r, c), warm) for c in topo.clients)
+        app_mean = _hop_delay_ms(res, "app", "bulk", r, None)
+        kernel_mean = _hop_delay_ms(res, "kernel", "bulk", r, None)
         points.append(QueuePlacement(
             scheduler=sched, interval_ms=interval_ms,
             app_delay_ms_p50=_hop_delay_ms(res, "app", "bulk", r, 50),
             kernel_delay_ms_p50=_hop_delay_ms(res, "kernel", "bulk", r, 50),
-            app_delay_ms_mean=_hop_delay_ms(res, "app", "bulk", r, None),
-            kernel_delay_ms_mean=_hop_delay_ms(res, "kernel", "bulk", r, None),
+            app_delay_ms_mean=app_mean, kernel_delay_ms_mean=kernel_mean,
+            kernel_delay_share=kernel_mean / (app_mean + kernel_mean),
             peak_app_bytes=counts["peak_app_bytes"], peak_kernel_bytes=counts["peak_kernel_bytes"],
             mean_kernel_bytes=float(res.node_series["kernel_bytes"][steady, r].mean()),
             mean_app_bytes=float(res.node_series["app_bytes"][steady, r].mean()),
@@ -536,12 +545,12 @@ def check_experiment_args(name: str, *, scheduler: str | None = None, interval_m
     if name == "kist-first-run" and scheduler not in (None, "kist"):
         raise SimConfigError("sim experiment kist-first-run: only the kist scheduler has a first-run limit")
     if interval_ms is not None:
-        _node(scheduler or "kist", interval_ms, "relay").validate("--interval-ms")
+        NodeConfig(kist_interval_ms=interval_ms).validate("sim experiment --interval-ms")
     if client_interval_ms is not None:
-        _node(scheduler or "kist", client_interval_ms, "client").validate("--client-interval-ms")
+        NodeConfig(role="client", kist_interval_ms=client_interval_ms).validate("sim experiment --client-interval-ms")
     if circuits is not None:
         _positive_int("circuits", circuits, 10_000)
-    RunConfig(seed=seed).validate("--seed")
+    RunConfig(seed=seed).validate("sim experiment --seed")
 
 
 def run_experiment(name: str, *, scheduler: str | None = None, interval_ms: int | None = None,

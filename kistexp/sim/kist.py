@@ -44,11 +44,13 @@ def _can_write(S, c):
 
 @njit(cache=True, inline="always")
 def _touch(S, c):
-    if S.ci[L.CI_TOUCHED, c] == 0:
-        S.ci[L.CI_TOUCHED, c] = 1
+    """Add to the run's outbuf table; CI_TOUCHED: 0 absent, 1 in the table, 2 listed but removed."""
+    st = S.ci[L.CI_TOUCHED, c]
+    if st == 0:
         n = S.g[L.G_TOUCHED_N]
         S.touched[n] = c
         S.g[L.G_TOUCHED_N] = n + 1
+    S.ci[L.CI_TOUCHED, c] = 1
 
 
 @njit(cache=True)
@@ -87,7 +89,7 @@ def kist_run(S, node, t, lite):
             _touch(S, prev)
             if S.ci[L.CI_OB_BYTES, prev] > L.EARLY_WRITE_BYTES:
                 _write(S, prev, t)
-                S.ci[L.CI_TOUCHED, prev] = 0  # outbuf_table_remove
+                S.ci[L.CI_TOUCHED, prev] = 2  # outbuf_table_remove
             prev = ch
         if _can_write(S, ch):
             n = flush_cells(S, ch, 1, t)
@@ -109,10 +111,9 @@ def kist_run(S, node, t, lite):
             pend_push(S, node, ch)
     for i in range(S.g[L.G_TOUCHED_N]):
         c = S.touched[i]
-        if S.ci[L.CI_TOUCHED, c] == 1:
-            S.ci[L.CI_TOUCHED, c] = 0
-            if S.ci[L.CI_OB_BYTES, c] > 0:
-                _write(S, c, t)
+        if S.ci[L.CI_TOUCHED, c] == 1 and S.ci[L.CI_OB_BYTES, c] > 0:
+            _write(S, c, t)
+        S.ci[L.CI_TOUCHED, c] = 0
     S.g[L.G_TOUCHED_N] = 0
     for i in range(nreadd):
         c = S.readd[i]

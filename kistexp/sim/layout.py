@@ -69,7 +69,8 @@ def _fields(*names: str) -> int:
 N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_FREE", "G_NFREE", "G_RNG", "G_NEXT_TR",
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
-              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N", "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N")
+              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
+              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",

@@ -352,9 +352,20 @@ def _build(net: Network, rc: RunConfig):
     max_flight_cells = max_sndbuf // L.CELL_SIZE + 1
     cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
     ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
-    est_cells = int(min(n_cd * (fcc.circwindow + 64), (si[L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
+    # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
+    est_cells = int(min(n_cd * fcc.cellq_high, (si[L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
+    # what the run-time arrays will take, checked before allocating them
+    planned = 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan
+                   + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
+                   + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0))
+    described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order))
+    if planned + described > rc.memory_limit_bytes:
+        raise SimConfigError(
+            f"run.memory_limit_bytes={rc.memory_limit_bytes}: the network needs "
+            f"{(planned + described) / 2**20:.0f} MiB of simulator state "
+            f"(limit {rc.memory_limit_bytes / 2**20:.0f} MiB)")
 
     g = np.zeros(L.N_G, np.int64)
     g[L.G_END] = int(round(rc.duration_s * 1e9))
@@ -391,7 +402,7 @@ def _build(net: Network, rc: RunConfig):
         raw=np.zeros((4, rc.cell_delays_max), np.int64), chg=chg,
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
-        ckey=np.full(max(n_chan, 1), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
+        ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
         nq=np.zeros((ev_cap, L.N_EV), np.int64),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
