@@ -40,10 +40,17 @@ def _save(fig, ax, name: str, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the curves stay visible
     fig.tight_layout()
     fig.savefig(IMG / f"sim_{name}.png", dpi=110)
     plt.close(fig)
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def period_ms(interval_ms: int, tick_ms: float = 4.0) -> float:
@@ -54,27 +61,28 @@ def period_ms(interval_ms: int, tick_ms: float = 4.0) -> float:
 def plot_ewma() -> str:
     r = E.ewma(intervals_ms=INTERVALS_MS)
     iv = [p.interval_ms for p in r.points]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(8.6, 4.2))
     ax.plot(iv, [p.bulk_delay_ms_mean for p in r.points], "s-", color="tab:red", label="bulk, mean")
     ax.plot(iv, [p.bulk_delay_ms_p50 for p in r.points], "s--", color="tab:red", alpha=0.5, label="bulk, median")
     ax.plot(iv, [p.interactive_delay_ms_mean for p in r.points], "o-", color="tab:blue", label="interactive, mean")
+    ax.plot(iv, [p.interactive_delay_ms_p50 for p in r.points], "o--", color="tab:blue", alpha=0.5,
+            label="interactive, median")
     ax.plot(iv, [p.interactive_kernel_delay_ms_mean for p in r.points], "o:", color="tab:blue", alpha=0.6,
             label="interactive, mean in kernel")
     _log_axes(ax, iv)
     _save(fig, ax, "ewma", "relay KISTSchedRunInterval (ms)", "time at the relay per cell (ms)",
           f"KIST + EWMA, one channel: {r.interactive_circuits} interactive and {r.bulk_circuits} bulk circuits")
-    rows = ["| relay interval (ms) | interactive p50 (ms) | interactive mean (ms) | of which kernel (ms) "
-            "| bulk p50 (ms) | bulk mean (ms) | bulk / interactive (means) |", "|---|---|---|---|---|---|---|"]
-    rows += [f"| {p.interval_ms} | {p.interactive_delay_ms_p50:.2f} | {p.interactive_delay_ms_mean:.2f} "
-             f"| {p.interactive_kernel_delay_ms_mean:.2f} | {p.bulk_delay_ms_p50:.1f} | {p.bulk_delay_ms_mean:.1f} "
-             f"| {p.advantage:.1f} |" for p in r.points]
-    return "\n".join(rows)
+    return _table(["relay interval (ms)", "interactive p50 (ms)", "interactive mean (ms)", "of which kernel (ms)",
+                   "bulk p50 (ms)", "bulk mean (ms)", "bulk / interactive (means)"],
+                  [[p.interval_ms, f"{p.interactive_delay_ms_p50:.2f}", f"{p.interactive_delay_ms_mean:.2f}",
+                    f"{p.interactive_kernel_delay_ms_mean:.2f}", f"{p.bulk_delay_ms_p50:.1f}",
+                    f"{p.bulk_delay_ms_mean:.1f}", f"{p.advantage:.1f}"] for p in r.points])
 
 
 def plot_circuit() -> str:
     cases = [(s, iv) for s in ("kist", "kistlite") for iv in INTERVALS_MS if iv >= 2] + [("vanilla", 10)]
     r = E.circuit_sweep(cases=cases)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(8.6, 4.2))
     for sched, style in (("kist", "o-"), ("kistlite", "s-")):
         pts = [p for p in r.points if p.scheduler == sched]
         ax.plot([p.interval_ms for p in pts], [p.throughput_mbytes_per_s for p in pts], style, label=f"{sched} (sim)")
@@ -86,18 +94,16 @@ def plot_circuit() -> str:
     _log_axes(ax, [iv for iv in INTERVALS_MS if iv >= 2])
     _save(fig, ax, "circuit", "KISTSchedRunInterval on every node, client included (ms)",
           "one-circuit throughput (MB/s)", "One 3-hop circuit on loopback, 20 MiB, Vegas")
-    rows = ["| scheduler | interval (ms) | MB/s | max in flight (cells) | busiest node CPU (cores) |",
-            "|---|---|---|---|---|"]
-    rows += [f"| {p.scheduler} | {p.interval_ms} | {p.throughput_mbytes_per_s:.2f} | {p.max_inflight_cells} "
-             f"| {p.cpu_core_fraction_max:.3f} |" for p in r.points]
-    return "\n".join(rows)
+    return _table(["scheduler", "interval (ms)", "MB/s", "max in flight (cells)", "busiest node CPU (cores)"],
+                  [[p.scheduler, p.interval_ms, f"{p.throughput_mbytes_per_s:.2f}", p.max_inflight_cells,
+                    f"{p.cpu_core_fraction_max:.3f}"] for p in r.points])
 
 
 def plot_ceiling() -> str:
     lite = [E.ceiling(scheduler="kistlite", interval_ms=iv) for iv in INTERVALS_MS]
     kist = [E.ceiling(scheduler="kist", interval_ms=iv) for iv in INTERVALS_MS]
     vanilla = E.ceiling(scheduler="vanilla")
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(8.6, 4.2))
     ax.plot(INTERVALS_MS, [r.throughput_mbytes_per_s for r in lite], "s-", label="kistlite (sim)")
     ax.plot(INTERVALS_MS, [64 * 514 / iv / 1e3 for iv in INTERVALS_MS], "k:",
             label="64 cells / nominal interval")
@@ -109,20 +115,18 @@ def plot_ceiling() -> str:
     _log_axes(ax, INTERVALS_MS)
     _save(fig, ax, "ceiling", "KISTSchedRunInterval (ms), kernel tick 4 ms", "channel throughput (MB/s)",
           "One channel, 8 bulk circuits, loopback")
-    rows = ["| scheduler | interval (ms) | run period (ms) | cells per run | MB/s |", "|---|---|---|---|---|"]
-    rows += [f"| {r.scheduler} | {r.interval_ms} | {r.run_period_ms:.2f} | {r.cells_per_run_mode} "
-             f"| {r.throughput_mbytes_per_s:.2f} |" for r in [*lite, *kist, vanilla]]
-    return "\n".join(rows)
+    return _table(["scheduler", "interval (ms)", "run period (ms)", "cells per run", "MB/s"],
+                  [[r.scheduler, r.interval_ms, f"{r.run_period_ms:.2f}", r.cells_per_run_mode,
+                    f"{r.throughput_mbytes_per_s:.2f}"] for r in [*lite, *kist, vanilla]])
 
 
 def table_kernel_queue() -> str:
     r = E.kernel_queue()
-    rows = ["| scheduler | app p50 (ms) | kernel p50 (ms) | app mean (ms) | kernel mean (ms) "
-            "| mean app bytes | mean kernel bytes | MB/s |", "|---|---|---|---|---|---|---|---|"]
-    rows += [f"| {p.scheduler} | {p.app_delay_ms_p50:.2f} | {p.kernel_delay_ms_p50:.2f} | {p.app_delay_ms_mean:.1f} "
-             f"| {p.kernel_delay_ms_mean:.1f} | {p.mean_app_bytes:,.0f} | {p.mean_kernel_bytes:,.0f} "
-             f"| {p.throughput_mbytes_per_s:.2f} |" for p in r.points]
-    return "\n".join(rows)
+    return _table(["scheduler", "app p50 (ms)", "kernel p50 (ms)", "app mean (ms)", "kernel mean (ms)",
+                   "mean app bytes", "mean kernel bytes", "MB/s"],
+                  [[p.scheduler, f"{p.app_delay_ms_p50:.2f}", f"{p.kernel_delay_ms_p50:.2f}",
+                    f"{p.app_delay_ms_mean:.1f}", f"{p.kernel_delay_ms_mean:.1f}", f"{p.mean_app_bytes:,.0f}",
+                    f"{p.mean_kernel_bytes:,.0f}", f"{p.throughput_mbytes_per_s:.2f}"] for p in r.points])
 
 
 PLOTS = {"ewma": plot_ewma, "circuit": plot_circuit, "ceiling": plot_ceiling, "kernel-queue": table_kernel_queue}

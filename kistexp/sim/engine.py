@@ -12,12 +12,14 @@ from numba import njit
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import ewma_activate
-from kistexp.sim.events import cell_alloc, cell_free, ev_next, ev_peek_time, ev_push, record_delay
+from kistexp.sim.events import cell_alloc, cell_free, ev_next, ev_peek_time, ev_push, prefetch_row, record_delay
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
-from kistexp.sim.tcp import _track_peaks, on_ack, write_to_kernel
+from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kernel
+
+PREFETCH_AHEAD = 4
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
     S.cells[k, L.KI_CQ] = q
@@ -42,7 +44,7 @@ def append_cell(S, q, k, t):
     has_waiting_cells(S, c, t)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def _originate(S, cd, node):
     """Crypto work of a relay cell originated at an edge: all layers at the client, one at the exit."""
     if S.di[L.DI_DIR, cd] == 0:
@@ -52,40 +54,40 @@ def _originate(S, cd, node):
     S.ni[L.NI_DIGESTS, node] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def _ready_add(S, cd, s):
-    if S.si[L.SI_INREADY, s] == 1:
+    if S.si[s, L.SI_INREADY] == 1:
         return
-    S.si[L.SI_INREADY, s] = 1
-    S.si[L.SI_NEXT, s] = -1
+    S.si[s, L.SI_INREADY] = 1
+    S.si[s, L.SI_NEXT] = -1
     tail = S.di[L.DI_READY_TAIL, cd]
     if tail < 0:
         S.di[L.DI_READY_HEAD, cd] = s
     else:
-        S.si[L.SI_NEXT, tail] = s
+        S.si[tail, L.SI_NEXT] = s
     S.di[L.DI_READY_TAIL, cd] = s
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def _ready_pop(S, cd):
     s = S.di[L.DI_READY_HEAD, cd]
-    nxt = S.si[L.SI_NEXT, s]
+    nxt = S.si[s, L.SI_NEXT]
     S.di[L.DI_READY_HEAD, cd] = nxt
     if nxt < 0:
         S.di[L.DI_READY_TAIL, cd] = -1
-    S.si[L.SI_INREADY, s] = 0
-    S.si[L.SI_NEXT, s] = -1
+    S.si[s, L.SI_INREADY] = 0
+    S.si[s, L.SI_NEXT] = -1
     return s
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def _resume(S, cd, t):
     if S.di[L.DI_RESUME_EV, cd] == 0:
         S.di[L.DI_RESUME_EV, cd] = 1
         ev_push(S, t, L.EV_RESUME, cd, 0, 0)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def package(S, cd, t):
     """Edge packaging (§4): at most min(window, cellq_high - queue) cells, round-robin over streams."""
     if S.di[L.DI_BLOCKED, cd] == 1:
@@ -106,20 +108,20 @@ def package(S, cd, t):
         S.cells[k, L.KI_KIND] = L.K_DATA
         S.cells[k, L.KI_STREAM] = s
         fc.on_package(S, cd, s, t)
-        S.si[L.SI_TOPKG, s] -= 1
+        S.si[s, L.SI_TOPKG] -= 1
         _originate(S, cd, node)
         S.di[L.DI_PACKAGED, cd] += 1
         unacked = fc.unacked(S, cd)
         if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
             S.di[L.DI_MAX_INFLIGHT, cd] = unacked
         append_cell(S, q, k, t)
-        if S.si[L.SI_TOPKG, s] > 0:
+        if S.si[s, L.SI_TOPKG] > 0:
             _ready_add(S, cd, s)
     if S.qi[L.QI_N, q] >= high:
         S.di[L.DI_BLOCKED, cd] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _send_sendme(S, cd, kind, s, node, t):
     """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
     k = cell_alloc(S)
@@ -129,7 +131,7 @@ def _send_sendme(S, cd, kind, s, node, t):
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def deliver_edge(S, k, q, node, t):
     """A cell reached the end of its path."""
     cd = S.qi[L.QI_CD, q]
@@ -142,11 +144,11 @@ def deliver_edge(S, k, q, node, t):
     S.ni[L.NI_DIGESTS, node] += 1
     if kind == L.K_DATA:
         S.di[L.DI_DELIVERED, cd] += 1
-        d = S.si[L.SI_DELIVERED, s] + 1
-        S.si[L.SI_DELIVERED, s] = d
-        tr = S.si[L.SI_TR, s]
+        d = S.si[s, L.SI_DELIVERED] + 1
+        S.si[s, L.SI_DELIVERED] = d
+        tr = S.si[s, L.SI_TR]
         if S.di[L.DI_DIR, cd] == 0:
-            if d == S.si[L.SI_TOTAL, s]:
+            if d == S.si[s, L.SI_TOTAL]:
                 S.ti[L.TI_REQ_DONE, tr] = t
                 rcd = cd ^ 1
                 _ready_add(S, rcd, s ^ 1)
@@ -154,7 +156,7 @@ def deliver_edge(S, k, q, node, t):
         else:
             if d == 1:
                 S.ti[L.TI_TTFB, tr] = t
-            if d == S.si[L.SI_TOTAL, s]:
+            if d == S.si[s, L.SI_TOTAL]:
                 S.ti[L.TI_TTLB, tr] = t
         emit = fc.on_deliver(S, cd, s)
         if emit & fc.EMIT_CIRC:
@@ -165,25 +167,37 @@ def deliver_edge(S, k, q, node, t):
         # a SENDME travelling in direction cd acknowledges data of the opposite direction
         dcd = cd ^ 1
         fc.on_sendme(S, dcd, kind, s, t)
-        if kind == L.K_SENDME_STREAM and S.si[L.SI_TOPKG, s] > 0:
+        if kind == L.K_SENDME_STREAM and S.si[s, L.SI_TOPKG] > 0:
             _ready_add(S, dcd, s)
         _resume(S, dcd, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def on_arrival(S, c, upto, leave, t):
     """A flight reached the peer: hand every complete cell to the relay layer (§4 steps 1-2)."""
     node = S.ci[L.CI_PEER, c]
-    k = S.ci[L.CI_KQ_HEAD, c]
-    n = 0
-    kseq = S.cells[k, L.KI_END_SEQ] if k >= 0 else upto + 1
-    while kseq <= upto:
-        nxt = S.cells[k, L.KI_NEXT]
-        # load the next cell early: the list is scattered over the pool and this is a cache miss
-        nseq = S.cells[nxt, L.KI_END_SEQ] if nxt >= 0 else upto + 1
+    nkq = S.ci[L.CI_KQ_N, c]
+    # the kernel queue is the byte stream's tail: its last cell ends at write_seq
+    head_end = S.ci[L.CI_WRITE_SEQ, c] - (nkq - 1) * L.CELL_SIZE
+    if nkq == 0 or upto < head_end:
+        return
+    n = min(nkq, (upto - head_end) // L.CELL_SIZE + 1)
+    base = S.ci[L.CI_KQ_BASE, c]
+    cap = S.ci[L.CI_KQ_CAP, c]
+    pos = S.ci[L.CI_KQ_POS, c]
+    for i in range(n):
+        j = pos + i
+        if j >= cap:
+            j -= cap
+        k = S.kq[base + j]
+        if i + PREFETCH_AHEAD < n:
+            # the cells of a flight lie anywhere in the pool: ask for one a few cells ahead
+            j += PREFETCH_AHEAD
+            if j >= cap:
+                j -= cap
+            prefetch_row(S.cells, S.kq[base + j])
         q = S.cells[k, L.KI_CQ]
         record_delay(S, 1, q, leave - S.cells[k, L.KI_T_KERN])
-        n += 1
         nq = S.qi[L.QI_NEXTQ, q]
         if nq >= 0:
             S.ni[L.NI_CRYPTO, node] += 1
@@ -191,15 +205,16 @@ def on_arrival(S, c, upto, leave, t):
         else:
             deliver_edge(S, k, q, node, t)
             cell_free(S, k)
-        k = nxt
-        kseq = nseq
-    S.ci[L.CI_KQ_HEAD, c] = k
-    if k < 0:
-        S.ci[L.CI_KQ_TAIL, c] = -1
+    left = nkq - n
+    S.ci[L.CI_KQ_N, c] = left
+    pos += n
+    if pos >= cap:
+        pos -= cap
+    S.ci[L.CI_KQ_POS, c] = pos if left > 0 else 0  # an empty ring restarts at its first slot
     S.ni[L.NI_CELLS_RECV, node] += n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def on_write_ready(S, c, t):
     """The connection's write event: one write call; below orconn_low, ``wants_writes`` (§2, §9)."""
     S.ci[L.CI_WRITE_EV, c] = 0
@@ -207,15 +222,15 @@ def on_write_ready(S, c, t):
         wants_writes(S, c, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _start_transfer(S, tr, t):
     s = 2 * tr
-    cd = S.si[L.SI_CD, s]
+    cd = S.si[s, L.SI_CD]
     _ready_add(S, cd, s)
     package(S, cd, t)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _sample(S):
     i = S.g[L.G_SAMPLE]
     if i >= S.ser_chan.shape[0]:
@@ -234,6 +249,12 @@ def _sample(S):
 
 @njit(cache=True)
 def run_kernel(S):
+    """Entry from Python, compiled with the runtime so the argument's reference is released."""
+    return _run_kernel(S)
+
+
+@njit(cache=True, _nrt=False)
+def _run_kernel(S):
     g = S.g
     while True:
         if g[L.G_NFREE] < g[L.G_CELL_RESERVE]:
@@ -241,6 +262,8 @@ def run_kernel(S):
         if (g[L.G_EVN] + g[L.G_EV_RESERVE] >= S.ev.shape[0] - 1
                 or g[L.G_NQ_N] + g[L.G_EV_RESERVE] >= S.nq.shape[0]):
             return L.RS_GROW_EVENTS
+        if g[L.G_KQGROW_N] > 0 and not kq_grow_listed(S):
+            return L.RS_GROW_KQ
         t = ev_peek_time(S)
         if t < 0 or t > g[L.G_END]:
             break

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from kistexp.sim import layout as L
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def ev_push(S, t, kind, a, b, c):
     g = S.g
     seq = g[L.G_SEQ]
@@ -53,6 +56,12 @@ def ev_push(S, t, kind, a, b, c):
 
 
 @njit(cache=True)
+def ev_push_entry(S, t, kind, a, b, c):
+    """``ev_push`` called from Python (compiled with the runtime, see ``run_kernel``)."""
+    ev_push(S, t, kind, a, b, c)
+
+
+@njit(cache=True, _nrt=False)
 def ev_pop(S):
     """Remove the root; its fields are copied to column ``cap - 1`` (kept free for this)."""
     ev = S.ev
@@ -87,7 +96,7 @@ def ev_pop(S):
             ev[i, f] = ev[n, f]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def ev_next(S):
     """Remove the next event; returns the array and row holding its fields (-1 row: none left)."""
     g = S.g
@@ -105,7 +114,7 @@ def ev_next(S):
     return S.ev, S.ev.shape[0] - 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def ev_peek_time(S):
     """Time of the next event, or -1 when there is none."""
     if S.g[L.G_NQ_N] > 0:
@@ -115,7 +124,27 @@ def ev_peek_time(S):
     return -1
 
 
-@njit(cache=True, inline="always")
+@intrinsic
+def prefetch_row(typingctx, arr, row):
+    """Hint the CPU to load row ``row`` of the C-contiguous 2-D int64 array ``arr`` (llvm.prefetch)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(row, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        zero = ir.Constant(cgutils.intp_t, 0)
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [args[1], zero])
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        ptr = builder.bitcast(ptr, cgutils.voidptr_t)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all cache levels, data
+        return context.get_dummy_value()
+
+    return types.none(arr, row), codegen
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def cell_alloc(S):
     g = S.g
     k = g[L.G_FREE]
@@ -125,7 +154,7 @@ def cell_alloc(S):
     return k
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def cell_free(S, k):
     g = S.g
     S.cells[k, L.KI_NEXT] = g[L.G_FREE]
@@ -133,7 +162,7 @@ def cell_free(S, k):
     g[L.G_NFREE] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def rng_uniform(S):
     """64-bit LCG (Knuth's MMIX constants), top 52 bits: deterministic per seed."""
     x = S.g[L.G_RNG] * 6364136223846793005 + 1442695040888963407
@@ -141,7 +170,7 @@ def rng_uniform(S):
     return ((x >> 12) & ((1 << 52) - 1)) / float(1 << 52)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def hist_bin(delay_ns):
     if delay_ns < 1000:
         return 0
@@ -151,7 +180,7 @@ def hist_bin(delay_ns):
     return b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def record_delay(S, which, cq, delay_ns):
     """Per-cell delay sample: ``which`` 0 = circuit queue (application), 1 = kernel socket."""
     cls = S.qi[L.QI_CLASS, cq]
@@ -168,7 +197,7 @@ def record_delay(S, which, cq, delay_ns):
         S.g[L.G_RAW_N] = n + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def trace_chan(S, c, t):
     """Record (time, outbuf bytes, kernel-unsent bytes, kernel-unacked bytes) of the traced chan."""
     if c != S.g[L.G_TRACE_CHAN]:

@@ -489,8 +489,8 @@ class KernelQueueResult:
                            "points": [attrs.asdict(p) for p in self.points]})
 
 
-def kernel_queue(*, schedulers: Sequence[str] = ("kist", "vanilla"), interval_ms: int = 10, channels: int = 1,
-                 circuits: int = 8, duration_s: float = 5.0, link: LinkConfig = WAN_LINK,
+def kernel_queue(*, schedulers: Sequence[str] = ("kist", "vanilla"), interval_ms: int = 10, channels: int = 4,
+                 circuits: int = 16, duration_s: float = 5.0, link: LinkConfig = WAN_LINK,
                  flow_control: str = "vegas", seed: int = 1, progress: Progress | None = None) -> KernelQueueResult:
     """A loaded relay: `circuits` backlogged bulk circuits over `channels` channels across `link`.
     Where do cells wait - in circuit queues (application) or in kernel socket buffers? KIST's
@@ -549,6 +549,8 @@ def check_experiment_args(name: str, *, scheduler: str | None = None, interval_m
     if client_interval_ms is not None:
         NodeConfig(role="client", kist_interval_ms=client_interval_ms).validate("sim experiment --client-interval-ms")
     if circuits is not None:
+        if name in ("circuit", "kist-first-run"):
+            raise SimConfigError(f"sim experiment {name}: --circuits does not apply (it uses one circuit)")
         _positive_int("circuits", circuits, 10_000)
     RunConfig(seed=seed).validate("sim experiment --seed")
 
@@ -577,4 +579,4 @@ def run_experiment(name: str, *, scheduler: str | None = None, interval_ms: int 
                     scheduler=scheduler or "kist", bulk_circuits=circuits or 4,
                     client_interval_ms=client_interval_ms or 2, **common)
     return kernel_queue(schedulers=(scheduler,) if scheduler else ("kist", "vanilla"),
-                        interval_ms=interval_ms or 10, circuits=circuits or 8, **common)
+                        interval_ms=interval_ms or 10, circuits=circuits or 16, **common)

@@ -25,7 +25,7 @@ EMIT_CIRC = 1
 EMIT_STREAM = 2
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def circ_window(S, cd):
     """Cells the circuit-direction may still package."""
     if S.g[L.G_FC_KIND] == FC_SENDME:
@@ -34,7 +34,7 @@ def circ_window(S, cd):
     return w if w > 0 else 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def unacked(S, cd):
     """DATA cells packaged and not yet acknowledged by a SENDME: what the window bounds."""
     if S.g[L.G_FC_KIND] == FC_SENDME:
@@ -42,19 +42,19 @@ def unacked(S, cd):
     return S.di[L.DI_INFLIGHT, cd]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def stream_window(S, s):
     if S.g[L.G_FC_KIND] == FC_SENDME:
-        return S.si[L.SI_PKG_WIN, s]
+        return S.si[s, L.SI_PKG_WIN]
     return 1 << 40
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def on_package(S, cd, s, t):
     """A DATA cell was packaged at the source edge."""
     if S.g[L.G_FC_KIND] == FC_SENDME:
         S.di[L.DI_PKG_WIN, cd] -= 1
-        S.si[L.SI_PKG_WIN, s] -= 1
+        S.si[s, L.SI_PKG_WIN] -= 1
     else:
         infl = S.di[L.DI_INFLIGHT, cd]
         if (infl + 1) % S.pi[L.P_SENDME_INC] == 0:
@@ -66,7 +66,7 @@ def on_package(S, cd, s, t):
         S.di[L.DI_INFLIGHT, cd] = infl + 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def on_deliver(S, cd, s):
     """A DATA cell reached the sink edge; returns the SENDMEs to emit (EMIT_* bit mask)."""
     emit = 0
@@ -76,11 +76,11 @@ def on_deliver(S, cd, s):
             w += S.pi[L.P_CIRC_INC]
             emit |= EMIT_CIRC
         S.di[L.DI_DELIV_WIN, cd] = w
-        sw = S.si[L.SI_DELIV_WIN, s] - 1
+        sw = S.si[s, L.SI_DELIV_WIN] - 1
         if sw <= S.pi[L.P_STREAM_WINDOW] - S.pi[L.P_STREAM_INC]:
             sw += S.pi[L.P_STREAM_INC]
             emit |= EMIT_STREAM
-        S.si[L.SI_DELIV_WIN, s] = sw
+        S.si[s, L.SI_DELIV_WIN] = sw
     else:
         r = S.di[L.DI_RECV, cd] + 1
         if r >= S.pi[L.P_SENDME_INC]:
@@ -90,7 +90,7 @@ def on_deliver(S, cd, s):
     return emit
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def on_sendme(S, cd, kind, s, t):
     """A SENDME for data direction ``cd`` reached the source edge."""
     S.di[L.DI_SENDMES_RECV, cd] += 1
@@ -98,12 +98,12 @@ def on_sendme(S, cd, kind, s, t):
         if kind == L.K_SENDME_CIRC:
             S.di[L.DI_PKG_WIN, cd] += S.pi[L.P_CIRC_INC]
         else:
-            S.si[L.SI_PKG_WIN, s] += S.pi[L.P_STREAM_INC]
+            S.si[s, L.SI_PKG_WIN] += S.pi[L.P_STREAM_INC]
     else:
         vegas_process_sendme(S, cd, t)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def _update_rate(S, cwnd, ss):
     if ss:
         return 1
@@ -111,7 +111,7 @@ def _update_rate(S, cwnd, ss):
     return (cwnd + r // 2) // r
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def vegas_process_sendme(S, cd, t):
     """``congestion_control_vegas_process_sendme``, in the order of §13.2 steps 1-8."""
     P = S.pi

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from numba.core import types
+from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_borrowed, lower_getattr
+from numba.core.runtime.nrtdynmod import _meminfo_struct_type
 from numba.experimental import structref
 
 CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
@@ -56,6 +58,7 @@ EV_DELIVER = 9     # as EV_ARRIVAL, once the receiving node's CPU has processed 
 RS_DONE = 0
 RS_GROW_CELLS = 1
 RS_GROW_EVENTS = 2
+RS_GROW_KQ = 3
 
 
 def _fields(*names: str) -> int:
@@ -70,7 +73,7 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_FREE", "G_NFREE", "G_RNG", 
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
-              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N")
+              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -91,12 +94,13 @@ N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC")
 
 # chans: the sending side of one direction of a channel (one tor channel object + its socket)
 N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", "CI_CMUX_N",
-               "CI_REF_TICK", "CI_OB_HEAD", "CI_OB_TAIL", "CI_OB_BYTES", "CI_KQ_HEAD", "CI_KQ_TAIL",
+               "CI_REF_TICK", "CI_OB_HEAD", "CI_OB_TAIL", "CI_OB_BYTES", "CI_KQ_BASE", "CI_KQ_POS",
                "CI_WRITE_SEQ", "CI_SND_NXT", "CI_SND_UNA", "CI_UNACKED", "CI_MSS", "CI_SNDBUF",
                "CI_SNDBUF_MAX", "CI_OWD_NS", "CI_LAST_ARRIVAL", "CI_LAST_SEND", "CI_RATE_LIMITED",
                "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
                "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
-               "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED")
+               "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED", "CI_KQ_CAP", "CI_KQ_N",
+               "CI_KQ_GROW")
 N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
 
 # circuit queues: one circuit's queue of cells toward one chan
@@ -120,7 +124,8 @@ N_SI = _fields("SI_CD", "SI_TOPKG", "SI_TOTAL", "SI_DELIVERED", "SI_PKG_WIN", "S
 N_TI = _fields("TI_CIRC", "TI_START", "TI_TTFB", "TI_TTLB", "TI_REQ_DONE")
 
 # cells (pool; one row per cell)
-N_KI = _fields("KI_NEXT", "KI_CQ", "KI_KIND", "KI_STREAM", "KI_T_ENQ", "KI_T_KERN", "KI_END_SEQ")
+# (8 fields of 8 bytes: with a 64-byte aligned pool, one cell is exactly one cache line)
+N_KI = _fields("KI_NEXT", "KI_CQ", "KI_KIND", "KI_STREAM", "KI_T_ENQ", "KI_T_KERN", "KI_SPARE1", "KI_SPARE2")
 
 # events (heap; one row per event)
 N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
@@ -139,7 +144,7 @@ State = namedtuple(
     "State",
     ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
      "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
-     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq"],
+     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq", "kq", "kqgrow"],
 )
 
 
@@ -160,3 +165,27 @@ class StateRef(structref.StructRefProxy):
 
 
 structref.define_proxy(StateRef, StateRefType, list(State._fields))
+
+
+def _define_field_getattr(name: str) -> None:
+    """``S.<name>`` without the runtime: the compiled modules run with ``_nrt=False`` (see ``jit``).
+
+    structref's own getter reads the payload pointer through ``context.nrt``, which a function
+    compiled without the runtime cannot use; the payload pointer is field 3 of the MemInfo (what
+    ``NRT_MemInfo_data_fast`` loads).  A specific getter takes precedence over structref's generic
+    one; in a function compiled with the runtime it still returns a new reference as usual.
+    """
+
+    @lower_getattr(StateRefType, name)
+    def _get(context, builder, typ, val):
+        mi = cgutils.create_struct_proxy(typ)(context, builder, value=val).meminfo
+        mip = builder.bitcast(mi, _meminfo_struct_type.as_pointer())
+        data = builder.load(cgutils.gep(builder, mip, 0, 3))
+        valtype = typ.get_data_type()
+        data = builder.bitcast(data, context.data_model_manager[valtype].get_value_type().as_pointer())
+        payload = cgutils.create_struct_proxy(valtype)(context, builder, ref=data)
+        return impl_ret_borrowed(context, builder, typ.field_dict[name], getattr(payload, name))
+
+
+for _name in State._fields:
+    _define_field_getattr(_name)

@@ -188,6 +188,13 @@ class Network:
                                      f"[{KIST_INTERVAL_MIN_MS}, {KIST_INTERVAL_MAX_MS}]")
 
 
+def _aligned_zeros(rows: int, cols: int) -> np.ndarray:
+    """A zeroed int64 ``[rows, cols]`` array starting on a 64-byte (cache-line) boundary."""
+    buf = np.zeros(rows * cols + 8, np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    return buf[skip:skip + rows * cols].reshape(rows, cols)
+
+
 def _cells(nbytes: np.ndarray) -> np.ndarray:
     return np.maximum(1, (nbytes + L.RELAY_PAYLOAD - 1) // L.RELAY_PAYLOAD)
 
@@ -242,8 +249,12 @@ def _build(net: Network, rc: RunConfig):
             cf[L.CF_SSTHRESH, c] = 1e18
             cf[L.CF_LOSS_P, c] = link.loss_rate
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
-    for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL, L.CI_KQ_HEAD, L.CI_KQ_TAIL):
+    for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL):
         ci[f] = -1
+    # kernel-queue rings (tcp.kq_grow_listed): room for two send buffers each to start with
+    ci[L.CI_KQ_CAP] = 2 * (ci[L.CI_SNDBUF] // L.CELL_SIZE + 1)
+    ci[L.CI_KQ_BASE] = np.concatenate(([0], np.cumsum(ci[L.CI_KQ_CAP])[:-1])) if n_chan else 0
+    kq_len = int(ci[L.CI_KQ_CAP].sum())
 
     # pending-heap segments per node
     per_node = np.bincount(chan_nodes[0], minlength=n_nodes) if n_chan else np.zeros(n_nodes, np.int64)
@@ -315,16 +326,16 @@ def _build(net: Network, rc: RunConfig):
     ti[L.TI_TTFB] = -1
     ti[L.TI_TTLB] = -1
     ti[L.TI_REQ_DONE] = -1
-    si = np.zeros((L.N_SI, 2 * n_tr), np.int64)
-    si[L.SI_CD, 0::2] = 2 * t_circ
-    si[L.SI_CD, 1::2] = 2 * t_circ + 1
-    si[L.SI_TOTAL, 0::2] = _cells(t_req)
-    si[L.SI_TOTAL, 1::2] = _cells(t_resp)
-    si[L.SI_TOPKG] = si[L.SI_TOTAL]
-    si[L.SI_PKG_WIN] = fcc.stream_window
-    si[L.SI_DELIV_WIN] = fcc.stream_window
-    si[L.SI_NEXT] = -1
-    si[L.SI_TR] = np.arange(2 * n_tr) // 2
+    si = np.zeros((2 * n_tr, L.N_SI), np.int64)  # one row per stream
+    si[0::2, L.SI_CD] = 2 * t_circ
+    si[1::2, L.SI_CD] = 2 * t_circ + 1
+    si[0::2, L.SI_TOTAL] = _cells(t_req)
+    si[1::2, L.SI_TOTAL] = _cells(t_resp)
+    si[:, L.SI_TOPKG] = si[:, L.SI_TOTAL]
+    si[:, L.SI_PKG_WIN] = fcc.stream_window
+    si[:, L.SI_DELIV_WIN] = fcc.stream_window
+    si[:, L.SI_NEXT] = -1
+    si[:, L.SI_TR] = np.arange(2 * n_tr) // 2
     tr_order = np.argsort(ti[L.TI_START], kind="stable").astype(np.int64)
 
     pi = np.zeros(L.N_PI, np.int64)
@@ -353,11 +364,11 @@ def _build(net: Network, rc: RunConfig):
     cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
     ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
     # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
-    est_cells = int(min(n_cd * fcc.cellq_high, (si[L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
+    est_cells = int(min(n_cd * fcc.cellq_high, (si[:, L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
     # what the run-time arrays will take, checked before allocating them
-    planned = 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan
+    planned = 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan + 2 * kq_len + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0))
     described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order))
@@ -378,11 +389,12 @@ def _build(net: Network, rc: RunConfig):
     if rc.trace_chan >= n_chan:
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
-    cells = np.zeros((cell_cap, L.N_KI), np.int64)  # one row per cell: its fields share a cache line
+    cells = _aligned_zeros(cell_cap, L.N_KI)  # one row per cell: its fields share a cache line
     cells[:, L.KI_NEXT] = np.arange(1, cell_cap + 1)
     cells[-1, L.KI_NEXT] = -1
     g[L.G_FREE] = 0
     g[L.G_NFREE] = cell_cap
+    g[L.G_KQ_END] = kq_len
 
     changes = sorted(net.interval_changes, key=lambda c: c.time_s)
     chg = np.zeros((3, len(changes)), np.int64)
@@ -403,7 +415,8 @@ def _build(net: Network, rc: RunConfig):
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
-        nq=np.zeros((ev_cap, L.N_EV), np.int64),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(2 * kq_len + 1024, np.int64),
+        kqgrow=np.zeros(max(n_chan, 1), np.int64),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
                 t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
@@ -425,7 +438,7 @@ def _check_memory(S, rc: RunConfig, when: str) -> None:
 def _grow_cells(S):
     old = S.cells
     cap = old.shape[0]
-    new = np.zeros((2 * cap, L.N_KI), np.int64)
+    new = _aligned_zeros(2 * cap, L.N_KI)
     new[:cap] = old
     new[cap:, L.KI_NEXT] = np.arange(cap + 1, 2 * cap + 1)
     new[-1, L.KI_NEXT] = S.g[L.G_FREE]
@@ -447,8 +460,15 @@ def _grow_events(S):
     return S._replace(ev=new, nq=nq)
 
 
+def _grow_kq(S):
+    new = np.zeros(2 * S.kq.shape[0], np.int64)
+    used = int(S.g[L.G_KQ_END])
+    new[:used] = S.kq[:used]
+    return S._replace(kq=new)
+
+
 def _seed_events(S, meta) -> None:
-    from kistexp.sim.events import ev_push
+    from kistexp.sim.events import ev_push_entry as ev_push
 
     ref = L.StateRef(*S)
     if S.tr_order.shape[0]:
@@ -487,6 +507,8 @@ def run(network: Network, run_config: RunConfig | None = None,
                 S = _grow_cells(S)
             elif status == L.RS_GROW_EVENTS:
                 S = _grow_events(S)
+            elif status == L.RS_GROW_KQ:
+                S = _grow_kq(S)
             else:
                 break
             _check_memory(S, rc, f"the run at t={S.g[L.G_NOW] / 1e9:.3f} s")

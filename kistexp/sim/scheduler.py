@@ -20,7 +20,7 @@ from kistexp.sim.kist import kist_run, kist_schedule
 from kistexp.sim.vanilla import vanilla_run, vanilla_schedule
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def schedule(S, node, t, after_run):
     if S.ni[L.NI_SCHED, node] == L.SCHED_VANILLA:
         vanilla_schedule(S, node, t, after_run)
@@ -28,7 +28,7 @@ def schedule(S, node, t, after_run):
         kist_schedule(S, node, t, after_run)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def has_waiting_cells(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_FOR_CELLS:
@@ -40,7 +40,7 @@ def has_waiting_cells(S, c, t):
         S.ci[L.CI_STATE, c] = L.ST_WAITING_TO_WRITE
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def wants_writes(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_TO_WRITE:
@@ -52,7 +52,7 @@ def wants_writes(S, c, t):
         S.ci[L.CI_STATE, c] = L.ST_WAITING_FOR_CELLS
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def run_scheduler(S, node, t):
     """The scheduler event callback: ``run()`` then ``schedule()`` (§2)."""
     S.ni[L.NI_TIMER_AT, node] = -1

@@ -22,12 +22,12 @@ RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def kernel_room(S, c):
     return S.ci[L.CI_SNDBUF, c] - (S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_UNA, c])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False, inline="always")
 def _track_peaks(S, node):
     app = S.ni[L.NI_APP_BYTES, node]
     kern = S.ni[L.NI_KERN_BYTES, node]
@@ -39,7 +39,68 @@ def _track_peaks(S, node):
         S.ni[L.NI_PEAK_TOTAL, node] = app + kern
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False, inline="always")
+def kq_push(S, c, k):
+    """Append cell ``k`` to chan ``c``'s kernel queue (the caller keeps room, see ``kq_check_room``)."""
+    n = S.ci[L.CI_KQ_N, c]
+    pos = S.ci[L.CI_KQ_POS, c] + n
+    cap = S.ci[L.CI_KQ_CAP, c]
+    if pos >= cap:
+        pos -= cap
+    S.kq[S.ci[L.CI_KQ_BASE, c] + pos] = k
+    S.ci[L.CI_KQ_N, c] = n + 1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def kq_room_needed(S, c):
+    """Free slots a kernel queue must have before an event: one event writes at most a send buffer."""
+    return S.ci[L.CI_SNDBUF, c] // L.CELL_SIZE + 1
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def kq_check_room(S, c):
+    """List chan ``c`` for ``kq_grow_listed`` when its ring could overflow in the next event."""
+    if (S.ci[L.CI_KQ_CAP, c] - S.ci[L.CI_KQ_N, c] < kq_room_needed(S, c)
+            and S.ci[L.CI_KQ_GROW, c] == 0):
+        S.ci[L.CI_KQ_GROW, c] = 1
+        n = S.g[L.G_KQGROW_N]
+        S.kqgrow[n] = c
+        S.g[L.G_KQGROW_N] = n + 1
+
+
+@njit(cache=True, _nrt=False)
+def kq_grow_listed(S):
+    """Move each listed ring to a larger segment at the end of ``S.kq``; False when it is full.
+
+    Kernel queues are rings of cell ids (one segment of ``S.kq`` per chan) so that the cells of an
+    arriving flight are found without walking a linked list through the cell pool.  Segments are
+    bump-allocated; a ring that grows leaves its old segment unused.
+    """
+    while S.g[L.G_KQGROW_N] > 0:
+        c = S.kqgrow[S.g[L.G_KQGROW_N] - 1]
+        n = S.ci[L.CI_KQ_N, c]
+        new_cap = 2 * (n + kq_room_needed(S, c))
+        base = S.g[L.G_KQ_END]
+        if base + new_cap > S.kq.shape[0]:
+            return False
+        old = S.ci[L.CI_KQ_BASE, c]
+        cap = S.ci[L.CI_KQ_CAP, c]
+        pos = S.ci[L.CI_KQ_POS, c]
+        for i in range(n):
+            j = pos + i
+            if j >= cap:
+                j -= cap
+            S.kq[base + i] = S.kq[old + j]
+        S.ci[L.CI_KQ_BASE, c] = base
+        S.ci[L.CI_KQ_CAP, c] = new_cap
+        S.ci[L.CI_KQ_POS, c] = 0
+        S.g[L.G_KQ_END] = base + new_cap
+        S.ci[L.CI_KQ_GROW, c] = 0
+        S.g[L.G_KQGROW_N] -= 1
+    return True
+
+
+@njit(cache=True, _nrt=False)
 def tcp_send(S, c, t):
     """Send what cwnd allows of the not-yet-sent bytes as one flight."""
     notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
@@ -92,7 +153,7 @@ def tcp_send(S, c, t):
     ev_push(S, arr + owd, L.EV_ACK, c, segs, -nbytes if lost else nbytes)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def write_to_kernel(S, c, t):
     """One write call (``connection_handle_write``): outbuf -> kernel, whole cells.
 
@@ -114,22 +175,16 @@ def write_to_kernel(S, c, t):
         S.ci[L.CI_OB_HEAD, c] = nxt
         if nxt < 0:
             S.ci[L.CI_OB_TAIL, c] = -1
-        seq = S.ci[L.CI_WRITE_SEQ, c] + L.CELL_SIZE
-        S.ci[L.CI_WRITE_SEQ, c] = seq
-        S.cells[k, L.KI_END_SEQ] = seq
+        S.ci[L.CI_WRITE_SEQ, c] += L.CELL_SIZE
         S.cells[k, L.KI_T_KERN] = t
         S.cells[k, L.KI_NEXT] = -1
-        tail = S.ci[L.CI_KQ_TAIL, c]
-        if tail < 0:
-            S.ci[L.CI_KQ_HEAD, c] = k
-        else:
-            S.cells[tail, L.KI_NEXT] = k
-        S.ci[L.CI_KQ_TAIL, c] = k
+        kq_push(S, c, k)
         ob -= L.CELL_SIZE
         room -= L.CELL_SIZE
         moved += L.CELL_SIZE
     S.ci[L.CI_OB_BYTES, c] = ob
     if moved > 0:
+        kq_check_room(S, c)
         S.ni[L.NI_BYTES_WRITTEN, node] += moved
         S.ni[L.NI_APP_BYTES, node] -= moved
         S.ni[L.NI_KERN_BYTES, node] += moved
@@ -143,7 +198,7 @@ def write_to_kernel(S, c, t):
     return ob < L.ORCONN_LOW
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def on_ack(S, c, t, segs, nbytes):
     """An ACK for one flight: free the send buffer, grow or cut cwnd, send more, wake the writer."""
     lost = nbytes < 0
@@ -171,6 +226,7 @@ def on_ack(S, c, t, segs, nbytes):
             want = S.ci[L.CI_SNDBUF_MAX, c]
         if want > S.ci[L.CI_SNDBUF, c]:
             S.ci[L.CI_SNDBUF, c] = want
+            kq_check_room(S, c)
     tcp_send(S, c, t)
     trace_chan(S, c, t)
     if S.ci[L.CI_OB_BYTES, c] > 0 and S.ci[L.CI_WRITE_EV, c] == 0 and kernel_room(S, c) >= L.CELL_SIZE:

@@ -21,7 +21,7 @@ MAX_FLUSH_CELLS = 1000
 FLUSH_CLAMP = 256
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def vanilla_run(S, node, t):
     nreadd = 0
     moved = 0
@@ -57,7 +57,7 @@ def vanilla_run(S, node, t):
     return moved
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def vanilla_schedule(S, node, t, after_run):
     if S.ni[L.NI_HEAP_N, node] == 0:
         return
