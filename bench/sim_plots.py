@@ -1,7 +1,8 @@
 """Regenerate the simulator curves in docs/img/ and the figure tables of docs/simulator.md (between
 its <!-- table:NAME --> markers), and print the tables.
 
-    .venv/bin/python bench/sim_plots.py            # all: ewma, circuit, ceiling plots + kernel-queue table
+    .venv/bin/python bench/sim_plots.py            # all: ewma, circuit, ceiling plots + ceiling-path and
+                                                   # kernel-queue tables
     .venv/bin/python bench/sim_plots.py ewma       # only some
 """
 
@@ -129,7 +130,19 @@ def table_kernel_queue() -> str:
                     f"{p.mean_kernel_bytes:,.0f}", f"{p.throughput_mbytes_per_s:.2f}"] for p in r.points])
 
 
-PLOTS = {"ewma": plot_ewma, "circuit": plot_circuit, "ceiling": plot_ceiling, "kernel-queue": table_kernel_queue}
+def table_ceiling_path() -> str:
+    """The fidelity harness's ceiling scenario: 8 downloads over one 3-hop path (20 MiB in all)."""
+    cases = [("kistlite", 10), ("kistlite", 2), ("kist", 10), ("kist", 2), ("vanilla", 10)]
+    rows = []
+    for sched, iv in cases:
+        r = E.ceiling_path(scheduler=sched, interval_ms=iv)
+        rows.append([sched, "–" if sched == "vanilla" else iv, f"{r.throughput_mbytes_per_s:.2f}",
+                     f"{r.run_period_ms:.2f}", f"{r.cells_per_run_median:.0f}"])
+    return _table(["scheduler", "interval (ms)", "MB/s", "run period (ms)", "cells per run (median)"], rows)
+
+
+PLOTS = {"ewma": plot_ewma, "circuit": plot_circuit, "ceiling": plot_ceiling, "ceiling-path": table_ceiling_path,
+         "kernel-queue": table_kernel_queue}
 
 
 def update_doc(tables: dict[str, str]) -> None:

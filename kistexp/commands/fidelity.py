@@ -20,7 +20,7 @@ def _print_report(report: Report) -> None:
     table = Table(title=f"fidelity: real tor vs simulator (MB/s, mean of {report.repetitions}, "
                         f"{report.size_mb:g} MB per case)")
     for col in ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real", "run period ms real / sim",
-                "cells/run median (mean)", "note"):
+                "cells/run median real (mean) / sim", "note"):
         table.add_column(col)
     for row in report.rows:
         real = row.real
@@ -34,10 +34,18 @@ def _print_report(report: Report) -> None:
             _fmt(row.sim.mean_mbytes_per_s) if row.sim else "-",
             _fmt(row.ratio),
             f"{_fmt(rp.period_ms_median if rp else None, 1)} / {_fmt(row.sim.run_period_ms if row.sim else None, 1)}",
-            f"{_fmt(rp.cells_per_run_median, 0)} ({_fmt(rp.cells_per_run_mean, 0)})" if rp else "-",
+            f"{_fmt(rp.cells_per_run_median if rp else None, 0)} ({_fmt(rp.cells_per_run_mean if rp else None, 0)})"
+            f" / {_fmt(row.sim.cells_per_run_median if row.sim else None, 0)}",
             "; ".join(n for n in (row.real_note, row.sim_note) if n),
         )
     console.print(table)
+    compared = [r for r in report.rows if r.within_target is not None]
+    if compared:
+        hits = sum(bool(r.within_target) for r in compared)
+        console.print(f"simulator within 25 % of real tor: {hits} of {len(compared)} cases")
+        wrong = report.ordering_disagreements()
+        console.print("ordering: " + ("; ".join(wrong) if wrong else "the simulator orders every clearly "
+                                                                      "ordered pair of real cases the same way"))
     for note in (report.real_skipped, report.sim_skipped):
         if note:
             console.print(note)

@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 @sim_app.command("experiment")
 def experiment(
     name: str = typer.Argument(
-        ..., help="ceiling, circuit, kist-first-run, ewma or kernel-queue (see docs/simulator.md)."
+        ..., help="ceiling, ceiling-path, circuit, kist-first-run, ewma or kernel-queue (docs/simulator.md)."
     ),
     scheduler: str | None = typer.Option(
         None, "--scheduler", help="kist, kistlite or vanilla (default: the experiment's own set)."

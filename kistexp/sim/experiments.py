@@ -6,6 +6,9 @@ argument raises :class:`~kistexp.errors.SimConfigError` at once.
 
 * :func:`ceiling` - KISTLite's 64-cell budget per channel per run over the real run period
   (kist-ewma.md §6, §12.2, §5.2); Vanilla and loopback KIST are not bound by it.
+* :func:`ceiling_path` - the fidelity harness's ceiling scenario as real tor runs it: 8
+  downloads started together over one client-guard-middle-exit path (Vegas, slow start and tail
+  included), against which real tor's figures are compared.
 * :func:`circuit` / :func:`circuit_sweep` - one bulk transfer over client-guard-middle-exit on a
   loopback-like path: the circuit window over a round trip that each hop's scheduler inflates
   (§12.2 "latency side effect").
@@ -41,7 +44,7 @@ from kistexp.sim.costmodel import result_node_cpu
 from kistexp.sim.network import Network, Transfer, run
 from kistexp.sim.result import DELAY_KINDS, SimResult
 
-EXPERIMENTS = ("ceiling", "circuit", "kist-first-run", "ewma", "kernel-queue")
+EXPERIMENTS = ("ceiling", "ceiling-path", "circuit", "kist-first-run", "ewma", "kernel-queue")
 CELL_BYTES = 514
 MB = 1e6
 
@@ -248,9 +251,47 @@ class CircuitResult:
     max_inflight_cells: int
     cpu_core_fraction_max: float
     """Busiest node's CPU share from the cost model; above 1 the run is CPU-bound in reality."""
+    run_period_ms: float | None = None
+    """Median gap between the middle relay's scheduler runs that moved cells."""
+    cells_per_run_median: float | None = None
+    """Median cells the middle relay moved per run that moved any."""
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(attrs.asdict(self))
+
+
+def _path_run(scheduler: str, interval_ms: int, client_interval_ms: int | None, circuits: int,
+              transfer_bytes: int, flow_control: str, kernel_tick_ms: float, rtt_ms: float,
+              max_duration_s: float, seed: int, runs: _Runs) -> tuple[SimResult, wl.Topology, int, float, int]:
+    """`circuits` simultaneous downloads of ``transfer_bytes // circuits`` over one
+    client-guard-middle-exit path on a loopback-like link (0.1 ms RTT, 64 KiB mss, no NIC
+    limit), every node running `scheduler`: relays at `interval_ms`, the client at
+    `client_interval_ms` (``KISTSchedRunIntervalClient``, default: the same, §5.1).
+
+    Returns the result, the topology, the client's interval, the time from the requests to
+    the last byte (`max_duration_s` if a transfer did not finish) and the payload bytes
+    delivered by then."""
+    client_iv = interval_ms if client_interval_ms is None else client_interval_ms
+    if isinstance(transfer_bytes, bool) or not isinstance(transfer_bytes, int) or transfer_bytes < circuits:
+        raise SimConfigError(f"experiment: transfer_bytes={transfer_bytes!r} must be an integer >= {circuits}")
+    relay = dict(kernel_tick_ms=kernel_tick_ms)
+    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=rtt_ms)
+    link.validate("link")
+    topo = wl.three_hop_path(
+        client=_node(scheduler, client_iv, "client", **relay), guard=_node(scheduler, interval_ms, "guard", **relay),
+        middle=_node(scheduler, interval_ms, "middle", **relay), exit=_node(scheduler, interval_ms, "exit", **relay),
+        link=link, circuits=circuits, labels=["bulk"] * circuits)
+    per_circuit = transfer_bytes // circuits
+    for c in topo.circuits:
+        topo.network.add_transfer(Transfer(circuit=c, response_bytes=per_circuit))
+    rc = _run_config(max_duration_s, seed, flow_control, sample_interval_s=max_duration_s / 100)
+    res = runs.run(topo.network, rc)
+    ttlb = res.transfer_ttlb_s
+    if not np.isnan(ttlb).any():
+        return res, topo, client_iv, float(ttlb.max()), per_circuit * circuits
+    # the payload of the cells that reached the client (all DATA on this channel)
+    wire = int(res.chan_bytes_sent[-1, res.chan_between(topo.relays[0], topo.clients[0])])
+    return res, topo, client_iv, max_duration_s, wire // CELL_BYTES * wl.RELAY_DATA_BYTES
 
 
 def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
@@ -261,35 +302,79 @@ def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_m
     NIC limit): every node runs `scheduler`, relays at `interval_ms`, the client at
     `client_interval_ms` (``KISTSchedRunIntervalClient``, default: the same). Congestion control
     is Vegas by default, as in tor 0.4.8+ (§13.2)."""
-    client_iv = interval_ms if client_interval_ms is None else client_interval_ms
-    if isinstance(transfer_bytes, bool) or not isinstance(transfer_bytes, int) or transfer_bytes < 1:
-        raise SimConfigError(f"experiment: transfer_bytes={transfer_bytes!r} must be a positive integer")
-    relay = dict(kernel_tick_ms=kernel_tick_ms)
-    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=rtt_ms)
-    link.validate("link")
-    topo = wl.three_hop_path(
-        client=_node(scheduler, client_iv, "client", **relay), guard=_node(scheduler, interval_ms, "guard", **relay),
-        middle=_node(scheduler, interval_ms, "middle", **relay), exit=_node(scheduler, interval_ms, "exit", **relay),
-        link=link, labels=["bulk"])
-    topo.network.add_transfer(Transfer(circuit=topo.circuits[0], response_bytes=transfer_bytes))
-    rc = _run_config(max_duration_s, seed, flow_control, sample_interval_s=max_duration_s / 100)
     runs = _runs if _runs is not None else _Runs(progress, 1)
-    res = runs.run(topo.network, rc)
+    res, topo, client_iv, elapsed, delivered = _path_run(
+        scheduler, interval_ms, client_interval_ms, 1, transfer_bytes, flow_control, kernel_tick_ms, rtt_ms,
+        max_duration_s, seed, runs)
     ttlb = float(res.transfer_ttlb_s[0])
     ttfb = float(res.transfer_ttfb_s[0])
-    finished = not math.isnan(ttlb)
-    elapsed = ttlb if finished else max_duration_s
-    delivered = transfer_bytes if finished else 0
-    if not finished:  # the payload of the cells that reached the client (all DATA on this channel)
-        wire = int(res.chan_bytes_sent[-1, res.chan_between(topo.relays[0], topo.clients[0])])
-        delivered = wire // CELL_BYTES * wl.RELAY_DATA_BYTES
     # CPU estimate over the transfer's own duration, not the idle rest of the run
     cpu = max(result_node_cpu(res, n).total_s for n in range(len(res.node_names))) / elapsed
     return CircuitResult(
         scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_iv, flow_control=flow_control,
-        transfer_bytes=transfer_bytes, finished=finished, ttfb_ms=_nan_none(ttfb * 1e3),
+        transfer_bytes=transfer_bytes, finished=not math.isnan(ttlb), ttfb_ms=_nan_none(ttfb * 1e3),
         ttlb_s=_nan_none(ttlb), throughput_mbytes_per_s=delivered / elapsed / MB,
         max_inflight_cells=int(res.circuit_max_inflight_cells[0].max()), cpu_core_fraction_max=cpu,
+        **_middle_runs(res, topo),
+    )
+
+
+def _middle_runs(res: SimResult, topo: wl.Topology) -> dict[str, float | None]:
+    """The middle relay's busy runs, as the fidelity harness reads them from real tor's
+    scheduler log: median gap between runs that moved cells, and median cells per such run."""
+    periods = res.run_periods_ms(topo.relays[1])
+    cells = res.cells_per_run(topo.relays[1])
+    cells = cells[cells > 0]
+    return {"run_period_ms": float(np.median(periods)) if len(periods) else None,
+            "cells_per_run_median": float(np.median(cells)) if len(cells) else None}
+
+
+# -- the channel ceiling on a real path ------------------------------------------------------------
+
+
+@attrs.frozen
+class PathCeilingResult:
+    scheduler: str
+    interval_ms: int
+    client_interval_ms: int
+    circuits: int
+    flow_control: str
+    transfer_bytes: int
+    finished: bool
+    throughput_mbytes_per_s: float
+    """All circuits' bytes / time from the requests to the last byte (what the real harness
+    measures for its 8 parallel downloads)."""
+    max_inflight_cells: int
+    """Largest number of DATA cells one circuit had in flight (its Vegas window in use)."""
+    run_period_ms: float | None
+    """Median gap between the middle relay's scheduler runs that moved cells."""
+    cells_per_run_median: float | None
+    """Median cells the middle relay moved per run that moved any."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _json_safe(attrs.asdict(self))
+
+
+def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
+                 circuits: int = 8, transfer_bytes: int = 20 * wl.MIB, flow_control: str = "vegas",
+                 kernel_tick_ms: float = 4.0, rtt_ms: float = LOOPBACK_LINK.rtt_ms, max_duration_s: float = 60.0,
+                 seed: int = 1, progress: Progress | None = None) -> PathCeilingResult:
+    """The fidelity harness's ``ceiling`` scenario as real tor runs it: `circuits` downloads of
+    ``transfer_bytes / circuits`` each, started together over the same client-guard-middle-exit
+    path, so they share one channel per hop; Vegas per circuit (§13.2), the client at
+    ``KISTSchedRunIntervalClient``. Unlike :func:`ceiling` (one relay, channel kept backlogged,
+    steady state) this includes slow start, each circuit's own window over the round trip every
+    hop's scheduler inflates (§12.2), and the tail of the transfers. Under KISTLite the channel's
+    64 cells per run still bind (§6); under KIST and Vanilla what binds is the circuits' windows."""
+    _positive_int("circuits", circuits, 10_000)
+    res, topo, client_iv, elapsed, delivered = _path_run(
+        scheduler, interval_ms, client_interval_ms, circuits, transfer_bytes, flow_control, kernel_tick_ms,
+        rtt_ms, max_duration_s, seed, _Runs(progress, 1))
+    return PathCeilingResult(
+        scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_iv, circuits=circuits,
+        flow_control=flow_control, transfer_bytes=transfer_bytes,
+        finished=not bool(np.isnan(res.transfer_ttlb_s).any()), throughput_mbytes_per_s=delivered / elapsed / MB,
+        max_inflight_cells=int(res.circuit_max_inflight_cells.max()), **_middle_runs(res, topo),
     )
 
 
@@ -567,6 +652,9 @@ def run_experiment(name: str, *, scheduler: str | None = None, interval_ms: int 
     if name == "ceiling":
         return ceiling(scheduler=scheduler or "kistlite", interval_ms=interval_ms or 10,
                        circuits=circuits or 8, **common)
+    if name == "ceiling-path":
+        return ceiling_path(scheduler=scheduler or "kist", interval_ms=interval_ms or 10,
+                            client_interval_ms=client_interval_ms, circuits=circuits or 8, **common)
     if name == "circuit":
         if scheduler is None and interval_ms is None:
             return circuit_sweep(client_interval_ms=client_interval_ms, **common)
