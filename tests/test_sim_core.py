@@ -259,3 +259,21 @@ def test_a_run_that_outgrows_the_memory_bound_stops_during_the_run():
     with pytest.raises(SimConfigError, match=r"memory_limit_bytes=\d+: the run at t=[\d.]+ s needs"):
         run(net, attrs.evolve(rc, memory_limit_bytes=limit))
     assert run(net, rc).node_counters["peak_app_bytes"][2] > state.cells.shape[0] * 514
+
+
+def test_a_cpu_bound_receiver_gets_every_cell_in_order_at_its_cpu_rate():
+    # the client processes 1 cell per 20 us while acks return after 0.05 ms: the exit's kernel queue
+    # (cells sent, not yet processed) outgrows its send buffer and the rings holding it must grow
+    net = Network(LinkConfig(rtt_ms=0.1, mss=1448))
+    client = net.add_node(NodeConfig(role="client", kist_interval_ms=2, cell_cpu_us=20.0), "client")
+    ex = net.add_node(NodeConfig(role="exit", kist_interval_ms=2, cell_cpu_us=0.0), "exit")
+    circs = [net.add_circuit([client, ex], "bulk") for _ in range(8)]
+    size = 2_000_000
+    for c in circs:
+        net.add_transfer(Transfer(c, 498, size, 0.0))
+    res = run(net, RunConfig(duration_s=2.0))
+    cells = 8 * -(-size // 498)
+    assert np.all(np.isfinite(res.transfer_ttlb_s))
+    assert res.node_counts(client)["cells_received"] == cells
+    # the client's CPU is the bottleneck: the last byte arrives after all cells' processing time
+    assert np.max(res.transfer_ttlb_s) == pytest.approx(cells * 20e-6, rel=0.1)

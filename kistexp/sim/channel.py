@@ -12,7 +12,7 @@ from numba import njit
 
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import cmux_head, ewma_deactivate, ewma_notify_xmit
-from kistexp.sim.events import ev_push, record_delay, trace_chan
+from kistexp.sim.events import ev_push, prefetch_row, record_delay, trace_chan
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -47,6 +47,8 @@ def flush_cells(S, c, n, t):
         S.qi[L.QI_HEAD, q] = nxt
         if nxt < 0:
             S.qi[L.QI_TAIL, q] = -1
+        else:
+            prefetch_row(S.cells, nxt)  # the queue's next head, read at its next flush
         left = S.qi[L.QI_N, q] - 1
         S.qi[L.QI_N, q] = left
         record_delay(S, 0, q, t - S.cells[k, L.KI_T_ENQ])

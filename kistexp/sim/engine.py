@@ -16,7 +16,7 @@ from kistexp.sim.events import cell_alloc, cell_free, ev_next, ev_peek_time, ev_
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kernel
 
-PREFETCH_AHEAD = 4
+PREFETCH_AHEAD = 8
 
 
 @njit(cache=True, _nrt=False)
@@ -185,13 +185,19 @@ def on_arrival(S, c, upto, leave, t):
     base = S.ci[L.CI_KQ_BASE, c]
     cap = S.ci[L.CI_KQ_CAP, c]
     pos = S.ci[L.CI_KQ_POS, c]
+    # the cells of a flight lie anywhere in the pool: ask for the first ones at once, then for
+    # one PREFETCH_AHEAD cells ahead of the one being processed
+    for i in range(min(n, PREFETCH_AHEAD)):
+        j = pos + i
+        if j >= cap:
+            j -= cap
+        prefetch_row(S.cells, S.kq[base + j])
     for i in range(n):
         j = pos + i
         if j >= cap:
             j -= cap
         k = S.kq[base + j]
         if i + PREFETCH_AHEAD < n:
-            # the cells of a flight lie anywhere in the pool: ask for one a few cells ahead
             j += PREFETCH_AHEAD
             if j >= cap:
                 j -= cap

@@ -1,10 +1,17 @@
 """Struct-of-arrays layout of the simulation state shared by the compiled modules.
 
-Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; cells and events are
-``[entity, field]`` so that one cell's or one event's fields share a cache line); the constants
-below name the fields.  Times are int64 nanoseconds.  The whole state is one :class:`State`
-namedtuple so the compiled kernel can be stopped and resumed (to grow the cell pool or the
-event heap) without losing anything.
+Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; cells, events and
+streams are ``[entity, field]`` so that one cell's, event's or stream's fields share a cache
+line: there are many of them and they are touched at random); the constants below name the
+fields.  Times are int64 nanoseconds.  The whole state is one :class:`State` namedtuple so the
+compiled kernel can be stopped and resumed (to grow the cell pool, the event heap or the
+kernel-queue rings) without losing anything.
+
+The compiled modules are built with ``_nrt=False``: no reference counting on the state's arrays
+(they live as long as the Python-side ``State``; nothing in the compiled code allocates).  Only
+the entry points called from Python (``engine.run_kernel``, ``events.ev_push_entry``) keep the
+runtime, so that the reference to their argument is released.  Counting references on every
+array access cost about a third of the run time.
 """
 
 from __future__ import annotations
@@ -69,11 +76,12 @@ def _fields(*names: str) -> int:
 
 
 # globals (int64 array g)
-N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_FREE", "G_NFREE", "G_RNG", "G_NEXT_TR",
+N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR",
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
-              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N")
+              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N",
+              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -144,7 +152,7 @@ State = namedtuple(
     "State",
     ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
      "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
-     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq", "kq", "kqgrow"],
+     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq", "kq", "kqgrow", "free"],
 )
 
 

@@ -368,7 +368,7 @@ def _build(net: Network, rc: RunConfig):
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
     # what the run-time arrays will take, checked before allocating them
-    planned = 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan + 2 * kq_len + n_chan
+    planned = 4 * cell_cap + 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0))
     described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order))
@@ -390,10 +390,7 @@ def _build(net: Network, rc: RunConfig):
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
     cells = _aligned_zeros(cell_cap, L.N_KI)  # one row per cell: its fields share a cache line
-    cells[:, L.KI_NEXT] = np.arange(1, cell_cap + 1)
-    cells[-1, L.KI_NEXT] = -1
-    g[L.G_FREE] = 0
-    g[L.G_NFREE] = cell_cap
+    g[L.G_NFREE] = cell_cap  # S.free: the stack of free cell ids, cell 0 on top
     g[L.G_KQ_END] = kq_len
 
     changes = sorted(net.interval_changes, key=lambda c: c.time_s)
@@ -415,8 +412,8 @@ def _build(net: Network, rc: RunConfig):
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
-        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(2 * kq_len + 1024, np.int64),
-        kqgrow=np.zeros(max(n_chan, 1), np.int64),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(2 * kq_len + 1024, np.int32),
+        kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
                 t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
@@ -440,11 +437,12 @@ def _grow_cells(S):
     cap = old.shape[0]
     new = _aligned_zeros(2 * cap, L.N_KI)
     new[:cap] = old
-    new[cap:, L.KI_NEXT] = np.arange(cap + 1, 2 * cap + 1)
-    new[-1, L.KI_NEXT] = S.g[L.G_FREE]
-    S.g[L.G_FREE] = cap
-    S.g[L.G_NFREE] += cap
-    return S._replace(cells=new)
+    nfree = int(S.g[L.G_NFREE])
+    free = np.empty(2 * cap, np.int32)
+    free[:nfree] = S.free[:nfree]
+    free[nfree:nfree + cap] = np.arange(2 * cap - 1, cap - 1, -1)  # the new cells first, in order
+    S.g[L.G_NFREE] = nfree + cap
+    return S._replace(cells=new, free=free)
 
 
 def _grow_events(S):
@@ -461,7 +459,7 @@ def _grow_events(S):
 
 
 def _grow_kq(S):
-    new = np.zeros(2 * S.kq.shape[0], np.int64)
+    new = np.zeros(2 * S.kq.shape[0], np.int32)
     used = int(S.g[L.G_KQ_END])
     new[:used] = S.kq[:used]
     return S._replace(kq=new)
