@@ -11,7 +11,8 @@ Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``Sim
                kernel_tick_ms=4.0 (CLOCK_MONOTONIC_COARSE resolution, §5.2),
                nic_rate_bytes_per_s=0.0 (0 = unlimited), sock_buf_factor=1.0 (KISTSockBufSizeFactor),
                pass_time_us=10.0 (duration of the libevent pass holding a run, §5.2's p),
-               cell_cpu_us=2.0 (CPU time per received cell; a node's event loop is serial))
+               cell_cpu_us=1.56 (CPU time per received cell; a node's event loop is serial),
+               cell_send_cpu_us=0.62 (CPU time per cell a scheduler run moves; lengthens §5.2's p))
     LinkConfig(rtt_ms=0.1, mss=1448 (LOOPBACK_MSS = 65483), initial_cwnd=10, loss_rate=0.0,
                send_buffer_bytes=0 (0 = Linux-like autotuning), send_buffer_max_bytes=4 MiB,
                rate_limited=True (≤ 16448 B per write call, §7.4))

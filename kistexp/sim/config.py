@@ -11,6 +11,7 @@ import math
 import attrs
 
 from kistexp.errors import SimConfigError
+from kistexp.sim.costmodel import DEFAULT_COST_MODEL
 
 ROLES = ("client", "guard", "middle", "exit", "relay")
 SCHEDULERS = ("kist", "kistlite", "vanilla")
@@ -54,12 +55,17 @@ class NodeConfig:
     ``kist_interval_ms`` is the node's current ``KISTSchedRunInterval`` (``KISTSchedRunIntervalClient``
     on a client), §5.1: 2..100 from a consensus, 1 possible from torrc.  ``kernel_tick_ms`` is the
     resolution J of ``CLOCK_MONOTONIC_COARSE`` that quantises the KIST timer (§5.2; 4 ms on a
-    HZ=250 kernel).  ``pass_time_us`` is the duration of the libevent pass that holds a scheduler
-    run (the ``p`` of §5.2); it only matters for a 1 ms interval or very long passes.
+    HZ=250 kernel).  ``pass_time_us`` is the fixed part of the duration of the libevent pass that
+    holds a scheduler run (the ``p`` of §5.2).
     ``cell_cpu_us`` is the CPU time the node's single event loop spends on each received cell (TLS
     read, relay crypto, handling) before the cell is queued: arriving flights are processed one
-    after another, so a node saturates at 1 / cell_cpu_us cells per second.  The 2 us default is
-    the sum of the cost model's per-cell figures (two TLS passes, one AES layer, handling).
+    after another.  ``cell_send_cpu_us`` is the time a scheduler run spends on each cell it moves
+    (TLS write and its share of a write() call): a run's pass lasts ``pass_time_us`` plus that per
+    cell, which is the ``p`` of §5.2 (it stamps ``last_run``, bounds the next run at
+    ``p + interval - 1`` and occupies the event loop).  A node saturates at
+    1 / (cell_cpu_us + cell_send_cpu_us) cells per second.  Both defaults are the cost model's
+    per-cell figures (``CostModel.relay_cell_receive_ns``, about 1.56 us, and
+    ``CostModel.cell_send_ns``, about 0.62 us).
     ``nic_rate_bytes_per_s`` = 0 means an unlimited NIC.
     """
 
@@ -70,7 +76,8 @@ class NodeConfig:
     nic_rate_bytes_per_s: float = 0.0
     sock_buf_factor: float = 1.0
     pass_time_us: float = 10.0
-    cell_cpu_us: float = 2.0
+    cell_cpu_us: float = DEFAULT_COST_MODEL.relay_cell_receive_ns / 1000.0
+    cell_send_cpu_us: float = DEFAULT_COST_MODEL.cell_send_ns / 1000.0
 
     def validate(self, where: str = "node") -> None:
         if self.role not in ROLES:
@@ -86,6 +93,7 @@ class NodeConfig:
         _finite(where, "sock_buf_factor", self.sock_buf_factor)
         _finite(where, "pass_time_us", self.pass_time_us, minimum=0.0, strict=True)
         _finite(where, "cell_cpu_us", self.cell_cpu_us)
+        _finite(where, "cell_send_cpu_us", self.cell_send_cpu_us)
 
 
 @attrs.frozen

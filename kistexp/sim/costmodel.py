@@ -34,6 +34,8 @@ CELL_BYTES = 514
 """Cell on the wire (kist-ewma.md §1)."""
 CELL_PAYLOAD_BYTES = 509
 """Relay-crypto covers the 509-byte cell payload (kist-ewma.md §1)."""
+WRITE_SHARE_CELLS = 32
+"""Cells in one bucket-share-sized write call, 16448 B (kist-ewma.md §7.4)."""
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute, value: float) -> None:
@@ -91,6 +93,19 @@ class CostModel:
     def tls_cell_ns(self) -> float:
         """TLS AEAD time for one 514-byte cell (one direction)."""
         return CELL_BYTES / self.tls_aead_bytes_per_s * 1e9
+
+    @property
+    def relay_cell_receive_ns(self) -> float:
+        """A relay's work on a received cell before it is queued: TLS read, one AES layer, handling."""
+        return self.tls_cell_ns + self.cell_crypto_ns(layers=1, digests=0) + self.per_cell_handling_ns
+
+    @property
+    def cell_send_ns(self) -> float:
+        """Work on a sent cell inside the scheduler's pass: TLS write and its share of a write() call.
+
+        A write call moves at most 32 cells on a rate-limited connection (kist-ewma.md §7.4).
+        """
+        return self.tls_cell_ns + CELL_BYTES * self.per_write_byte_ns + self.per_write_ns / WRITE_SHARE_CELLS
 
 
 DEFAULT_COST_MODEL = CostModel()

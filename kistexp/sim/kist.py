@@ -1,8 +1,10 @@
 """KIST (§5-§7): when it runs, how much each socket may take, and the one-cell-at-a-time loop.
 
 * Timer (§5.2): after a run the timeout is ``interval - 1`` ms counted from libevent's cached,
-  coarse (tick-quantised) loop time; it fires when the coarse clock reaches the deadline and not
-  before ``pass + interval - 1`` ms.  A channel entering PENDING re-arms it with
+  coarse (tick-quantised) loop time.  ``epoll_wait`` sleeps that long from the end of the pass
+  (``p``, which grows with the cells the run moved), then ``deadline - coarse now`` again until
+  the coarse clock has reached the deadline: the run lands just after a tick, at a phase within
+  the first millisecond that each node carries from run to run.  A channel entering PENDING re-arms it with
   ``interval - ceil_ms(now - last_run)``; ``diff >= interval`` runs in the same pass (the first
   cell after an idle gap is free).
 * Limit (§6): refreshed only for channels pending at the start of a run:
@@ -140,7 +142,8 @@ def kist_schedule(S, node, t, after_run):
     if not after_run and 0 <= armed <= t:
         return  # the run event is already active in this pass
     interval = S.ni[L.NI_INTERVAL_MS, node]
-    p = S.ni[L.NI_PASS_NS, node] if after_run else 0
+    # p: the rest of the pass that ran the scheduler (run_scheduler stamped last_run at its end)
+    p = S.ni[L.NI_LAST_RUN, node] - t if after_run else 0
     # a real clock always moves between last_run and now: any elapsed time counts >= 1 ms
     diff = max(1, _ceil_ms(t + p - S.ni[L.NI_LAST_RUN, node]))
     if after_run:
@@ -152,9 +155,12 @@ def kist_schedule(S, node, t, after_run):
     else:
         x = (interval - diff) * L.MS
         j = S.ni[L.NI_TICK_NS, node]
-        deadline = (t // j) * j + x          # cached, coarse loop time + timeout
-        fire = ((deadline + j - 1) // j) * j  # first coarse-clock reading >= deadline
-        if fire < t + p + x:
-            fire = t + p + x                  # epoll waits the full timeout from now
+        deadline = (t // j) * j + x  # cached, coarse loop time + timeout
+        # epoll_wait sleeps the timeout computed from the stale cached time, i.e. the full x from
+        # the end of this pass; on each wake-up libevent refreshes its coarse clock and, while it
+        # is short of the deadline, sleeps again for deadline - coarse now (whole ms)
+        fire = t + p + x
+        while (fire // j) * j < deadline:
+            fire += deadline - (fire // j) * j
     S.ni[L.NI_TIMER_AT, node] = fire
     ev_push(S, fire, L.EV_SCHED, node, gen, 0)

@@ -97,7 +97,7 @@ N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEA
                "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
                "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
-               "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T")
+               "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS")
 N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC")
 
 # chans: the sending side of one direction of a channel (one tor channel object + its socket)

@@ -219,6 +219,7 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_TIMER_AT, i] = -1
         ni[L.NI_XMIT_T, i] = -1
         ni[L.NI_CELL_CPU_NS, i] = int(round(n.cell_cpu_us * 1000))
+        ni[L.NI_SEND_CPU_NS, i] = int(round(n.cell_send_cpu_us * 1000))
         ni[L.NI_EWMA_TICK, i] = 1000
         # tor's EWMA tick clock starts at a random phase (§11.4)
         ni[L.NI_EWMA_START_MS, i] = -int(rng.integers(0, rc.ewma.tick_s * 1000)) * L.MS

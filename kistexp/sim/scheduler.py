@@ -64,7 +64,12 @@ def run_scheduler(S, node, t):
     else:
         moved = kist_run(S, node, t, kind == L.SCHED_KISTLITE)
     push_armed_writes(S, t)
-    S.ni[L.NI_LAST_RUN, node] = t + S.ni[L.NI_PASS_NS, node]
+    # §5.2's p: the pass lasts as long as its work, a fixed part plus each cell sent (TLS write,
+    # write calls).  The cells' work also occupies the event loop; the fixed part stands for the
+    # pass's other callbacks, whose cells the loop has already been charged for on receipt.
+    work = moved * S.ni[L.NI_SEND_CPU_NS, node]
+    S.ni[L.NI_CPU_FREE, node] = max(S.ni[L.NI_CPU_FREE, node], t) + work
+    S.ni[L.NI_LAST_RUN, node] = t + S.ni[L.NI_PASS_NS, node] + work
     S.ni[L.NI_RUN_CELLS_LAST, node] = moved
     n = S.g[L.G_RUNLOG_N]
     if n < S.runlog.shape[1]:

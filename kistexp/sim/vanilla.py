@@ -66,6 +66,6 @@ def vanilla_schedule(S, node, t, after_run):
         return  # already active in this pass
     gen = S.ni[L.NI_TIMER_GEN, node] + 1
     S.ni[L.NI_TIMER_GEN, node] = gen
-    fire = t + (S.ni[L.NI_PASS_NS, node] if after_run else 0)
+    fire = S.ni[L.NI_LAST_RUN, node] if after_run else t  # the end of this pass
     S.ni[L.NI_TIMER_AT, node] = fire
     ev_push(S, fire, L.EV_SCHED, node, gen, 0)
