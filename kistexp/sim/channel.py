@@ -12,7 +12,7 @@ from numba import njit
 
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import cmux_head, ewma_deactivate, ewma_notify_xmit
-from kistexp.sim.events import ev_push, prefetch_row, record_delay, trace_chan
+from kistexp.sim.events import cell_list_pop, cell_list_push, ev_push, prefetch_row, record_delay, trace_chan
 
 
 @njit(cache=True, _nrt=False, inline="always")
@@ -42,24 +42,14 @@ def flush_cells(S, c, n, t):
     done = 0
     while done < n and S.ci[L.CI_CMUX_N, c] > 0:
         q = cmux_head(S, c)
-        k = S.qi[L.QI_HEAD, q]
-        nxt = S.cells[k, L.KI_NEXT]
-        S.qi[L.QI_HEAD, q] = nxt
-        if nxt < 0:
-            S.qi[L.QI_TAIL, q] = -1
-        else:
+        k = cell_list_pop(S, S.qi, L.QI_HEAD, L.QI_TAIL, q)
+        nxt = S.qi[L.QI_HEAD, q]
+        if nxt >= 0:
             prefetch_row(S.cells, nxt)  # the queue's next head, read at its next flush
         left = S.qi[L.QI_N, q] - 1
         S.qi[L.QI_N, q] = left
         record_delay(S, 0, q, t - S.cells[k, L.KI_T_ENQ])
-        # append to the outbuf
-        S.cells[k, L.KI_NEXT] = -1
-        tail = S.ci[L.CI_OB_TAIL, c]
-        if tail < 0:
-            S.ci[L.CI_OB_HEAD, c] = k
-        else:
-            S.cells[tail, L.KI_NEXT] = k
-        S.ci[L.CI_OB_TAIL, c] = k
+        cell_list_push(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c, k)  # append to the outbuf
         S.ci[L.CI_OB_BYTES, c] += L.CELL_SIZE
         ewma_notify_xmit(S, c, q, t)
         if left == 0:

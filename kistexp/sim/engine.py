@@ -12,7 +12,16 @@ from numba import njit
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import ewma_activate
-from kistexp.sim.events import cell_alloc, cell_free, ev_next, ev_peek_time, ev_push, prefetch_row, record_delay
+from kistexp.sim.events import (
+    cell_alloc,
+    cell_free,
+    cell_list_push,
+    ev_next,
+    ev_peek_time,
+    ev_push,
+    prefetch_row,
+    record_delay,
+)
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kernel
 
@@ -24,13 +33,7 @@ def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
     S.cells[k, L.KI_CQ] = q
     S.cells[k, L.KI_T_ENQ] = t
-    S.cells[k, L.KI_NEXT] = -1
-    tail = S.qi[L.QI_TAIL, q]
-    if tail < 0:
-        S.qi[L.QI_HEAD, q] = k
-    else:
-        S.cells[tail, L.KI_NEXT] = k
-    S.qi[L.QI_TAIL, q] = k
+    cell_list_push(S, S.qi, L.QI_HEAD, L.QI_TAIL, q, k)
     n = S.qi[L.QI_N, q] + 1
     S.qi[L.QI_N, q] = n
     c = S.qi[L.QI_CHAN, q]

@@ -146,6 +146,30 @@ def prefetch_row(typingctx, arr, row):
 
 
 @njit(cache=True, _nrt=False, inline="always")
+def cell_list_push(S, rows, head_f, tail_f, i, k):
+    """Append cell ``k`` to the FIFO whose head and tail are ``rows[head_f, i]``, ``rows[tail_f, i]``
+    (a circuit queue in ``S.qi`` or an outbuf in ``S.ci``), linked through the cells' KI_NEXT."""
+    S.cells[k, L.KI_NEXT] = -1
+    tail = rows[tail_f, i]
+    if tail < 0:
+        rows[head_f, i] = k
+    else:
+        S.cells[tail, L.KI_NEXT] = k
+    rows[tail_f, i] = k
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def cell_list_pop(S, rows, head_f, tail_f, i):
+    """Take the head cell of that FIFO (it must not be empty); the new head is ``rows[head_f, i]``."""
+    k = rows[head_f, i]
+    nxt = S.cells[k, L.KI_NEXT]
+    rows[head_f, i] = nxt
+    if nxt < 0:
+        rows[tail_f, i] = -1
+    return k
+
+
+@njit(cache=True, _nrt=False, inline="always")
 def cell_alloc(S):
     """Take the most recently freed cell.  Free cells are a stack of ids (``S.free``), not a list
     threaded through the pool: finding the next free cell must not wait for a cold cache line."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from numba import njit
 
 from kistexp.sim import layout as L
-from kistexp.sim.events import ev_push, rng_uniform, trace_chan
+from kistexp.sim.events import cell_list_pop, ev_push, rng_uniform, trace_chan
 
 RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
@@ -170,11 +170,7 @@ def write_to_kernel(S, c, t):
     room = kernel_room(S, c)
     moved = 0
     while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
-        k = S.ci[L.CI_OB_HEAD, c]
-        nxt = S.cells[k, L.KI_NEXT]
-        S.ci[L.CI_OB_HEAD, c] = nxt
-        if nxt < 0:
-            S.ci[L.CI_OB_TAIL, c] = -1
+        k = cell_list_pop(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c)
         S.ci[L.CI_WRITE_SEQ, c] += L.CELL_SIZE
         S.cells[k, L.KI_T_KERN] = t
         S.cells[k, L.KI_NEXT] = -1
