@@ -12,6 +12,7 @@ import attrs
 from kistexp import params as catalogue
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.schedule import VotingRound, VotingSchedule
+from kistexp.dirauth.voting import param_inclusion_threshold
 from kistexp.plan.durations import format_duration
 from kistexp.plan.model import UNSET, ParamValue, Plan
 
@@ -75,7 +76,7 @@ def authorities_needed(n_authorities: int, others: str) -> int:
     """
     if others == "listing":
         return n_authorities // 2 + 1
-    return min(3, n_authorities // 2 + 1)
+    return param_inclusion_threshold(n_authorities)
 
 
 @attrs.frozen
