@@ -33,3 +33,18 @@ def _default(obj: Any) -> Any:
 def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout."""
     sys.stdout.write(json.dumps(obj, default=_default, indent=2, sort_keys=False) + "\n")
+
+
+def printable(text: str) -> str:
+    """``text`` from a file or a server made safe to show: control characters (ESC, BEL, CR, LF,
+    NUL, DEL, C1 and the like) as visible escapes, so nothing can retitle or redraw the terminal.
+    Print it with ``markup=False`` (or in a ``rich.text.Text``) so brackets stay brackets."""
+    import unicodedata
+
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1] if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}")
+    return "".join(out)

@@ -37,7 +37,8 @@ Rendering and signing (fake authorities)
 
 Files
     ``load_network_status(path)``, ``load_key_certificates(path)``: read + parse, errors name the path
-    ``inspect_file(path, certs_path=None, n_authorities=9) -> StatusSummary`` (``consensus inspect``)
+    ``inspect_file(path, certs_path=None, n_authorities=None, at=None, trusted=None) -> StatusSummary``
+    (``consensus inspect``; only the ``trusted`` identities' signatures count, default today's nine)
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pathlib import Path
 
 import attrs
 
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES
 from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES, UTC, b64_nopad_encode, format_time, is_hex40
 from kistexp.dirauth.keys import (
     AuthorityKeys,
@@ -575,7 +577,14 @@ class StatusSummary:
     params: dict[str, int]
     authorities: int  # dir-source entries
     signature_count: int
-    signatures: SignatureCheck | None  # None when no certificates were given
+    signatures: SignatureCheck | None  # None when no certificates were given: nothing verified
+    trusted: tuple[tuple[str, str], ...] = ()  # (nickname, v3ident) whose signatures count
+    other_certificates: tuple[str, ...] = ()  # v3idents in the certificate file not trusted
+
+    @property
+    def verified(self) -> bool:
+        """True only when certificates were given and enough trusted authorities signed."""
+        return self.signatures is not None and self.signatures.ok
 
 
 def summarize(doc: NetworkStatus, check: SignatureCheck | None = None) -> StatusSummary:
@@ -598,13 +607,38 @@ def summarize(doc: NetworkStatus, check: SignatureCheck | None = None) -> Status
 def inspect_file(
     path: str | Path,
     certs_path: str | Path | None = None,
-    n_authorities: int = 9,
+    n_authorities: int | None = None,
     at: dt.datetime | None = None,
+    trusted: Sequence[tuple[str, str]] | None = None,
 ) -> StatusSummary:
     """Parse a document file and, with certificates, check its signatures (not raising when too few
-    are valid: the summary says so and the caller decides)."""
+    are valid: the summary says so and the caller decides).
+
+    Only signatures by the ``trusted`` (nickname, v3ident) pairs count (default: today's nine
+    authorities); certificates of other identities in the file are reported, never used. A file
+    that holds more identities than there are trusted authorities is refused: it can only be
+    padding the check with identities nobody configured. N is the number of trusted
+    authorities unless ``n_authorities`` raises it (it can never lower it).
+    """
+    if trusted is None:
+        trusted = [(a.nickname, a.v3ident) for a in DEFAULT_AUTHORITIES]
+    trusted = tuple((nick, ident.upper()) for nick, ident in trusted)
+    if not trusted:
+        raise DocumentError("no trusted authority identities given: nothing could be verified")
+    n = len(trusted) if n_authorities is None else n_authorities
+    if n < len(trusted):
+        raise DocumentError(f"--n-authorities {n} is fewer than the {len(trusted)} trusted authorities; "
+                            "N is at least the number of configured authorities")
     doc = load_network_status(path)
     check = None
+    others: tuple[str, ...] = ()
     if certs_path is not None:
-        check = verify_signatures(doc, load_key_certificates(certs_path), n_authorities, at)
-    return summarize(doc, check)
+        certs = load_key_certificates(certs_path)
+        idents = {c.fingerprint for c in certs}
+        if len(idents) > len(trusted):
+            raise DocumentError(f"{certs_path}: holds certificates for {len(idents)} identities, more than the "
+                                f"{len(trusted)} trusted authorities; refusing it")
+        pinned = {ident for _, ident in trusted}
+        others = tuple(sorted(idents - pinned))
+        check = verify_signatures(doc, [c for c in certs if c.fingerprint in pinned], n, at, pinned)
+    return attrs.evolve(summarize(doc, check), trusted=trusted, other_certificates=others)
