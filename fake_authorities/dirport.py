@@ -132,8 +132,8 @@ def choose_encoding(accepted: set[str]) -> str:
 
 # --- the URL table ------------------------------------------------------------------
 
-_HEX = re.compile(r"^[0-9A-Fa-f]+$")
-_CONSENSUS_RE = re.compile(r"^/tor/status-vote/current/consensus(?P<flav>-microdesc|-ns)?(?:/(?P<rest>.*))?$")
+_HEX = re.compile(r"^[0-9A-Fa-f]+\Z")
+_CONSENSUS_RE = re.compile(r"^/tor/status-vote/current/consensus(?P<flav>-microdesc|-ns)?(?:/(?P<rest>.*))?\Z")
 
 
 def _http_date(when: float) -> str:
@@ -301,7 +301,7 @@ def _looks_like_date(text: str) -> bool:
 
 # --- sockets ------------------------------------------------------------------------
 
-LOOPBACK_RE = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$")
+LOOPBACK_RE = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}\Z")
 
 
 def require_loopback(host: str) -> None:

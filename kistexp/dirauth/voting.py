@@ -99,7 +99,7 @@ def _check_n(n_authorities: int, n_votes: int) -> None:
         )
 
 
-_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)$")
+_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)\Z")
 
 
 def parse_items(tokens: Iterable[str], where: str) -> list[tuple[str, int]]:

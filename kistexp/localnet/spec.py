@@ -30,8 +30,8 @@ DEFAULT_BASE_PORT = 15000
 # tor refuses a V3AuthVotingInterval below 10 s even with TestingTorNetwork.
 MIN_VOTING_INTERVAL_S = 10
 
-_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\s.*)?$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
+_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\s.*)?\Z")
 
 ParamItems = tuple[tuple[str, int], ...]
 

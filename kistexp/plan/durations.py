@@ -7,7 +7,7 @@ import re
 
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _PART_RE = re.compile(r"(\d+)([wdhms])")
-_WHOLE_RE = re.compile(r"^(?:\d+[wdhms])+$")
+_WHOLE_RE = re.compile(r"^(?:\d+[wdhms])+\Z")
 
 
 def parse_duration(text: str) -> dt.timedelta:

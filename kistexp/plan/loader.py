@@ -29,8 +29,8 @@ MAX_CRITERIA = 100
 MAX_STRING = 10_000
 DEFAULT_TOR_VERSIONS = ">=0.4.8.2"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_HEX40_RE = re.compile(r"^[0-9A-Fa-f]{40}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+_HEX40_RE = re.compile(r"^[0-9A-Fa-f]{40}\Z")
 
 
 class _Source:
@@ -368,7 +368,7 @@ def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
     t = _Table(src, data, path)
     t.check_keys(("nickname", "v3ident", "dirport", "orport", "fingerprint"))
     nickname = t.string("nickname")
-    if not re.match(r"^[A-Za-z0-9]{1,19}$", nickname):
+    if not re.match(r"^[A-Za-z0-9]{1,19}\Z", nickname):
         raise src.error(t.key("nickname"), f"{nickname!r} is not a tor nickname (1-19 letters or digits)")
     v3ident = t.string("v3ident")
     if not _HEX40_RE.match(v3ident):
