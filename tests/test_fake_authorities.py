@@ -299,7 +299,7 @@ def test_faults_in_one_round(net):
     # The unreachable authority is a line in the status report, not a crash.
     args = ["authorities", "status", "--param", KIST, "--json", "--timeout", "1", "--retries", "0"]
     for a in net.directory_authorities():
-        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}"]
+        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}/{a.v3ident}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -446,7 +446,7 @@ def test_status_takes_the_plans_parameters(net):
     net.wait_for_consensus(lambda p: True)
     args = ["authorities", "status", "--plan", str(plan), "--json", "--timeout", "2"]
     for a in net.directory_authorities():
-        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}"]
+        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}/{a.v3ident}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

@@ -250,16 +250,17 @@ class Formation:
 
 
 def consensus_method(
-    votes: Iterable[VoteLike], supported: Sequence[int] = SUPPORTED_CONSENSUS_METHODS
+    votes: Iterable[VoteLike], supported: Sequence[int] = SUPPORTED_CONSENSUS_METHODS, silent: int = 0
 ) -> int:
     """The method tor picks: the highest one listed by more than floor(2V/3) of the V votes (§2.1).
 
     If that method is not in ``supported`` the computing authority falls back to its own
-    highest method (tor 0.4.x); with no method frequent enough tor uses 1.
+    highest method (tor 0.4.x); with no method frequent enough tor uses 1. ``silent`` more
+    votes list no params and the default methods: counted, never built one by one.
     """
     held = _as_votes(votes)
-    floor_two_thirds = (len(held) * 2) // 3
-    counts: dict[int, int] = {}
+    floor_two_thirds = ((len(held) + silent) * 2) // 3
+    counts: dict[int, int] = dict.fromkeys(SUPPORTED_CONSENSUS_METHODS, silent) if silent else {}
     for vote in held:
         for method in set(vote.consensus_methods):
             counts[method] = counts.get(method, 0) + 1
@@ -270,29 +271,32 @@ def consensus_method(
     return method
 
 
-def formation(votes: Iterable[VoteLike], n_authorities: int) -> Formation:
-    """Votes needed to compute (> floor(N/2), one listing Running) and the method (§2.1)."""
+def formation(votes: Iterable[VoteLike], n_authorities: int, silent: int = 0) -> Formation:
+    """Votes needed to compute (> floor(N/2), one listing Running) and the method (§2.1).
+
+    ``silent`` more votes (no params, default methods, listing Running) are counted, not built."""
     held = _as_votes(votes)
-    _check_n(n_authorities, len(held))
+    n_held = len(held) + silent
+    _check_n(n_authorities, n_held)
     needed = votes_needed_to_compute(n_authorities)
-    any_running = any(v.lists_running for v in held)
-    can = len(held) >= needed and any_running
-    if len(held) < needed:
+    any_running = silent > 0 or any(v.lists_running for v in held)
+    can = n_held >= needed and any_running
+    if n_held < needed:
         reason = (
-            f"not enough votes to generate a consensus: {len(held)} of {n_authorities} held, "
+            f"not enough votes to generate a consensus: {n_held} of {n_authorities} held, "
             f"need more than {n_authorities // 2}"
         )
     elif not any_running:
         reason = "no held vote lists the Running flag"
     else:
-        reason = f"{len(held)} of {n_authorities} votes held (a consensus needs {needed})"
+        reason = f"{n_held} of {n_authorities} votes held (a consensus needs {needed})"
     return Formation(
         n_authorities=n_authorities,
-        n_votes=len(held),
+        n_votes=n_held,
         votes_needed=needed,
         any_running=any_running,
         can_compute=can,
-        consensus_method=consensus_method(held) if can else None,
+        consensus_method=consensus_method(held, silent=silent) if can else None,
         reason=reason,
     )
 
