@@ -9,6 +9,9 @@ import sys
 
 import attrs
 import typer
+from conftest import SHARED_DATA
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kistexp.commands import consensus as consensus_cmd
@@ -39,6 +42,9 @@ def _run_entry_point(*args: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=60,
     )
 
+
+DOCS = {"md": (SHARED_DATA / "microdesc-consensus-2022-11-19").read_bytes(),
+        "certs": (SHARED_DATA / "cached-certs").read_bytes()}
 
 # The shared documents are of November 2022: the nine authorities of tor 0.4.7.10 signed them.
 ERA = ("--authority-set", "tor-0.4.7.10")
@@ -174,3 +180,48 @@ def test_inspect_trust_options_are_validated(consensus_path, certs_path):
     for args, message in cases:
         res = _run(str(consensus_path), "--certs", str(certs_path), *args)
         assert res.returncode == 1 and message in res.stderr, (args, res)
+
+
+
+
+def test_inspect_prints_document_text_and_file_names_as_text(tmp_path):
+    import datetime as dt
+
+    from kistexp.dirauth import documents
+    from kistexp.dirauth.keys import AuthorityKeys
+
+    va = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
+    keys = AuthorityKeys.generate(published=va - dt.timedelta(days=1), identity_bits=1024, signing_bits=1024)
+    header = documents.StatusHeader.hourly(va, params={"[/red]": 1, "[bold]k\x1b[2J": 2})
+    source = documents.DirSource("auth0", keys.v3ident, "127.0.0.1", "127.0.0.1", 80, 443, "c", "A" * 40)
+    doc = tmp_path / "consensus\x1b]0;pwned\x07[bold red]"  # no "/" in a file name
+    doc.write_text(documents.render_consensus(header, [source], [], [keys], flavor="ns"))
+    certs = tmp_path / "certs"
+    certs.write_text(keys.certificate_text)
+    res = _run(str(doc), "--certs", str(certs), "--v3ident", f"auth0={keys.v3ident}")
+    assert res.returncode == 0, res.stderr
+    assert "\x1b" not in res.stdout and "\x07" not in res.stdout
+    assert "consensus\\x1b]0;pwned\\x07[bold red]: ns consensus" in res.stdout
+    assert "[/red]=1 [bold]k\\x1b[2J=2" in res.stdout
+
+
+@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_inspect_any_document_gives_a_report_or_one_line_error(tmp_path, microdesc_consensus_path, certs_path, data):
+    # Random cuts and insertions in the real microdesc consensus and in cached-certs.
+    def mangle(raw: bytes) -> bytes:
+        for _ in range(data.draw(st.integers(0, 2))):
+            i = data.draw(st.integers(0, len(raw)))
+            j = min(len(raw), i + data.draw(st.integers(0, 3000)))
+            raw = raw[:i] + data.draw(st.sampled_from([b"", b"\n", b"\x00", b"[/red]", b"\x1b]0;x\x07", b"9" * 50,
+                                                       b"-----BEGIN RSA PUBLIC KEY-----\n"])) + raw[j:]
+        return raw
+
+    doc, certs = tmp_path / "doc", tmp_path / "certs"
+    doc.write_bytes(mangle(DOCS["md"]))
+    certs.write_bytes(mangle(DOCS["certs"]))
+    res = _run(str(doc), "--certs", str(certs), *ERA)
+    assert res.returncode in (0, 1)
+    if res.returncode == 1:
+        assert res.stderr.startswith("kistexp: error: ") and res.stderr.strip().count("\n") == 0
+    assert "\x1b" not in res.stdout

@@ -624,3 +624,36 @@ def test_served_certificate_with_an_oversized_key_is_refused(server, keys):
         c.fetch_certificates()
     assert time.monotonic() - t < 1.0
     one_line(err.value, "big", "/tor/keys/fp/", "dir-signing-key", "larger than the 3072-bit limit")
+
+
+def test_status_table_shows_hostile_vote_keys_as_text(server):
+    from typer.testing import CliRunner
+
+    from kistexp.cli import app
+
+    # An authority pinned by its v3ident whose own vote lists a key made to attack the terminal.
+    keys = AuthorityKeys.generate(identity_bits=1024, signing_bits=1024)
+    evil = "\x1b]0;pwned\x07[/red]"
+    va = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    header = documents.StatusHeader.hourly(va, params={evil: 1})
+    vote = documents.render_vote(header, documents.AuthorityIdentity("auth0", "127.0.0.1", 80, 443), keys, [])
+    source = documents.dir_source_for_vote(documents.parse_network_status(vote, "vote"))
+    consensus = documents.render_consensus(header, [source], [], [keys], flavor="microdesc")
+
+    def behave(head: bytes, conn: socket.socket) -> None:
+        body = {b"/tor/status-vote/current/authority": vote, b"/tor/keys/": keys.certificate_text,
+                b"/tor/status-vote/current/consensus-microdesc": consensus}
+        path = head.split(b" ")[1]
+        text = next((v for k, v in body.items() if path.startswith(k)), None)
+        if text is None:
+            conn.sendall(b"HTTP/1.0 404 Not found\r\n\r\n")
+        else:
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Encoding: identity\r\n\r\n" + text.encode())
+
+    srv = server(behave)
+    result = CliRunner().invoke(app, ["authorities", "status", "--timeout", "2", "--retries", "0",
+                                      "--authority", f"auth0=127.0.0.1:{srv.port}/{keys.v3ident}"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\\x1b]0;pwned\\x07[/red]" in result.stdout
+    assert "1/1 signatures valid" in result.stdout
