@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from kistexp.commands.authorities import authorities_app
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import console, emit_json, err_console, say
 
 
 @authorities_app.command("status")
@@ -120,7 +120,7 @@ def serve(
                                         "dir_url": a.dir_url} for a in net.directory_authorities()]})
         else:
             for line in describe(net):
-                console.print(line, markup=False, highlight=False)
+                say(line)
 
     try:
         run(count, port, interval, token, state_dir, host, parse_population(population), on_ready=ready)
