@@ -32,6 +32,7 @@ from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
 from kistexp.dirauth.schedule import AcceleratedSchedule, RoundTimes, ScheduleError
 from kistexp.errors import KistexpError
+from kistexp.safeio import read_bounded, read_bounded_text
 
 if TYPE_CHECKING:
     from fake_authorities.population import Population
@@ -50,14 +51,23 @@ def generate_keys(count: int, bits: tuple[int, int] = (3072, 2048)) -> list[Auth
     return [AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1]) for _ in range(count)]
 
 
+#: Keys, certificates, the token and consensus-params.json in a state directory are a few KiB each.
+MAX_STATE_FILE_BYTES = 256 * 1024
+
+
+def _state_bytes(path: Path) -> bytes:
+    return read_bounded(path, MAX_STATE_FILE_BYTES, "state file", NetworkError)
+
+
 def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int, int]) -> list[AuthorityKeys]:
     out = []
     for name in names:
         d = state_dir / name if state_dir else None
-        if d and (d / "authority_certificate").is_file():
-            out.append(AuthorityKeys.load_pem((d / "authority_identity_key").read_bytes(),
-                                              (d / "authority_signing_key").read_bytes(),
-                                              (d / "authority_certificate").read_text(), str(d)))
+        if d and os.path.lexists(d / "authority_certificate"):
+            out.append(AuthorityKeys.load_pem(_state_bytes(d / "authority_identity_key"),
+                                              _state_bytes(d / "authority_signing_key"),
+                                              _state_bytes(d / "authority_certificate").decode("ascii", "replace"),
+                                              str(d)))
             continue
         keys = AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1])
         if d:
@@ -123,8 +133,9 @@ class FakeAuthorityNetwork:
         self.listen = listen
         self.state_dir = Path(state_dir) if state_dir else None
         saved_token = self.state_dir / "operator-token" if self.state_dir else None
-        if token is None and saved_token is not None and saved_token.is_file():
-            token = saved_token.read_text().strip() or None  # a restart keeps the operator's token
+        if token is None and saved_token is not None and os.path.lexists(saved_token):
+            token = read_bounded_text(saved_token, MAX_STATE_FILE_BYTES, "operator token",
+                                      NetworkError).strip() or None  # a restart keeps the operator's token
         self.token = token or secrets.token_urlsafe(18)
         self.names = list(nicknames) if nicknames else default_nicknames(count)
         if len(self.names) != count or len(set(n.lower() for n in self.names)) != count:
@@ -229,11 +240,11 @@ class FakeAuthorityNetwork:
     def _apply_initial_params(self) -> None:
         init = self._initial_params
         saved = self.state_dir / "consensus-params.json" if self.state_dir else None
-        if init is None and saved is not None and saved.is_file():
+        if init is None and saved is not None and os.path.lexists(saved):
             # ConsensusParams set through the operator API survive a restart, as a torrc would.
             try:
-                init = {n: p for n, p in json.loads(saved.read_text()).items() if n in self.authorities}
-            except ValueError:
+                init = {n: p for n, p in json.loads(_state_bytes(saved)).items() if n in self.authorities}
+            except (ValueError, RecursionError, AttributeError):
                 raise NetworkError(f"{saved}: not valid JSON") from None
         if init is None:
             return

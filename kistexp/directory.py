@@ -425,10 +425,7 @@ class DirectoryClient:
     def load_certificates(self, path: str | Path) -> int:
         """Trust the key certificates in a file (e.g. tor's cached-certs)."""
         p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise DocumentError(f"{p}: cannot read certificates ({exc.strerror})") from None
+        data = documents.read_document_file(p, "key certificates")
         return self._adopt_certificates(documents.parse_key_certificates(data, str(p)))
 
     def fetch_certificates(self) -> int:
