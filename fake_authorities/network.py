@@ -25,7 +25,7 @@ import httpx
 
 from fake_authorities import docs
 from fake_authorities.authority import FakeAuthority, Published
-from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, require_loopback
+from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, dirport_admit, require_loopback
 from fake_authorities.faults import Fault
 from fake_authorities.transport import InProcessTransport, Route
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
@@ -169,6 +169,7 @@ class FakeAuthorityNetwork:
     def start(self) -> FakeAuthorityNetwork:
         if self.started:
             return self
+        from fake_authorities.operator import MAX_BODY_BYTES as OPERATOR_MAX_BODY_BYTES
         from fake_authorities.operator import OperatorApi
 
         keys = (self._given_keys[: self.count] if self._given_keys
@@ -188,13 +189,16 @@ class FakeAuthorityNetwork:
             try:
                 for name in self.names:
                     app = self._apps[name]
-                    srv = DirPortServer(app.handle, self.host, self.authorities[name].dirport, self._gates[name])
+                    srv = DirPortServer(app.handle, self.host, self.authorities[name].dirport, self._gates[name],
+                                        admit=dirport_admit)
                     srv.listen()
                     self._servers[name] = srv
                     self._ports[name] = srv.port
                     self.authorities[name].dirport = self.authorities[name].orport = srv.port
-                self.operator_server = DirPortServer(OperatorApi(self).handle, self.host, self.base_port,
-                                                     self._operator_gate)
+                operator = OperatorApi(self)
+                self.operator_server = DirPortServer(operator.handle, self.host, self.base_port,
+                                                     self._operator_gate, admit=operator.admit,
+                                                     refuse=operator.refuse, max_body_bytes=OPERATOR_MAX_BODY_BYTES)
                 self.operator_server.listen()
             except OSError as exc:
                 self.stop()
