@@ -575,10 +575,7 @@ class DirectoryClient:
         """Take the configured authorities' key certificates from a file (e.g. tor's cached-certs);
         certificates of other identities in it are ignored."""
         p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise DocumentError(f"{p}: cannot read certificates ({exc.strerror})") from None
+        data = documents.read_document_file(p, "key certificates")
         return self._adopt_certificates(documents.parse_key_certificates(data, str(p)))
 
     def fetch_certificates(self) -> int:

@@ -9,7 +9,7 @@ import typer
 
 from kistexp.dirauth.paramsline import format_params
 from kistexp.dirauth.whatif import whatif_report
-from kistexp.output import console, emit_json, err_console, printable
+from kistexp.output import emit_json, say
 
 authorities_app = typer.Typer(
     help="Directory authorities: the params vote, what-if questions, status.",
@@ -39,11 +39,8 @@ def whatif(
     """
     report = whatif_report(vote, n_authorities, target, unreachable, absent)
 
-    def say(text: str) -> None:  # names and keys come from the user: text, never markup
-        console.print(printable(text), markup=False, highlight=False, soft_wrap=True)
-
     for dropped in report.dropped:
-        err_console.print(printable(f"warning: {dropped.dropped_because}"), markup=False, highlight=False)
+        say(f"warning: {dropped.dropped_because}", err=True)
     if as_json:
         emit_json(report.to_json())
         return

@@ -8,12 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from kistexp.commands.authorities import authorities_app
 from kistexp.errors import DirectoryError
-from kistexp.output import console, emit_json, err_console, printable
+from kistexp.output import add_row, emit_json, err_console, make_table, plain, print_table, say
 
 
 @authorities_app.command("status")
@@ -74,9 +72,7 @@ def status(
 
 
 def _print_status(report, unpinned: list[str]) -> None:  # noqa: ANN001
-    def say(text: str) -> None:  # server text: shown as text, control characters made visible
-        console.print(printable(text), markup=False, highlight=False, soft_wrap=True)
-
+    # Names, keys and errors come from servers: say/add_row print them as text, escaped.
     if unpinned:
         say(f"not pinned (no v3ident given, nothing they serve is verified): {', '.join(unpinned)}")
     if report.consensus_error:
@@ -84,23 +80,19 @@ def _print_status(report, unpinned: list[str]) -> None:  # noqa: ANN001
     if report.consensus_valid_after is not None:
         say(f"consensus ({report.consensus_flavour}): valid-after {_ts(report.consensus_valid_after)}, "
             f"fresh-until {_ts(report.consensus_fresh_until)}; {report.consensus_signatures}")
-    table = Table(title=f"votes ({report.n_authorities} authorities configured)")
-    table.add_column("authority")
-    table.add_column("vote valid-after")
-    for p in report.params:
-        table.add_column(Text(printable(p.name)), justify="right")
+    table = make_table(f"votes ({report.n_authorities} authorities configured)",
+                       ["authority", "vote valid-after", *((p.name, {"justify": "right"}) for p in report.params)])
     votes = {p.name: dict(p.votes) for p in report.params}
     for a in report.authorities:
-        name = Text(printable(a.nickname) + ("" if a.pinned else " (not pinned)"))
+        name = a.nickname + ("" if a.pinned else " (not pinned)")
         if a.error:
-            table.add_row(name, Text("unreachable", style="red"), *["" for _ in report.params])
+            add_row(table, name, plain("unreachable", "red"), *["" for _ in report.params])
             continue
-        cells = [str(votes[p.name].get(a.nickname)) if votes[p.name].get(a.nickname) is not None else "-"
-                 for p in report.params]
-        table.add_row(name, _ts(a.valid_after), *cells)
-    table.add_row(Text("consensus", style="bold"), "",
-                  *["absent" if p.consensus_value is None else str(p.consensus_value) for p in report.params])
-    console.print(table)
+        add_row(table, name, _ts(a.valid_after), *[
+            "-" if votes[p.name].get(a.nickname) is None else votes[p.name][a.nickname] for p in report.params])
+    add_row(table, plain("consensus", "bold"), "",
+            *["absent" if p.consensus_value is None else p.consensus_value for p in report.params])
+    print_table(table)
     for p in report.params:
         say(f"  {p.name}: {p.tally}")
     for a in report.authorities:
@@ -142,7 +134,7 @@ def serve(
                                         "dir_url": a.dir_url} for a in net.directory_authorities()]})
         else:
             for line in describe(net):
-                console.print(line, markup=False, highlight=False)
+                say(line)
 
     try:
         run(count, port, interval, token, state_dir, host, parse_population(population), on_ready=ready)

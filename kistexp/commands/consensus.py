@@ -6,15 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from kistexp.dirauth.authorities import AUTHORITY_SETS, parse_trusted
 from kistexp.dirauth.authorities import authority_set as authority_set_named
 from kistexp.dirauth.dirformat import format_time, parse_time
 from kistexp.dirauth.documents import StatusSummary, inspect_file
 from kistexp.errors import DirectoryError, DocumentError
-from kistexp.output import console, emit_json, printable
+from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 
 consensus_app = typer.Typer(
     name="consensus", help="Inspect votes and consensuses (ns or microdesc flavour).", no_args_is_help=True
@@ -56,40 +54,34 @@ def _as_json(s: StatusSummary) -> dict:
     return out
 
 
-def _say(text: str) -> None:
-    # Everything shown comes from the file: printed as text, never as rich markup.
-    console.print(printable(text), markup=False, highlight=False, soft_wrap=True)
-
-
 def _print(s: StatusSummary) -> None:
+    # Everything shown comes from the file: printed as text (say/add_row), never as rich markup.
     method = f", consensus-method {s.consensus_method}" if s.consensus_method is not None else ""
-    _say(f"{s.source}: {s.flavor} {s.vote_status}{method}")
-    _say(f"  valid-after  {format_time(s.valid_after)} UTC")
-    _say(f"  fresh-until  {format_time(s.fresh_until)} UTC")
-    _say(f"  valid-until  {format_time(s.valid_until)} UTC")
-    _say(f"  relays       {s.relay_count}")
-    _say(f"  authorities  {s.authorities} dir-source, {s.signature_count} signatures")
+    say(f"{s.source}: {s.flavor} {s.vote_status}{method}")
+    say(f"  valid-after  {format_time(s.valid_after)} UTC")
+    say(f"  fresh-until  {format_time(s.fresh_until)} UTC")
+    say(f"  valid-until  {format_time(s.valid_until)} UTC")
+    say(f"  relays       {s.relay_count}")
+    say(f"  authorities  {s.authorities} dir-source, {s.signature_count} signatures")
     if s.params:
-        _say("  params       " + " ".join(f"{k}={v}" for k, v in s.params.items()))
+        say("  params       " + " ".join(f"{k}={v}" for k, v in s.params.items()))
     else:
-        _say("  params       (none)")
+        say("  params       (none)")
     if s.signatures is None:
-        _say("  signatures   NOT VERIFIED: no --certs given, so nothing above is authenticated")
+        say("  signatures   NOT VERIFIED: no --certs given, so nothing above is authenticated")
         return
-    _say(f"  trusted      {len(s.trusted)} authorities: " + ", ".join(n for n, _ in s.trusted))
+    say(f"  trusted      {len(s.trusted)} authorities: " + ", ".join(n for n, _ in s.trusted))
     if s.other_certificates:
-        _say(f"  ignored      certificates of {len(s.other_certificates)} identities that are not trusted "
+        say(f"  ignored      certificates of {len(s.other_certificates)} identities that are not trusted "
              "authorities: " + ", ".join(s.other_certificates))
     c = s.signatures
     verdict = "OK" if c.ok else "NOT ENOUGH"
-    _say(f"  signatures   {c.valid}/{c.total} valid, {c.needed} needed (N={c.n_authorities}) {verdict}")
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for col in ("identity", "signing key", "digest", "status"):
-        table.add_column(col)
+    say(f"  signatures   {c.valid}/{c.total} valid, {c.needed} needed (N={c.n_authorities}) {verdict}")
+    table = make_table(None, ("identity", "signing key", "digest", "status"), show_header=True,
+                       header_style="bold", box=None, pad_edge=False)
     for x in c.signatures:
-        style = "green" if x.ok else "red"
-        table.add_row(Text(x.identity), Text(x.signing_key_digest), Text(x.algorithm), Text(x.status, style=style))
-    console.print(table)
+        add_row(table, x.identity, x.signing_key_digest, x.algorithm, plain(x.status, "green" if x.ok else "red"))
+    print_table(table)
 
 
 def trusted_identities(authority_set: str, v3idents: list[str]) -> list[tuple[str, str]]:

@@ -6,12 +6,11 @@ import datetime as dt
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from kistexp.errors import LocalNetError
 from kistexp.localnet import LocalNetwork, NetworkSpec, parse_params_arg
 from kistexp.localnet.spec import DEFAULT_BASE_PORT
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import add_row, emit_json, make_table, print_table, say
 
 localnet_app = typer.Typer(
     help="Run a private tor network (Debian's tor) on 127.0.0.1: authorities, relays, exits, clients.",
@@ -52,26 +51,25 @@ def _param_args(values: list[str], n_authorities: int) -> tuple[tuple[tuple[str,
 
 
 def _print_status(status: dict) -> None:
-    table = Table(title=f"local tor network {status['root']}")
-    for col in ("node", "role", "pid", "running", "ORPort", "DirPort", "ControlPort", "SocksPort", "ConsensusParams"):
-        table.add_column(col)
+    table = make_table(f"local tor network {status['root']}", (
+        "node", "role", "pid", "running", "ORPort", "DirPort", "ControlPort", "SocksPort", "ConsensusParams"))
     for n in status["nodes"]:
-        table.add_row(
-            n["nickname"], n["role"], str(n["pid"] or "-"), "yes" if n["running"] else "no",
+        add_row(
+            table, n["nickname"], n["role"], str(n["pid"] or "-"), "yes" if n["running"] else "no",
             str(n["or_port"] or "-"), str(n["dir_port"] or "-"), str(n["control_port"]),
             str(n["socks_port"] or "-"), n.get("consensus_params", ""),
         )
-    console.print(table)
+    print_table(table)
     cons = status["consensus"]
     if cons:
         va = cons["valid_after"]
         va = va.strftime("%Y-%m-%d %H:%M:%S") if isinstance(va, dt.datetime) else va
-        console.print(f"consensus valid-after {va} from {cons['served_by']}: {cons['relays']} relays, "
-                      f"{cons['signatures']} signatures")
-        console.print(f"params {cons['params'] or '(empty)'}")
+        say(f"consensus valid-after {va} from {cons['served_by']}: {cons['relays']} relays, "
+            f"{cons['signatures']} signatures")
+        say(f"params {cons['params'] or '(empty)'}")
     else:
-        console.print("no consensus served yet" if status["running"] else "network is not running")
-    console.print(f"bulk-service address for fidelity runs: {status['service']}")
+        say("no consensus served yet" if status["running"] else "network is not running")
+    say(f"bulk-service address for fidelity runs: {status['service']}")
 
 
 @localnet_app.command("up")
@@ -98,10 +96,10 @@ def up(
             sched_debug=sched_debug,
         )
         if not json_out:
-            err_console.print(f"creating keys and torrcs for {spec.node_count} nodes in {directory}")
+            say(f"creating keys and torrcs for {spec.node_count} nodes in {directory}", err=True)
         net = LocalNetwork.create(directory, spec)
     if not json_out:
-        err_console.print("starting tor processes")
+        say("starting tor processes", err=True)
     net.start(consensus_timeout_s=timeout)
     status = net.status()
     if json_out:
@@ -130,9 +128,9 @@ def wait(
     if json_out:
         emit_json(doc.summary())
     else:
-        console.print(f"consensus valid-after {doc.valid_after:%Y-%m-%d %H:%M:%S} from {doc.served_by}: "
-                      f"{doc.relays} relays, {doc.signatures} signatures")
-        console.print("params " + (" ".join(f"{k}={v}" for k, v in doc.params) or "(empty)"))
+        say(f"consensus valid-after {doc.valid_after:%Y-%m-%d %H:%M:%S} from {doc.served_by}: "
+            f"{doc.relays} relays, {doc.signatures} signatures")
+        say("params " + (" ".join(f"{k}={v}" for k, v in doc.params) or "(empty)"))
 
 
 @localnet_app.command("status")
@@ -161,8 +159,8 @@ def params(
     if json_out:
         emit_json(result)
     else:
-        console.print(f"{node.nickname}: ConsensusParams {result['consensus_params'] or '(none)'}; SIGHUP sent. "
-                      "It reaches the consensus one or two voting periods later.")
+        say(f"{node.nickname}: ConsensusParams {result['consensus_params'] or '(none)'}; SIGHUP sent. "
+            "It reaches the consensus one or two voting periods later.")
 
 
 @localnet_app.command("down")
@@ -177,7 +175,7 @@ def down(
         emit_json({"stopped": result})
     else:
         for nick, outcome in result.items():
-            console.print(f"{nick}: {outcome}")
+            say(f"{nick}: {outcome}")
 
 
 def register(app: typer.Typer) -> None:

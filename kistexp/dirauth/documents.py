@@ -74,6 +74,7 @@ from kistexp.dirauth.netstatus import (
 )
 from kistexp.dirauth.paramsline import format_params, sort_params
 from kistexp.errors import DocumentError
+from kistexp.safeio import read_bounded
 
 __all__ = [
     "AuthorityIdentity",
@@ -541,25 +542,19 @@ def add_detached_signatures(consensus_text: str, detached: DetachedSignatures, s
 # --------------------------------------------------------------------------- files and summaries
 
 
-def _read(path: str | Path) -> bytes:
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise DocumentError(f"{p}: {size} bytes, more than the {MAX_DOCUMENT_BYTES} limit")
-        return p.read_bytes()
-    except OSError as exc:
-        raise DocumentError(f"{p}: cannot read: {exc.strerror or exc}") from None
+def read_document_file(path: str | Path, what: str) -> bytes:
+    """A directory document file's bytes: a regular file of at most MAX_DOCUMENT_BYTES (kistexp/safeio.py)."""
+    return read_bounded(path, MAX_DOCUMENT_BYTES, what, DocumentError)
 
 
 def load_network_status(path: str | Path) -> NetworkStatus:
     """Read and parse a vote or consensus file; errors name the path."""
-    return parse_network_status(_read(path), str(path))
+    return parse_network_status(read_document_file(path, "vote or consensus"), str(path))
 
 
 def load_key_certificates(path: str | Path) -> tuple[KeyCertificate, ...]:
     """Read, parse and verify a key-certificate file (e.g. tor's ``cached-certs``)."""
-    return parse_key_certificates(_read(path), str(path))
+    return parse_key_certificates(read_document_file(path, "key certificates"), str(path))
 
 
 @attrs.frozen

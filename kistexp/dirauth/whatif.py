@@ -432,7 +432,8 @@ def whatif_report(
         out = []
         for name in names:
             if name.lower() not in canonical:
-                raise VotingError(f"unknown authority {name}: name it with --vote {name}=...")
+                shown = name if name.isprintable() else repr(name)
+                raise VotingError(f"unknown authority {shown}: name it with --vote {shown}=...")
             out.append(canonical[name.lower()])
         return out
 

@@ -47,6 +47,7 @@ from kistexp.localnet.torrc import (
     render_torrc,
     sched_log,
 )
+from kistexp.safeio import read_bounded, read_bounded_text
 
 STATE_FILE = "network.json"
 CONSENSUS_PATH = "/tor/status-vote/current/consensus"
@@ -56,6 +57,10 @@ KEYGEN_TIMEOUT_S = 60.0
 #: Flags every relay and exit needs before clients start (guard sampling wants all of them).
 USABLE_FLAGS = frozenset({"Fast", "Guard", "Running", "Stable", "Valid"})
 LAUNCH_TIMEOUT_S = 30.0
+#: network.json for the largest network spec allows is well under this; anything bigger is not ours.
+MAX_STATE_BYTES = 4 * 1024 * 1024
+#: Files tor and tor-gencert write for us (pid, fingerprint, authority_certificate) are a few KiB.
+MAX_TOR_FILE_BYTES = 64 * 1024
 
 
 def require_tor() -> tuple[str, str]:
@@ -193,11 +198,11 @@ class LocalNetwork:
     def load(cls, root: Path | str) -> LocalNetwork:
         root = Path(root).resolve()
         path = root / STATE_FILE
+        if not path.exists() and not path.is_symlink():
+            raise LocalNetError(f"{path} not found: no local network there (run 'kistexp localnet up')")
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise LocalNetError(f"{path} not found: no local network there (run 'kistexp localnet up')") from None
-        except (OSError, json.JSONDecodeError) as exc:
+            data = json.loads(read_bounded_text(path, MAX_STATE_BYTES, "the network state", LocalNetError))
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise LocalNetError(f"{path}: cannot read the network state ({exc})") from None
         if not isinstance(data, dict) or "spec" not in data:
             raise LocalNetError(f"{path}: not a kistexp localnet state file")
@@ -334,8 +339,8 @@ class LocalNetwork:
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             try:
-                pid = int(path.read_text().strip())
-            except (FileNotFoundError, ValueError):
+                pid = int(read_bounded(path, MAX_TOR_FILE_BYTES, "pid file", LocalNetError).strip())
+            except (LocalNetError, ValueError):
                 pid = None
             if pid and procs.is_our_tor(pid, node.torrc):
                 return pid
@@ -628,7 +633,9 @@ def _gencert(gencert: str, node: Node) -> str:
         stdin="\n",
         cwd=str(keys),
     )
-    for line in (keys / "authority_certificate").read_text().splitlines():
+    cert = read_bounded_text(keys / "authority_certificate", MAX_TOR_FILE_BYTES, "authority certificate",
+                             LocalNetError)
+    for line in cert.splitlines():
         if line.startswith("fingerprint "):
             return line.split()[1]
     raise LocalNetError(f"{keys / 'authority_certificate'}: no fingerprint line")
@@ -643,7 +650,8 @@ def _fingerprint(tor: str, node: Node) -> str:
         ],
         f"{node.nickname} identity key",
     )
-    text = (Path(node.data_dir) / "fingerprint").read_text().split()
+    text = read_bounded_text(Path(node.data_dir) / "fingerprint", MAX_TOR_FILE_BYTES, "fingerprint",
+                             LocalNetError).split()
     if len(text) < 2:
         raise LocalNetError(f"{node.data_dir}/fingerprint: unexpected content")
     return text[1]

@@ -28,7 +28,7 @@ from kistexp import params as catalogue
 from kistexp.errors import PlanError
 from kistexp.metrics import catalogue as metrics
 from kistexp.plan.durations import format_duration
-from kistexp.plan.loader import load_plan
+from kistexp.plan.loader import parse_plan, read_plan_text
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, propagation_delay, sample_time
@@ -99,12 +99,12 @@ def lint_paths(paths: Sequence[str], now: dt.datetime | None = None) -> LintRepo
     loaded: list[tuple[Plan, _Collector]] = []
     for path in paths:
         try:
-            plan = load_plan(path)
+            text = read_plan_text(path)  # read once: what is checked is what was parsed
+            plan = parse_plan(text, str(path))
         except PlanError as exc:
             findings.append(Finding("KX001", "error", exc.file or str(path), exc.line, exc.key, exc.problem))
             continue
-        with open(path, encoding="utf-8") as fh:
-            collector = _Collector(plan, fh.read())
+        collector = _Collector(plan, text)
         check_plan(plan, collector, now)
         loaded.append((plan, collector))
     _check_overlaps(loaded)

@@ -11,7 +11,6 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import tomli
@@ -22,6 +21,7 @@ from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
 from kistexp.plan import model
 from kistexp.plan.durations import parse_duration
 from kistexp.plan.locate import index_lines, line_of
+from kistexp.safeio import read_bounded_text
 
 MAX_PLAN_BYTES = 1024 * 1024
 MAX_STAGES = 200
@@ -142,28 +142,14 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def read_plan_text(path: str | os.PathLike[str]) -> str:
+    """A plan file's text: a regular UTF-8 file of at most MAX_PLAN_BYTES (kistexp/safeio.py)."""
+    return read_bounded_text(path, MAX_PLAN_BYTES, "plan", PlanError)
+
+
 def load_plan(path: str | os.PathLike[str]) -> model.Plan:
     """Read, parse and validate a plan file; raises PlanError with a one-line message."""
-    path_str = str(path)
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if not p.is_file():
-            raise PlanError(f"{path_str}: not a regular file")
-        if size > MAX_PLAN_BYTES:
-            raise PlanError(f"{path_str}: file is {size} bytes, larger than the {MAX_PLAN_BYTES}-byte limit")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise PlanError(f"{path_str}: no such file") from None
-    except PlanError:
-        raise
-    except OSError as exc:
-        raise PlanError(f"{path_str}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PlanError(f"{path_str}: not UTF-8 text (byte {exc.start})") from None
-    return parse_plan(text, path_str)
+    return parse_plan(read_plan_text(path), os.fsdecode(path))
 
 
 def parse_plan(text: str, path: str = "<plan>") -> model.Plan:
