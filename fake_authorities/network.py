@@ -59,6 +59,16 @@ def _state_bytes(path: Path) -> bytes:
     return read_bounded(path, MAX_STATE_FILE_BYTES, "state file", NetworkError)
 
 
+def _check_state_dir(path: Path) -> None:
+    """The state directory must be a directory, or creatable as one, before anything is written."""
+    if os.path.lexists(path) and not path.is_dir():
+        raise NetworkError(f"--state-dir {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NetworkError(f"--state-dir {path}: cannot create it ({exc.strerror or exc})") from None
+
+
 def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int, int]) -> list[AuthorityKeys]:
     out = []
     for name in names:
@@ -132,6 +142,8 @@ class FakeAuthorityNetwork:
         self.base_port = port if listen or port else 17000
         self.listen = listen
         self.state_dir = Path(state_dir) if state_dir else None
+        if self.state_dir is not None:
+            _check_state_dir(self.state_dir)
         saved_token = self.state_dir / "operator-token" if self.state_dir else None
         if token is None and saved_token is not None and os.path.lexists(saved_token):
             token = read_bounded_text(saved_token, MAX_STATE_FILE_BYTES, "operator token",
