@@ -15,7 +15,7 @@ from typing import Any
 
 import tomli
 
-from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, NICKNAME_RE, V3IDENT_RE, DirectoryAuthority
 from kistexp.errors import PlanError
 from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
 from kistexp.plan import model
@@ -354,10 +354,10 @@ def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
     t = _Table(src, data, path)
     t.check_keys(("nickname", "v3ident", "dirport", "orport", "fingerprint"))
     nickname = t.string("nickname")
-    if not re.match(r"^[A-Za-z0-9]{1,19}\Z", nickname):
+    if not NICKNAME_RE.fullmatch(nickname):
         raise src.error(t.key("nickname"), f"{nickname!r} is not a tor nickname (1-19 letters or digits)")
     v3ident = t.string("v3ident")
-    if not _HEX40_RE.match(v3ident):
+    if not V3IDENT_RE.fullmatch(v3ident):
         raise src.error(t.key("v3ident"), "expected 40 hex digits (the authority's v3 identity)")
     dirport = t.string("dirport")
     host, sep, port = dirport.rpartition(":")
