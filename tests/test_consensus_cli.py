@@ -225,3 +225,8 @@ def test_inspect_any_document_gives_a_report_or_one_line_error(tmp_path, microde
     if res.returncode == 1:
         assert res.stderr.startswith("kistexp: error: ") and res.stderr.strip().count("\n") == 0
     assert "\x1b" not in res.stdout
+
+
+def test_inspect_has_no_flavour_option_and_says_so(consensus_path):
+    res = _run(str(consensus_path), "--flavour", "bogus")
+    assert res.returncode != 0

@@ -657,3 +657,19 @@ def test_status_table_shows_hostile_vote_keys_as_text(server):
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     assert "\\x1b]0;pwned\\x07[/red]" in result.stdout
     assert "1/1 signatures valid" in result.stdout
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--timeout", "nan", "--timeout nan: expected seconds above 0"),
+    ("--timeout", "inf", "--timeout inf: expected seconds above 0"),
+    ("--timeout", "-2", "--timeout -2.0: expected seconds above 0"),
+    ("--retries", "-1", "--retries -1: expected a whole number from 0 to 10"),
+])
+def test_status_command_refuses_bad_timeouts_and_retries(option, value, message):
+    from typer.testing import CliRunner
+
+    from kistexp.cli import app
+
+    result = CliRunner().invoke(app, ["authorities", "status", option, value])
+    assert result.exit_code != 0 and isinstance(result.exception, DirectoryError)
+    assert str(result.exception) == message + (" and at most 3600" if option == "--timeout" else "")
