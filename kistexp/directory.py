@@ -361,6 +361,8 @@ class DirectoryClient:
         self.endpoints: tuple[Endpoint, ...] = tuple(Endpoint.of(a) for a in authorities)
         if not self.endpoints:
             raise DirectoryError("no directory authorities given")
+        if len(self.endpoints) > MAX_AUTHORITIES:
+            raise DirectoryError(f"{len(self.endpoints)} directory authorities given; at most {MAX_AUTHORITIES}")
         _check_unique(self.endpoints)
         bad = [e for e in accept_encodings if e not in ACCEPT_ENCODINGS]
         if bad:

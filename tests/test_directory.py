@@ -526,10 +526,13 @@ def test_header_count_and_size_are_capped(server, keys, extra, message):
     ({"retries": -1}, "--retries -1: expected a whole number from 0 to 10"),
     ({"retries": 10**6}, "--retries 1000000"),
     ({"n_authorities": 1}, "--n-authorities 1: N counts the configured authorities, so it must be from 2"),
+    ({"n_authorities": 65}, "--n-authorities 65: .* must be from 2 to 64"),
 ])
 def test_client_settings_are_validated(kw, message):
-    with pytest.raises(DirectoryError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(DirectoryError, match=message.replace("(", r"\(").replace(".", r"\.").replace(r"\.*", ".*")):
         DirectoryClient(["a=127.0.0.1:1", "b=127.0.0.1:2"], **kw)
+    with pytest.raises(DirectoryError, match="65 directory authorities given; at most 64"):
+        DirectoryClient([f"a{i}=127.0.0.1:{i + 1}" for i in range(65)])
 
 
 # --- trust pinned to authority identities (issue 7, item 1) ---------------------------------
