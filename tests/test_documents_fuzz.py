@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,6 +125,18 @@ def test_an_edit_inside_the_signed_part_fails_verification(data):
         return
     assert doc.body != _ORIGINAL[kind].body
     check = verify_signatures(doc, [KEYS.certificate], n_authorities=1)
-    # a bad signature, or (an edited dir-source) a signer that is no longer one of its voters
+    # a bad signature, or a signer that is no longer one of its voters (an edited dir-source), or a
+    # certificate not current at an edited valid-after: never "valid"
     assert check.valid == 0 and not check.ok, check.summary()
-    assert {x.status for x in check.signatures} <= {"bad signature", "unknown authority"}
+    assert {x.status for x in check.signatures} <= {"bad signature", "unknown authority", "expired cert"}
+
+
+def test_non_ascii_in_a_router_line_is_one_line():
+    line = next(x for x in VOTE.split("\n") if x.startswith("r r1 "))
+    fields = line.split(" ")
+    for k, message in ((2, "bad router identity"), (3, "bad descriptor digest")):
+        bad = fields.copy()
+        bad[k] = "é" + bad[k][1:]
+        with pytest.raises(DocumentError, match=message) as err:
+            parse_network_status(VOTE.replace(line, " ".join(bad)), "fuzz")
+        assert "\n" not in str(err.value)
