@@ -494,9 +494,12 @@ class LocalNetwork:
         try:
             vote = procs.poll(f"{node.nickname}'s first vote after the reload", check, timeout_s)
         except LocalNetError:
+            log = Path(node.data_dir) / "notice.log"
+            bug = procs.last_log_line(log, containing="vote we couldn't parse", tail_bytes=1 << 20)
+            said = f"; tor logged: {bug[:200]}" if bug != "(empty log)" else f" (see {log})"
             raise LocalNetError(
                 f"{node.nickname} made no vote within {timeout_s:g} s of reloading its ConsensusParams; it may "
-                f"not be able to vote with them (see {Path(node.data_dir) / 'notice.log'})") from None
+                f"not be able to vote with them{said}") from None
         got = _own_params(vote)  # type: ignore[arg-type]
         if got != want:
             raise LocalNetError(f"{node.nickname}'s vote after the reload lists params {got}, not {want}")
