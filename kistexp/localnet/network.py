@@ -430,8 +430,11 @@ class LocalNetwork:
     def _write_params(self, node: Node, params: ParamItems) -> None:
         path = Path(node.data_dir) / "params.inc"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(params_include(params))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(params_include(params))
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise LocalNetError(f"{path}: cannot write ConsensusParams: {exc.strerror or exc}") from None
         self._state["params"][node.nickname] = [list(item) for item in params]
 
     def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str,
