@@ -24,7 +24,10 @@ def _parse_now(now: str | None) -> dt.datetime | None:
         raise KistexpError(f"--now {now!r} is not an RFC 3339 date-time") from None
     if value.tzinfo is None:
         raise KistexpError(f"--now {now!r} needs a UTC offset, e.g. 2027-01-01T00:00:00Z")
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:  # 9999-12-31T23:59:59-05:00 is in year 10000 in UTC
+        raise KistexpError(f"--now {now!r} is outside years 1 to 9999 in UTC") from None
 
 
 def lint(

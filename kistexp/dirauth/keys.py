@@ -25,6 +25,7 @@ import attrs
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from kistexp.asciinum import ascii_port
 from kistexp.dirauth.dirformat import (
     UTC,
     as_text,
@@ -281,7 +282,7 @@ def parse_certificate_at(lines: list[str], start: int, source: str) -> tuple[Key
     if "dir-address" in seen:
         addr = seen["dir-address"]
         host, sep, port = (addr[0] if len(addr) == 1 else "").rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or ascii_port(port) is None:
             raise DocumentError(f"{where}: dir-address must be IP:port")
         address, dirport = host, int(port)
     cert = KeyCertificate(

@@ -15,11 +15,12 @@ from typing import Any
 
 import tomli
 
+from kistexp.asciinum import ascii_port
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, NICKNAME_RE, V3IDENT_RE, DirectoryAuthority
 from kistexp.errors import PlanError
 from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
 from kistexp.plan import model
-from kistexp.plan.durations import parse_duration
+from kistexp.plan.durations import format_duration, parse_duration
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.safeio import read_bounded_text
 
@@ -27,6 +28,8 @@ MAX_PLAN_BYTES = 1024 * 1024
 MAX_STAGES = 200
 MAX_CRITERIA = 100
 MAX_STRING = 10_000
+#: Room kept around a plan's dates for what is derived from them (baseline, rounds, propagation, samples).
+DATE_MARGIN = dt.timedelta(days=366)
 DEFAULT_TOR_VERSIONS = ">=0.4.8.2"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
@@ -106,7 +109,11 @@ class _Table:
             raise self.src.error(self.key(name), f"expected a number, got {_type_name(value)}")
         if value != value or value in (float("inf"), float("-inf")):
             raise self.src.error(self.key(name), "expected a finite number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer such as 10**400 has no float
+            raise self.src.error(self.key(name), f"{str(value)[:12]}... ({len(str(value))} digits) is too large "
+                                                 "for a number (at most about 1.8e308)") from None
 
     def duration(self, name: str, required: bool = True, default: str = "") -> dt.timedelta:
         text = self.string(name, required, default)
@@ -164,8 +171,17 @@ def parse_plan(text: str, path: str = "<plan>") -> model.Plan:
         raise PlanError(f"{path}: TOML syntax error: {message}", file=path, line=line,
                         problem=f"TOML syntax error: {message}") from None
     except (RecursionError, ValueError) as exc:
-        raise PlanError(f"{path}: TOML syntax error: {exc}") from None
+        long_number = _LONG_NUMBER_RE.search(text)
+        if long_number is not None:  # int() refuses more than sys.get_int_max_str_digits() (4,300) digits
+            line = text.count("\n", 0, long_number.start()) + 1
+            problem = "a number has more than 4,300 digits (no parameter, threshold or count needs that many)"
+            raise PlanError(f"{path}:{line}: {problem}", file=path, line=line, problem=problem) from None
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise PlanError(f"{path}: TOML syntax error: {message}") from None
     return _build(_Source(path, text), data)
+
+
+_LONG_NUMBER_RE = re.compile(r"[0-9][0-9_]{4300,}")
 
 
 _TOP_KEYS = ("experiment", "baseline", "stages", "switchback", "authorities", "criteria", "simulation")
@@ -217,12 +233,32 @@ def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
     authorities = _authorities(root)
     criteria = _criteria(root)
     simulation = _simulation(root)
-    return model.Plan(
+    plan = model.Plan(
         path=src.path, name=name, kind=kind, owner=owner, contact=contact, description=description,
         start=start, tor_versions=versions, tor_versions_text=versions_text, parameters=parameters,
         stages=stages, baseline=baseline, authorities=authorities, criteria=criteria, simulation=simulation,
         switchback=switchback,
     )
+    _check_date_range(exp, plan)
+    return plan
+
+
+def _check_date_range(exp: _Table, plan: model.Plan) -> None:
+    """Every date derived from a plan (its baseline before the start; consensus rounds, propagation and
+    sample windows after its end) must be one Python can compute: years 1 to 9999 (OverflowError past them)."""
+    try:
+        plan.start - plan.baseline.duration - DATE_MARGIN
+        plan.end + DATE_MARGIN
+    except OverflowError:
+        raise exp.src.error(
+            exp.key("start"),
+            f"{_iso(plan.start)} is too near the ends of the calendar kistexp computes with (years 1 to 9999): "
+            f"the baseline ({format_duration(plan.baseline.duration)}) before it and the stages after it, with "
+            f"{DATE_MARGIN.days} days to spare, must fit") from None
+
+
+def _iso(when: dt.datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
 
 
 def _start_time(exp: _Table) -> dt.datetime:
@@ -236,7 +272,10 @@ def _start_time(exp: _Table) -> dt.datetime:
         raise exp.src.error(exp.key("start"), f"expected an RFC 3339 date-time, got {_type_name(value)}")
     if value.tzinfo is None:
         raise exp.src.error(exp.key("start"), "give the time in UTC with an offset, e.g. 2027-06-07T12:00:00Z")
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:  # 9999-12-31T23:00:00-02:00 is in year 10000 in UTC
+        raise exp.src.error(exp.key("start"), f"{value.isoformat()} is outside years 1 to 9999 in UTC") from None
 
 
 def _values(src: _Source, data: Any, path: str, parameters: tuple[str, ...],
@@ -361,7 +400,7 @@ def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
         raise src.error(t.key("v3ident"), "expected 40 hex digits (the authority's v3 identity)")
     dirport = t.string("dirport")
     host, sep, port = dirport.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or ascii_port(port) is None:
         raise src.error(t.key("dirport"), f"{dirport!r} is not HOST:PORT")
     fingerprint = t.string("fingerprint", required=False)
     if fingerprint and not _HEX40_RE.match(fingerprint):
