@@ -7,6 +7,7 @@ import sys
 
 from fake_authorities.serve import describe, parse_population, serve
 from kistexp.errors import KistexpError
+from kistexp.output import error_line, visible
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         population = parse_population(args.population)
         serve(args.count, args.port, args.interval, args.token, args.state_dir, args.host, population,
-              on_ready=lambda net: print("\n".join(describe(net)), flush=True))
+              on_ready=lambda net: print("\n".join(visible(line) for line in describe(net)), flush=True))
     except KistexpError as exc:
-        print(f"fake_authorities: error: {exc}", file=sys.stderr)
+        print(error_line(exc, prog="fake_authorities"), file=sys.stderr)
         return 1
     return 0
 

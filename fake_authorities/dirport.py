@@ -12,12 +12,13 @@ import functools
 import gzip
 import lzma
 import re
+import socket
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import attrs
 
@@ -35,8 +36,17 @@ REASONS = {
     503: "Directory busy, try again later",
 }
 
-#: Bodies larger than this are refused on POST (a full vote is a few MB).
+#: Bodies larger than this are refused on POST (a full vote is a few MB); tor's MAX_DIR_UL_SIZE is 2^24-1.
 MAX_POST_BYTES = 16 * 1024 * 1024
+#: Request line plus headers, as tor's MAX_HEADERS_SIZE (directory.c): more is refused before the body.
+MAX_HEADER_BYTES = 50_000
+#: Connections one listening socket serves at once; more get "503 busy" without a thread or a read.
+MAX_CONNECTIONS = 64
+#: Request bodies all servers of this process hold in memory at once (nine authorities exchanging full
+#: votes need far less); a body that does not fit waits for nothing: it is refused with 503 before it is read.
+MAX_BODY_BUFFER_BYTES = 64 * 1024 * 1024
+#: Seconds a client has to send its whole request (line, headers, body); then the socket is shut.
+REQUEST_DEADLINE_S = 30.0
 
 
 @attrs.frozen
@@ -132,8 +142,8 @@ def choose_encoding(accepted: set[str]) -> str:
 
 # --- the URL table ------------------------------------------------------------------
 
-_HEX = re.compile(r"^[0-9A-Fa-f]+$")
-_CONSENSUS_RE = re.compile(r"^/tor/status-vote/current/consensus(?P<flav>-microdesc|-ns)?(?:/(?P<rest>.*))?$")
+_HEX = re.compile(r"^[0-9A-Fa-f]+\Z")
+_CONSENSUS_RE = re.compile(r"^/tor/status-vote/current/consensus(?P<flav>-microdesc|-ns)?(?:/(?P<rest>.*))?\Z")
 
 
 def _http_date(when: float) -> str:
@@ -292,6 +302,18 @@ class DirPortApp:
         return DirResponse(status, b"", (), reason)
 
 
+POST_PATHS = frozenset({"/tor/post/vote", "/tor/post/consensus-signature"})
+
+
+def dirport_admit(method: str, path: str, headers: dict[str, str]) -> DirResponse | None:
+    """A DirPort reads a body only for the two uploads authorities make to each other (§5.2)."""
+    if method == "POST":
+        return None if path.removesuffix(".z") in POST_PATHS else error(404)
+    if (headers.get("content-length") or "0").strip() not in ("", "0"):
+        return error(400, "Unexpected body")
+    return None
+
+
 def _looks_like_date(text: str) -> bool:
     try:
         return email.utils.parsedate_to_datetime(text) is not None
@@ -301,7 +323,101 @@ def _looks_like_date(text: str) -> bool:
 
 # --- sockets ------------------------------------------------------------------------
 
-LOOPBACK_RE = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$")
+
+class BodyBudget:
+    """Bytes of request bodies held in memory at once, shared by every server of the process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def try_take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > self.limit:
+                return False
+            self.used += n
+            return True
+
+    def give_back(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
+BODY_BUDGET = BodyBudget(MAX_BODY_BUFFER_BYTES)
+
+#: Called with (method, path, lower-case headers) before any body byte is read: a response refuses the
+#: request (e.g. 401 without the operator token), None lets it through.
+Admission = Callable[[str, str, dict[str, str]], "DirResponse | None"]
+#: How a server words its refusals (the operator API answers JSON, a DirPort an empty body).
+Refusal = Callable[[int, str], "DirResponse"]
+
+_CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,12}")  # ASCII digits only: int() also takes "²" and "١٢"
+
+
+class _CappedReader:
+    """The request stream with a byte allowance: headers get MAX_HEADER_BYTES, the body what it declared."""
+
+    def __init__(self, raw: BinaryIO, allowance: int) -> None:
+        self.raw = raw
+        self.allowance = allowance
+        self.exhausted = False
+
+    def _size(self, size: int | None) -> int:
+        if self.allowance <= 0:
+            self.exhausted = True
+            return 0
+        return self.allowance if size is None or size < 0 else min(size, self.allowance)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        n = self._size(size)
+        line = self.raw.readline(n) if n else b""
+        self.allowance -= len(line)
+        if self.allowance <= 0 and not line.endswith(b"\n"):
+            self.exhausted = True
+        return line
+
+    def read(self, size: int | None = -1) -> bytes:
+        n = self._size(size)
+        data = self.raw.read(n) if n else b""
+        self.allowance -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most ``max_connections`` handler threads; the rest are told 503 at once."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:  # noqa: ANN001
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(f"HTTP/1.0 503 {REASONS[503]}\r\n\r\n".encode())
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+LOOPBACK_RE = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}\Z")
 
 
 def require_loopback(host: str) -> None:
@@ -327,9 +443,12 @@ class DirPortServer:
     """
 
     def __init__(self, handler: Callable[[DirRequest], DirResponse], host: str, port: int,
-                 gate: Gate | None = None) -> None:
+                 gate: Gate | None = None, *, admit: Admission | None = None, refuse: Refusal | None = None,
+                 max_body_bytes: int = MAX_POST_BYTES, max_connections: int = MAX_CONNECTIONS,
+                 budget: BodyBudget = BODY_BUDGET) -> None:
         require_loopback(host)
         self.handler = handler
+        self.limits = _Limits(admit, refuse or error, max_body_bytes, max_connections, budget)
         self.host = host
         self.port = port
         self.gate = gate or Gate()
@@ -345,9 +464,8 @@ class DirPortServer:
         with self._lock:
             if self._httpd is not None:
                 return
-            handler_cls = _make_handler(self.handler, self.gate)
-            httpd = ThreadingHTTPServer((self.host, self.port), handler_cls)
-            httpd.daemon_threads = True
+            handler_cls = _make_handler(self.handler, self.gate, self.limits)
+            httpd = _BoundedHTTPServer((self.host, self.port), handler_cls, self.limits.max_connections)
             self.port = httpd.server_address[1]
             self._httpd = httpd
             self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -369,35 +487,88 @@ class DirPortServer:
         self.stop_listening()
 
 
-def _make_handler(app: Callable[[DirRequest], DirResponse], gate: Gate) -> type[BaseHTTPRequestHandler]:
+@attrs.frozen
+class _Limits:
+    admit: Admission | None
+    refuse: Refusal
+    max_body_bytes: int
+    max_connections: int
+    budget: BodyBudget
+
+
+def _make_handler(app: Callable[[DirRequest], DirResponse], gate: Gate,
+                  limits: _Limits) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"  # §5.2: HTTP/1.0 status line, close after the body
         server_version = "kistexp-fake-authority"
         sys_version = ""
         timeout = 30
 
+        def setup(self) -> None:
+            super().setup()
+            self.rfile = _CappedReader(self.rfile, MAX_HEADER_BYTES)  # type: ignore[assignment]
+            # One deadline for the whole request, however slowly it trickles in (a per-read timeout alone
+            # lets a client send a byte every 29 s for ever).
+            self._deadline = threading.Timer(REQUEST_DEADLINE_S, self._cut)
+            self._deadline.daemon = True
+            self._deadline.start()
+
+        def _cut(self) -> None:
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def finish(self) -> None:
+            self._deadline.cancel()
+            super().finish()
+
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             pass  # quiet: the operator API reports state
 
         def _serve(self, method: str) -> None:
-            while gate.hang.is_set() and not gate.stopping.is_set():
-                time.sleep(0.05)  # "not answering": hold the connection open
-            if gate.stopping.is_set():
+            reader: _CappedReader = self.rfile  # type: ignore[assignment]
+            if reader.exhausted:
+                self._send(limits.refuse(400, f"request line and headers exceed {MAX_HEADER_BYTES} bytes"), method)
                 return
-            if gate.delay_s > 0:
-                time.sleep(gate.delay_s)
-            raw_length = (self.headers.get("Content-Length") or "0").strip()
-            length = int(raw_length) if raw_length.isdigit() else -1
-            if not 0 <= length <= MAX_POST_BYTES:
-                self._send(error(400, "Bad Content-Length"), method)
-                return
-            body = self.rfile.read(length) if length > 0 else b""
             path, _, query = self.path.partition("?")
             headers = {k.lower(): v for k, v in self.headers.items()}
+            refused = limits.admit(method, path, headers) if limits.admit else None
+            if refused is not None:  # decided on the headers: not one body byte is read
+                self._send(refused, method)
+                return
+            raw_length = (self.headers.get("Content-Length") or "0").strip()
+            if not _CONTENT_LENGTH_RE.fullmatch(raw_length):
+                self._send(limits.refuse(400, "Bad Content-Length"), method)
+                return
+            length = int(raw_length)
+            if length > limits.max_body_bytes:
+                self._send(limits.refuse(400, f"Bad Content-Length: a body of {length} bytes exceeds the "
+                                              f"{limits.max_body_bytes}-byte limit"), method)
+                return
+            if length and not limits.budget.try_take(length):
+                self._send(limits.refuse(503, "too many request bodies in memory; try again later"), method)
+                return
             try:
-                resp = app(DirRequest(method, path, headers, body, self.client_address[0], query))
-            except Exception:  # a bug must not kill the server thread; report 503 like a busy tor
-                resp = error(503)
+                reader.allowance = length
+                body = reader.read(length) if length > 0 else b""
+                self._deadline.cancel()  # the request is in: the reply may take as long as the gate says
+                if len(body) < length:
+                    return  # the client hung up or missed the deadline: nobody to answer
+                while gate.hang.is_set() and not gate.stopping.is_set():
+                    time.sleep(0.05)  # "not answering": hold the connection open
+                if gate.stopping.is_set():
+                    return
+                if gate.delay_s > 0:
+                    time.sleep(gate.delay_s)
+                try:
+                    resp = app(DirRequest(method, path, headers, body, self.client_address[0], query))
+                except Exception:  # a bug must not kill the server thread; report 503 like a busy tor
+                    resp = error(503)
+                del body
+            finally:
+                if length:
+                    limits.budget.give_back(length)
             self._send(resp, method)
 
         def _send(self, resp: DirResponse, method: str) -> None:

@@ -25,13 +25,14 @@ import httpx
 
 from fake_authorities import docs
 from fake_authorities.authority import FakeAuthority, Published
-from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, require_loopback
+from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, dirport_admit, require_loopback
 from fake_authorities.faults import Fault
 from fake_authorities.transport import InProcessTransport, Route
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
 from kistexp.dirauth.schedule import AcceleratedSchedule, RoundTimes, ScheduleError
 from kistexp.errors import KistexpError
+from kistexp.safeio import read_bounded, read_bounded_text
 
 if TYPE_CHECKING:
     from fake_authorities.population import Population
@@ -50,14 +51,33 @@ def generate_keys(count: int, bits: tuple[int, int] = (3072, 2048)) -> list[Auth
     return [AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1]) for _ in range(count)]
 
 
+#: Keys, certificates, the token and consensus-params.json in a state directory are a few KiB each.
+MAX_STATE_FILE_BYTES = 256 * 1024
+
+
+def _state_bytes(path: Path) -> bytes:
+    return read_bounded(path, MAX_STATE_FILE_BYTES, "state file", NetworkError)
+
+
+def _check_state_dir(path: Path) -> None:
+    """The state directory must be a directory, or creatable as one, before anything is written."""
+    if os.path.lexists(path) and not path.is_dir():
+        raise NetworkError(f"--state-dir {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NetworkError(f"--state-dir {path}: cannot create it ({exc.strerror or exc})") from None
+
+
 def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int, int]) -> list[AuthorityKeys]:
     out = []
     for name in names:
         d = state_dir / name if state_dir else None
-        if d and (d / "authority_certificate").is_file():
-            out.append(AuthorityKeys.load_pem((d / "authority_identity_key").read_bytes(),
-                                              (d / "authority_signing_key").read_bytes(),
-                                              (d / "authority_certificate").read_text(), str(d)))
+        if d and os.path.lexists(d / "authority_certificate"):
+            out.append(AuthorityKeys.load_pem(_state_bytes(d / "authority_identity_key"),
+                                              _state_bytes(d / "authority_signing_key"),
+                                              _state_bytes(d / "authority_certificate").decode("ascii", "replace"),
+                                              str(d)))
             continue
         keys = AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1])
         if d:
@@ -122,9 +142,12 @@ class FakeAuthorityNetwork:
         self.base_port = port if listen or port else 17000
         self.listen = listen
         self.state_dir = Path(state_dir) if state_dir else None
+        if self.state_dir is not None:
+            _check_state_dir(self.state_dir)
         saved_token = self.state_dir / "operator-token" if self.state_dir else None
-        if token is None and saved_token is not None and saved_token.is_file():
-            token = saved_token.read_text().strip() or None  # a restart keeps the operator's token
+        if token is None and saved_token is not None and os.path.lexists(saved_token):
+            token = read_bounded_text(saved_token, MAX_STATE_FILE_BYTES, "operator token",
+                                      NetworkError).strip() or None  # a restart keeps the operator's token
         self.token = token or secrets.token_urlsafe(18)
         self.names = list(nicknames) if nicknames else default_nicknames(count)
         if len(self.names) != count or len(set(n.lower() for n in self.names)) != count:
@@ -158,6 +181,7 @@ class FakeAuthorityNetwork:
     def start(self) -> FakeAuthorityNetwork:
         if self.started:
             return self
+        from fake_authorities.operator import MAX_BODY_BYTES as OPERATOR_MAX_BODY_BYTES
         from fake_authorities.operator import OperatorApi
 
         keys = (self._given_keys[: self.count] if self._given_keys
@@ -177,13 +201,16 @@ class FakeAuthorityNetwork:
             try:
                 for name in self.names:
                     app = self._apps[name]
-                    srv = DirPortServer(app.handle, self.host, self.authorities[name].dirport, self._gates[name])
+                    srv = DirPortServer(app.handle, self.host, self.authorities[name].dirport, self._gates[name],
+                                        admit=dirport_admit)
                     srv.listen()
                     self._servers[name] = srv
                     self._ports[name] = srv.port
                     self.authorities[name].dirport = self.authorities[name].orport = srv.port
-                self.operator_server = DirPortServer(OperatorApi(self).handle, self.host, self.base_port,
-                                                     self._operator_gate)
+                operator = OperatorApi(self)
+                self.operator_server = DirPortServer(operator.handle, self.host, self.base_port,
+                                                     self._operator_gate, admit=operator.admit,
+                                                     refuse=operator.refuse, max_body_bytes=OPERATOR_MAX_BODY_BYTES)
                 self.operator_server.listen()
             except OSError as exc:
                 self.stop()
@@ -229,11 +256,11 @@ class FakeAuthorityNetwork:
     def _apply_initial_params(self) -> None:
         init = self._initial_params
         saved = self.state_dir / "consensus-params.json" if self.state_dir else None
-        if init is None and saved is not None and saved.is_file():
+        if init is None and saved is not None and os.path.lexists(saved):
             # ConsensusParams set through the operator API survive a restart, as a torrc would.
             try:
-                init = {n: p for n, p in json.loads(saved.read_text()).items() if n in self.authorities}
-            except ValueError:
+                init = {n: p for n, p in json.loads(_state_bytes(saved)).items() if n in self.authorities}
+            except (ValueError, RecursionError, AttributeError):
                 raise NetworkError(f"{saved}: not valid JSON") from None
         if init is None:
             return

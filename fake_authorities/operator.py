@@ -12,12 +12,17 @@ Every request needs ``Authorization: Bearer <token>``. Endpoints, under /kistexp
 - ``GET /consensus``: consensuses published so far (valid-after, params, signers).
 - ``GET|POST /population``: POST ``{"caches": n, "clients": n, "seed": s}`` attaches nodes; GET
   returns their adoption (``?nodes=1`` adds per-node fetch records).
+
+Bounds (docs/security.md): the token is checked on the headers, before any body byte is read; a body is
+at most MAX_BODY_BYTES of JSON nested at most MAX_JSON_DEPTH deep, without NaN or infinities; bad input
+is a 400 with ``{"error": ...}``, never a 5xx.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import math
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -29,6 +34,67 @@ if TYPE_CHECKING:
     from fake_authorities.network import FakeAuthorityNetwork
 
 PREFIX = "/kistexp/operator"
+#: The largest request the API takes: its bodies are a params line, a fault or a population size.
+MAX_BODY_BYTES = 64 * 1024
+#: The deepest nesting of arrays/objects in a body; the deepest valid body ({"params": {...}}) has 2.
+MAX_JSON_DEPTH = 8
+#: Seeds for the population's random generator (numpy takes non-negative integers; 64 bits is plenty).
+MAX_SEED = 2**64 - 1
+MAX_POPULATION_NODES = 100_000
+
+
+class BadRequest(ValueError):
+    """Input the API refuses with 400."""
+
+
+def _no_constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadRequest(f"number {text[:20]} is out of range")
+    return value
+
+
+def _depth_ok(obj: Any, limit: int) -> bool:
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return False
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return True
+
+
+def parse_body(raw: bytes) -> Any:
+    """The request body as JSON (None when empty), or BadRequest naming what is wrong."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(f"request body of {len(raw)} bytes exceeds the {MAX_BODY_BYTES}-byte limit")
+    if not raw.strip():
+        return None
+    try:
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise BadRequest(f"request body is nested more than {MAX_JSON_DEPTH} deep") from None
+    except BadRequest:
+        raise
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("request body is not JSON") from None
+    if not _depth_ok(body, MAX_JSON_DEPTH):
+        raise BadRequest(f"request body is nested more than {MAX_JSON_DEPTH} deep")
+    return body
+
+
+def _count(spec: dict, name: str, default: int, maximum: int) -> int:
+    value = spec.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer, got {json.dumps(value)[:40]}")
+    if not 0 <= value <= maximum:
+        raise BadRequest(f"{name} must be within 0..{maximum}, got {value}")
+    return value
 
 
 def _json(status: int, obj: Any) -> DirResponse:
@@ -46,23 +112,30 @@ class OperatorApi:
     def __init__(self, network: FakeAuthorityNetwork) -> None:
         self.network = network
 
-    def handle(self, req: DirRequest) -> DirResponse:
-        path, query = req.path, req.query
+    def admit(self, method: str, path: str, headers: dict[str, str]) -> DirResponse | None:
+        """Decide on the request line and headers alone (the socket server calls this before reading a body)."""
         if not path.startswith(PREFIX + "/"):
-            return _problem(404, f"unknown path {path}; the operator API lives under {PREFIX}/")
-        auth = req.headers.get("authorization", "")
+            return _problem(404, f"unknown path {path[:200]}; the operator API lives under {PREFIX}/")
+        auth = headers.get("authorization", "")
         scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(),
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("utf-8", "replace"),
                                                                  self.network.token.encode()):
             return _problem(401, "missing or wrong operator token (Authorization: Bearer <token>)")
-        parts = [p for p in path[len(PREFIX) + 1:].split("/") if p]
+        return None
+
+    @staticmethod
+    def refuse(status: int, message: str) -> DirResponse:
+        return _problem(status, message)
+
+    def handle(self, req: DirRequest) -> DirResponse:
+        refused = self.admit(req.method, req.path, req.headers)
+        if refused is not None:
+            return refused
+        parts = [p for p in req.path[len(PREFIX) + 1:].split("/") if p]
         try:
-            body = json.loads(req.body) if req.body.strip() else None
-        except (ValueError, UnicodeDecodeError):
-            return _problem(400, "request body is not JSON")
-        try:
-            return self._route(req.method, parts, body, parse_qs(query))
-        except (KistexpError, FaultError) as exc:
+            body = parse_body(req.body)
+            return self._route(req.method, parts, body, parse_qs(req.query, max_num_fields=20))
+        except (KistexpError, FaultError, BadRequest) as exc:
             return _problem(400, str(exc))
         except Exception as exc:  # report, never kill the operator server
             return _problem(500, f"{type(exc).__name__}: {exc}")
@@ -99,6 +172,11 @@ class OperatorApi:
                     params = body["params"]
                     if not isinstance(params, (str, list, dict)):
                         return _problem(400, "params must be a string, a list of lines or an object")
+                    if isinstance(params, list) and not all(isinstance(line, str) for line in params):
+                        return _problem(400, "params as a list must hold strings (ConsensusParams lines)")
+                    if isinstance(params, dict) and not all(
+                            isinstance(v, int) and not isinstance(v, bool) for v in params.values()):
+                        return _problem(400, "params as an object must map keywords to integers")
                     items = net.set_params(auth.nickname, params)
                     return _json(200, {"nickname": auth.nickname, "consensus_params": list(auth.consensus_params),
                                        "vote_params": " ".join(f"{k}={v}" for k, v in items),
@@ -121,17 +199,17 @@ class OperatorApi:
     def _population(self, method: str, body: Any, query: dict[str, list[str]]) -> DirResponse:
         net = self.network
         if method == "POST":
-            spec = body if isinstance(body, dict) else {}
+            if body is not None and not isinstance(body, dict):
+                return _problem(400, 'expected {"caches": n, "clients": n, "seed": s}')
+            spec = body or {}
             unknown = set(spec) - {"caches", "clients", "seed"}
             if unknown:
                 return _problem(400, f"unknown population field(s): {', '.join(sorted(unknown))}")
-            try:
-                caches, clients, seed = (int(spec.get("caches", 100)), int(spec.get("clients", 100)),
-                                         int(spec.get("seed", 1)))
-            except (TypeError, ValueError):
-                return _problem(400, "caches, clients and seed must be integers")
-            if not (0 <= caches <= 100_000 and 0 <= clients <= 100_000 and caches + clients > 0):
-                return _problem(400, "caches and clients must be within 0..100000, not both 0")
+            caches = _count(spec, "caches", 100, MAX_POPULATION_NODES)
+            clients = _count(spec, "clients", 100, MAX_POPULATION_NODES)
+            seed = _count(spec, "seed", 1, MAX_SEED)
+            if caches + clients == 0:
+                return _problem(400, "caches and clients must not both be 0")
             if clients and not caches:
                 return _problem(400, "clients fetch from caches: attach at least one cache")
             net.attach_population(caches=caches, clients=clients, seed=seed)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fake_authorities.network import FakeAuthorityNetwork, NetworkError
+from kistexp.asciinum import ascii_uint
 from kistexp.plan.durations import parse_duration
 
 
@@ -15,12 +16,22 @@ def parse_interval(text: str) -> int:
     """``10s``, ``1m`` or a bare number of seconds -> whole seconds (>= 2)."""
     raw = text.strip()
     try:
-        seconds = int(raw) if raw.isdigit() else int(parse_duration(raw).total_seconds())
-    except ValueError as exc:
-        raise NetworkError(f"--interval {text!r}: {exc}") from None
+        bare = ascii_uint(raw)
+        seconds = bare if bare is not None else int(parse_duration(raw).total_seconds())
+    except ValueError:
+        raise NetworkError(f"--interval {text[:40]!r}: expected seconds such as 10s, 1m or 20") from None
     if seconds < 2:
-        raise NetworkError(f"--interval {text!r}: must be at least 2 s")
+        raise NetworkError(f"--interval {text[:40]!r}: must be at least 2 s")
+    if seconds > 86400:  # tor's longest V3AuthVotingInterval is 24 hours
+        raise NetworkError(f"--interval {text[:40]!r}: must be at most 24 h (86400 s)")
     return seconds
+
+
+def _count(text: str) -> int:
+    value = ascii_uint(text.strip())
+    if value is None:
+        raise ValueError(text)
+    return value
 
 
 def parse_population(text: str | None) -> tuple[int, int] | None:
@@ -28,9 +39,9 @@ def parse_population(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
     try:
-        caches, clients = (int(x) for x in text.split(","))
+        caches, clients = (_count(x) for x in text.split(","))
     except ValueError:
-        raise NetworkError(f"--population {text!r}: expected CACHES,CLIENTS, e.g. 200,1000") from None
+        raise NetworkError(f"--population {text[:40]!r}: expected CACHES,CLIENTS, e.g. 200,1000") from None
     if caches < 1 or clients < 0 or caches + clients > 200_000:
         raise NetworkError(f"--population {text!r}: need at least one cache and at most 200000 nodes")
     return caches, clients

@@ -9,6 +9,7 @@ import typer
 
 from kistexp.commands import register_all
 from kistexp.errors import KistexpError
+from kistexp.output import error_line
 
 app = typer.Typer(
     name="kistexp",
@@ -24,7 +25,7 @@ def main() -> None:
     try:
         app()
     except KistexpError as exc:
-        print(f"kistexp: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("kistexp: interrupted", file=sys.stderr)

@@ -25,8 +25,10 @@ from __future__ import annotations
 import datetime as dt
 import io
 import lzma
+import math
 import random
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,10 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpcore
 import httpx
 
 from kistexp.dirauth import documents
-from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority, parse_nickname, parse_v3ident
 from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
 from kistexp.dirauth.documents import KeyCertificate, NetworkStatus, SignatureCheck
 from kistexp.dirauth.paramsline import sort_params
@@ -89,17 +92,31 @@ class Endpoint:
 
 
 _SPEC_RE = re.compile(
-    r"^(?:(?P<nick>[A-Za-z0-9_-]{1,19})=)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):(?P<port>\d{1,5})$")
+    r"(?:(?P<nick>[^=]{1,40})=)?(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(?P<port>[0-9]{1,5})"
+    r"(?:/(?P<ident>[^/]*))?")
 
 
 def parse_authority_spec(spec: str) -> Endpoint:
-    """Parse ``NICK=HOST:PORT`` (or ``HOST:PORT``) as given to ``--authority``."""
-    m = _SPEC_RE.match(spec.strip())
+    """Parse ``NICK=HOST:PORT/V3IDENT`` as given to ``--authority``.
+
+    The v3ident pins the authority's identity, as a DirAuthority line does; without it
+    (``NICK=HOST:PORT`` or ``HOST:PORT``) the server can be asked for its vote but nothing it
+    serves can be verified, and it adds no trusted identity.
+    """
+    m = _SPEC_RE.fullmatch(spec)
     if not m or not 0 < int(m["port"]) < 65536:
-        raise DirectoryError(f"--authority {spec!r}: expected NICK=HOST:PORT, e.g. moria1=127.0.0.1:7001")
+        raise DirectoryError(f"--authority {spec!r}: expected NICK=HOST:PORT/V3IDENT, e.g. "
+                             "moria1=127.0.0.1:7001/F533C81CEF0BC0267857C99B2F471ADF249FA232")
     host = m["host"].strip("[]")
-    nick = m["nick"] or f"{host}:{m['port']}"
-    return Endpoint(nick, host, int(m["port"]))
+    nick = parse_nickname(m["nick"], f"--authority {spec!r}") if m["nick"] else f"{host}:{m['port']}"
+    ident = parse_v3ident(m["ident"], f"--authority {spec!r}") if m["ident"] is not None else ""
+    return Endpoint(nick, host, int(m["port"]), ident)
+
+
+#: Response headers: a DirPort sends about five. httpcore refuses a header block over
+#: 100 KiB while reading it (h11 max_incomplete_event_size); these refuse anything past them.
+MAX_HEADERS = 64
+MAX_HEADER_BYTES = 16 * 1024
 
 
 @attrs.frozen
@@ -110,6 +127,8 @@ class Limits:
     max_decoded_bytes: int = MAX_DOCUMENT_BYTES  # bytes after decompression: no parser takes more
     max_ratio: int = BOMB_MAX_RATIO
     ratio_check_after_bytes: int = BOMB_CHECK_AFTER_BYTES
+    max_headers: int = MAX_HEADERS
+    max_header_bytes: int = MAX_HEADER_BYTES
 
 
 @attrs.frozen
@@ -209,6 +228,99 @@ def _decode_stream(encoding: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
         raise ValueError(f"bad {encoding} data ({exc})") from None
 
 
+# --- a total deadline per request ---------------------------------------------------
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's socket backend with every connect, read and write clipped to the deadline of
+    the request under way. httpx's timeouts bound each socket operation, not the request: a
+    server that sends its status line and headers one byte at a time would never trip them."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._local = threading.local()
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self._local.deadline = deadline
+
+    def clip(self, timeout: float | None, expired: type[Exception]) -> float | None:
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is None:
+            return timeout
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise expired("the request deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        stream = self._inner.connect_tcp(host, port, self.clip(timeout, httpcore.ConnectTimeout),
+                                         local_address, socket_options)
+        return _DeadlineStream(stream, self)
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("directory authorities are reached over TCP only")
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream, backend: _DeadlineBackend) -> None:
+        self._stream = stream
+        self._backend = backend
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, self._backend.clip(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, self._backend.clip(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("DirPorts speak plain HTTP")
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _Body(httpx.SyncByteStream):
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        if hasattr(self._stream, "close"):
+            self._stream.close()
+
+
+class _DeadlineTransport(httpx.BaseTransport):
+    """httpx over httpcore's connection pool and the deadline backend. httpcore's errors are
+    left as they are; ``fetch_once`` names both families."""
+
+    def __init__(self) -> None:
+        self.backend = _DeadlineBackend()
+        self._pool = httpcore.ConnectionPool(network_backend=self.backend, max_keepalive_connections=0)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        req = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
+        resp = self._pool.handle_request(req)
+        return httpx.Response(status_code=resp.status, headers=resp.headers, stream=_Body(resp.stream),
+                              extensions=resp.extensions)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
 # --- the client ---------------------------------------------------------------------
 
 
@@ -216,11 +328,16 @@ class DirectoryClient:
     """Fetch consensuses, votes and key certificates from a list of DirPorts.
 
     ``authorities``: DirectoryAuthority objects (today's nine by default), Endpoints,
-    ``(host, port)`` pairs or ``NICK=HOST:PORT`` strings. ``n_authorities`` is the N of
-    the signature rule (defaults to the length of the list). ``transport`` is any httpx
-    transport (e.g. ``fake_authorities`` in-process). Backoff between attempts is
-    exponential with full jitter: U(0, min(backoff_max_s, backoff_s * 2**attempt)).
-    ``clock`` (POSIX seconds) is the "now" certificates must be current at.
+    ``(host, port)`` pairs or ``NICK=HOST:PORT/V3IDENT`` strings. Trust is pinned to their
+    v3idents, as tor pins its DirAuthority lines: only certificates of those identities are
+    kept and only their signatures count; an authority given without one adds no identity,
+    and with none at all nothing can be verified. ``n_authorities`` is the N of the signature
+    rule: the number of configured authorities, which it may raise but never lower.
+    ``transport`` is any httpx transport (e.g. ``fake_authorities`` in-process). Each attempt
+    at a request has ``timeout_s`` in total for connect, headers and body (``deadline_s``
+    overrides it). Backoff between attempts is exponential with full jitter:
+    U(0, min(backoff_max_s, backoff_s * 2**attempt)). ``clock`` (POSIX seconds) is the "now"
+    certificates must be current at.
     """
 
     def __init__(
@@ -244,24 +361,34 @@ class DirectoryClient:
         self.endpoints: tuple[Endpoint, ...] = tuple(Endpoint.of(a) for a in authorities)
         if not self.endpoints:
             raise DirectoryError("no directory authorities given")
+        if len(self.endpoints) > MAX_AUTHORITIES:
+            raise DirectoryError(f"{len(self.endpoints)} directory authorities given; at most {MAX_AUTHORITIES}")
+        _check_unique(self.endpoints)
         bad = [e for e in accept_encodings if e not in ACCEPT_ENCODINGS]
         if bad:
             raise DirectoryError(f"unsupported Accept-Encoding value(s): {', '.join(bad)}")
         self.accept_encodings = tuple(accept_encodings) if "identity" in accept_encodings else (
             *accept_encodings, "identity")
-        self.timeout_s = timeout_s
-        self.deadline_s = deadline_s if deadline_s is not None else 3 * timeout_s
+        self.timeout_s = _seconds(timeout_s, "--timeout")
+        self.deadline_s = _seconds(deadline_s, "deadline") if deadline_s is not None else self.timeout_s
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+            raise DirectoryError(f"--retries {retries!r}: expected a whole number from 0 to {MAX_RETRIES}")
         self.retries = retries
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self.limits = limits or Limits()
-        self.n_authorities = n_authorities or len(self.endpoints)
+        configured = len(self.endpoints)
+        if n_authorities is not None and not configured <= n_authorities <= MAX_AUTHORITIES:
+            raise DirectoryError(f"--n-authorities {n_authorities}: N counts the configured authorities, so it "
+                                 f"must be from {configured} to {MAX_AUTHORITIES}")
+        self.n_authorities = n_authorities or configured
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._clock = clock
+        self._deadlines = _DeadlineTransport() if transport is None else None
         self._http = httpx.Client(
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s),
+            transport=transport or self._deadlines,
+            timeout=httpx.Timeout(self.timeout_s),
             follow_redirects=False,
             headers={"User-Agent": "kistexp-directory-client"},
         )
@@ -299,9 +426,17 @@ class DirectoryClient:
         req_headers = {"Accept-Encoding": ", ".join(self.accept_encodings), **(headers or {})}
         start = time.monotonic()
         deadline = start + self.deadline_s
+        if self._deadlines is not None:
+            self._deadlines.backend.set_deadline(deadline)
         try:
             with self._http.stream("GET", url, headers=req_headers) as resp:
                 status = resp.status_code
+                raw_headers = resp.headers.raw
+                header_bytes = sum(len(k) + len(v) + 4 for k, v in raw_headers)
+                if len(raw_headers) > lim.max_headers or header_bytes > lim.max_header_bytes:
+                    raise DirectoryError(f"{where}: {len(raw_headers)} response headers of {header_bytes} bytes, "
+                                         f"more than the {lim.max_headers} headers / {lim.max_header_bytes} "
+                                         "bytes allowed")
                 resp_headers = {k.lower(): v for k, v in resp.headers.items()}
                 if status == 304:
                     return Fetched(endpoint, url, 304, "", 0, b"", resp_headers, time.monotonic() - start)
@@ -314,7 +449,7 @@ class DirectoryClient:
                     raise DirectoryError(f"{where}: server sent Content-Encoding {declared!r}, "
                                          f"which was not offered ({', '.join(self.accept_encodings)})")
                 length = resp_headers.get("content-length")
-                if length is not None and length.isdigit() and int(length) > lim.max_body_bytes:
+                if length is not None and _DIGITS.fullmatch(length) and int(length) > lim.max_body_bytes:
                     raise DirectoryError(f"{where}: Content-Length {length} exceeds the "
                                          f"{lim.max_body_bytes}-byte limit")
                 wire = 0
@@ -334,14 +469,19 @@ class DirectoryClient:
                                time.monotonic() - start)
         except KistexpError:
             raise
-        except httpx.TimeoutException:
-            raise _Retryable(f"{where}: timed out after {self.timeout_s:g} s") from None
-        except httpx.ConnectError as exc:
+        except (httpx.TimeoutException, httpcore.TimeoutException):
+            raise _Retryable(f"{where}: timed out: no complete answer within the "
+                             f"{self.deadline_s:g} s deadline") from None
+        except (httpx.ConnectError, httpcore.ConnectError) as exc:
             raise _Retryable(f"{where}: cannot connect ({_short(exc)})") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+                httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError) as exc:
             raise _Retryable(f"{where}: connection failed mid-transfer ({_short(exc)})") from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpcore.ProtocolError, httpcore.NetworkError) as exc:
             raise DirectoryError(f"{where}: {type(exc).__name__}: {_short(exc)}") from None
+        finally:
+            if self._deadlines is not None:
+                self._deadlines.backend.set_deadline(None)
 
     def _decode(self, where: str, declared: str, raw: Iterator[bytes]) -> bytes:
         lim = self.limits
@@ -409,70 +549,66 @@ class DirectoryClient:
     # -- key certificates ----------------------------------------------------------
 
     def trusted_v3idents(self) -> frozenset[str]:
+        """The pinned identities: the configured authorities' v3idents, nothing else."""
         return frozenset(e.v3ident for e in self.endpoints if e.v3ident)
 
+    def unpinned(self) -> tuple[Endpoint, ...]:
+        """Configured authorities given without a v3ident: asked, never trusted."""
+        return tuple(e for e in self.endpoints if not e.v3ident)
+
+    def _require_identities(self, what: str) -> frozenset[str]:
+        trusted = self.trusted_v3idents()
+        if not trusted:
+            raise DocumentError(f"{what}: not verified: no authority identity (v3ident) is configured, so "
+                                "nothing served can be checked; give --authority NICK=HOST:PORT/V3IDENT")
+        return trusted
+
     def _adopt_certificates(self, certs: Iterable[KeyCertificate]) -> int:
+        """Keep the certificates of pinned identities; any other is useless and dropped."""
         trusted = self.trusted_v3idents()
         n = 0
         for cert in certs:
-            ident = cert.fingerprint
-            if trusted and ident not in trusted:
-                continue  # a certificate for an authority we do not recognise is useless
-            self.certificates[ident] = cert
-            n += 1
+            if cert.fingerprint in trusted:
+                self.certificates[cert.fingerprint] = cert
+                n += 1
         return n
 
     def load_certificates(self, path: str | Path) -> int:
-        """Trust the key certificates in a file (e.g. tor's cached-certs)."""
+        """Take the configured authorities' key certificates from a file (e.g. tor's cached-certs);
+        certificates of other identities in it are ignored."""
         p = Path(path)
-        try:
-            data = p.read_bytes()
-        except OSError as exc:
-            raise DocumentError(f"{p}: cannot read certificates ({exc.strerror})") from None
+        data = documents.read_document_file(p, "key certificates")
         return self._adopt_certificates(documents.parse_key_certificates(data, str(p)))
 
     def fetch_certificates(self) -> int:
-        """Fetch the authorities' key certificates (§5.1 /tor/keys/...).
+        """Fetch the pinned authorities' key certificates (§5.1 ``/tor/keys/fp/..``).
 
-        With v3idents known, any authority may serve them (``/tor/keys/fp/..``; only
-        certificates for configured identities are kept). For bare host:port entries each
-        authority's own ``/tor/keys/authority`` is taken as its identity, as a
-        ``DirAuthority`` line would configure it.
+        Any authority may serve them, as in tor: a certificate is signed by the identity key
+        whose SHA-1 is the pinned v3ident, so no server can forge another's; certificates of
+        identities not asked for are dropped.
         """
-        known = sorted(self.trusted_v3idents())
-        if known:
-            path = "/tor/keys/fp/" + "+".join(known)
+        known = sorted(self._require_identities("key certificates"))
+        path = "/tor/keys/fp/" + "+".join(known)
 
-            def accept(f: Fetched) -> int:
-                return self._adopt_certificates(documents.parse_key_certificates(f.body, f.url))
+        def accept(f: Fetched) -> int:
+            n = self._adopt_certificates(documents.parse_key_certificates(f.body, f"{f.endpoint.nickname} {f.url}"))
+            if not n:
+                raise DocumentError(f"{f.endpoint.nickname} {f.url}: no certificate of a configured authority")
+            return n
 
-            return self._from_any(path, accept, "key certificates")
-        problems = []
-        learned = []
-        for ep in self.endpoints:
-            try:
-                f = self.fetch(ep, "/tor/keys/authority")
-                for cert in documents.parse_key_certificates(f.body, f.url):
-                    self.certificates[cert.fingerprint] = cert
-                    learned.append(attrs.evolve(ep, v3ident=cert.fingerprint))
-            except KistexpError as exc:
-                problems.append(str(exc))
-                learned.append(ep)
-        self.endpoints = tuple(learned)
-        if not self.certificates:
-            raise DirectoryError("no authority served its key certificate: " + "; ".join(problems))
-        return len(self.certificates)
+        return self._from_any(path, accept, "key certificates")
 
     # -- documents -----------------------------------------------------------------
 
     def verify_consensus(self, doc: NetworkStatus, where: str) -> SignatureCheck:
         """The signature check of §2.1 with certificates checked at the current time (a
         live fetch, as tor does); DocumentError unless >= floor(N/2)+1 verify."""
+        trusted = self._require_identities(where)
         if not self.certificates:
             raise DocumentError(f"{where}: no authority key certificates to check the consensus against")
         now = dt.datetime.fromtimestamp(int(self._clock()), tz=dt.timezone.utc)
         check = documents.verify_signatures(doc, list(self.certificates.values()),
-                                            n_authorities=self.n_authorities, at=now)
+                                            n_authorities=self.n_authorities, at=now, authorities=trusted)
         if not check.ok:
             raise DocumentError(f"{where}: consensus rejected: {check.summary()}")
         return check
@@ -484,8 +620,8 @@ class DirectoryClient:
         not parse, is older than the one held, or lacks enough valid signatures is
         rejected with a clear error and the consensus held so far is kept.
         """
-        if flavour not in CONSENSUS_PATHS:
-            raise DirectoryError(f"unknown consensus flavour {flavour!r} (ns or microdesc)")
+        check_flavour(flavour)
+        self._require_identities(f"{flavour} consensus")
         if not self.certificates:
             self.fetch_certificates()
         path = CONSENSUS_PATHS[flavour]
@@ -544,6 +680,43 @@ class DirectoryClient:
         return out
 
 
+#: Most authorities one client asks (one request each per question): tor sets no cap on
+#: DirAuthority lines; nine are live and test networks use a few, so 64 only bounds the work.
+MAX_AUTHORITIES = 64
+#: Attempts per request are retries + 1; more than this is a mistake, not persistence.
+MAX_RETRIES = 10
+#: Longest --timeout: a whole consensus over a slow link fits well within it.
+MAX_TIMEOUT_S = 3600.0
+_DIGITS = re.compile(r"[0-9]{1,20}")
+
+
+def check_flavour(flavour: str) -> str:
+    if flavour not in CONSENSUS_PATHS:
+        raise DirectoryError(f"--flavour {flavour!r}: unknown consensus flavour (ns or microdesc)")
+    return flavour
+
+
+def _seconds(value: float, option: str) -> float:
+    try:
+        ok = math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S
+    except TypeError:
+        ok = False
+    if not ok:
+        raise DirectoryError(f"{option} {value!r}: expected seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+    return float(value)
+
+
+def _check_unique(endpoints: Sequence[Endpoint]) -> None:
+    seen: dict[str, str] = {}
+    for e in endpoints:
+        for key in (e.nickname.lower(), e.v3ident):
+            if key and key in seen:
+                raise DirectoryError(f"authority {e.nickname} repeats {seen[key]}'s "
+                                     f"{'v3ident' if key == e.v3ident else 'nickname'}")
+            if key:
+                seen[key] = e.nickname
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return " ".join(text.split())[:200]
@@ -566,6 +739,7 @@ class AuthorityVote:
     error: str | None
     valid_after: dt.datetime | None  # of the vote; None on error
     params: tuple[tuple[str, int], ...]
+    pinned: bool = True  # False: configured without a v3ident, so its vote's identity is unchecked
 
 
 @attrs.frozen
@@ -590,20 +764,24 @@ class AuthoritiesStatus:
     consensus_signatures: str
     consensus_error: str | None
     params: tuple[ParamStatus, ...]
+    verified: bool = False  # a consensus verified against the pinned identities is shown
 
     def to_json(self) -> dict[str, Any]:
         return {
             "n_authorities": self.n_authorities,
+            "verified": self.verified,
             "consensus": {
                 "flavour": self.consensus_flavour,
                 "valid_after": self.consensus_valid_after,
                 "fresh_until": self.consensus_fresh_until,
                 "signatures": self.consensus_signatures,
                 "error": self.consensus_error,
+                "verified": self.verified,
             },
             "authorities": [
-                {"nickname": a.nickname, "url": a.url, "v3ident": a.v3ident, "reachable": a.error is None,
-                 "error": a.error, "vote_valid_after": a.valid_after, "params": dict(a.params)}
+                {"nickname": a.nickname, "url": a.url, "v3ident": a.v3ident, "pinned": a.pinned,
+                 "reachable": a.error is None, "error": a.error, "vote_valid_after": a.valid_after,
+                 "params": dict(a.params)}
                 for a in self.authorities
             ],
             "params": [
@@ -618,7 +796,9 @@ def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
                        flavour: str = "microdesc") -> AuthoritiesStatus:
     """Each authority's current vote for ``parameters`` (all voted ones when empty), the
     verified current consensus and tor's tally of the votes (§1.3). An unreachable authority
-    or a consensus that cannot be had is reported, not raised."""
+    or a consensus that cannot be had is reported, not raised; ``verified`` says whether the
+    consensus shown passed the signature check against the pinned identities."""
+    check_flavour(flavour)
     fetched = client.fetch_votes("current")
     rows: list[AuthorityVote] = []
     votes: list[Vote] = []
@@ -626,10 +806,10 @@ def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
         got = fetched[ep.nickname]
         url = ep.base_url + "/tor/status-vote/current/authority"
         if isinstance(got, KistexpError):
-            rows.append(AuthorityVote(ep.nickname, url, ep.v3ident, str(got), None, ()))
+            rows.append(AuthorityVote(ep.nickname, url, ep.v3ident, str(got), None, (), bool(ep.v3ident)))
             continue
         ident = got.authorities[0].v3ident
-        rows.append(AuthorityVote(ep.nickname, url, ident, None, got.valid_after, got.params))
+        rows.append(AuthorityVote(ep.nickname, url, ident, None, got.valid_after, got.params, bool(ep.v3ident)))
         votes.append(Vote(ep.nickname, got.params, ident, got.consensus_methods, "Running" in got.known_flags))
     consensus = None
     consensus_error = None
@@ -665,4 +845,5 @@ def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
         consensus_signatures=signatures,
         consensus_error=consensus_error,
         params=tuple(params),
+        verified=consensus is not None,
     )

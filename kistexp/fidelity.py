@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from kistexp.asciinum import ascii_uint
 from kistexp.errors import KistexpError, SimConfigError
 from kistexp.localnet import procs
 from kistexp.localnet.network import LocalNetwork, free_base_port, have_tor
@@ -97,7 +98,7 @@ def parse_cases(scenarios: str, schedulers: str, intervals: str) -> tuple[Case, 
     ivals = []
     for raw in items(intervals, "intervals"):
         raw = raw.removesuffix("ms")
-        if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        if ascii_uint(raw) is None or not 1 <= int(raw) <= 100:
             raise SimConfigError(f"--intervals: {raw!r} is not a KISTSchedRunInterval in 1..100 ms")
         ivals.append(int(raw))
     return tuple(Case(s, k, i) for s in scen for k in scheds for i in ivals)

@@ -1,16 +1,128 @@
-"""Shared output helpers for CLI commands: JSON for scripts, rich tables for people."""
+"""Shared output helpers for CLI commands: JSON for scripts, rich tables for people.
+
+Everything a command prints to a terminal goes through this module, because much of what we print comes
+from files and servers we do not control: plan owners and stage names, params keys in votes, file names,
+server error messages. Such text is printed *as text*:
+
+* never interpreted as rich markup (``[/red]`` in a plan's owner would raise MarkupError, ``[blink]`` would
+  restyle the output) or as emoji codes (``:warning:``), and never re-highlighted;
+* with control characters made visible as Python-style escapes (``ESC`` -> ``\\x1b``, ``BEL`` -> ``\\x07``,
+  C1 controls such as ``\\x9b``, bidirectional overrides such as ``\\u202e``, lone surrogates from undecodable
+  file names), so a document cannot retitle the terminal, move the cursor or hide text.
+
+The API (stable; other command modules rely on it):
+
+``visible(value) -> str``
+    ``str(value)`` with every control/format character escaped. Use for any text built by hand.
+``plain(value, style=None) -> rich.text.Text``
+    One piece of text, styled as a whole by *our* style (``"red"``, ``"bold"``), never by its content.
+``say(*parts, style=None, err=False)``
+    Print one line made of ``parts`` (str or ``plain(...)`` pieces) on stdout (or stderr).
+``make_table(title=None, columns=(), **table_options) -> rich.table.Table``
+    A table whose title and column headings are plain text; a column is a name or ``(name, options)``.
+``add_row(table, *cells)``
+    Add a row; each cell is plain text (str, number, None -> "", or a ``plain(...)`` piece).
+``print_table(table, err=False)``
+    Print a table built with the two functions above.
+``error_line(message, prog="kistexp") -> str``
+    The one-line ``prog: error: message`` the CLI prints on stderr (newlines inside become ``\\n``).
+``emit_json(obj)``
+    One JSON document on stdout (JSON escapes control characters itself).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 # Piped output is read by people in pagers and CI logs: do not wrap tables at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
+
+# Unicode categories that do not draw a glyph and can change what the terminal does or shows: controls
+# (C0, DEL, C1), format characters (bidi overrides, zero-width), line/paragraph separators, surrogates
+# (undecodable bytes in file names), private use and unassigned code points.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_escape_cache: dict[str, str] = {}
+
+
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[ch]
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def visible(value: object) -> str:
+    """``str(value)`` with every control, format and separator character replaced by its escape."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():
+        return text  # the common case (isprintable is False for every hidden category below)
+    out = []
+    for ch in text:
+        escaped = _escape_cache.get(ch)
+        if escaped is None:
+            escaped = _escape(ch) if unicodedata.category(ch) in _HIDDEN_CATEGORIES else ch
+            if len(_escape_cache) < 4096:
+                _escape_cache[ch] = escaped
+        out.append(escaped)
+    return "".join(out)
+
+
+def plain(value: object, style: str | None = None) -> Text:
+    """A piece of text printed literally (markup, emoji codes and control characters neutralised)."""
+    if isinstance(value, Text):
+        return value
+    return Text(visible("" if value is None else value), style=style or "")
+
+
+def _line(parts: Iterable[object], style: str | None) -> Text:
+    line = Text(style=style or "")
+    for part in parts:
+        line.append_text(plain(part))
+    return line
+
+
+def say(*parts: object, style: str | None = None, err: bool = False) -> None:
+    """Print one line made of ``parts`` literally; long lines are not hard-wrapped (pagers fold them)."""
+    (err_console if err else console).print(_line(parts, style), soft_wrap=True)
+
+
+def make_table(title: object = None, columns: Iterable[object] = (), **options: Any) -> Table:
+    """A rich Table whose title and headings are plain text. A column is ``name`` or ``(name, {options})``."""
+    table = Table(title=None if title is None else plain(title), **options)
+    for column in columns:
+        name, col_options = column if isinstance(column, tuple) else (column, {})
+        table.add_column(plain(name), **col_options)
+    return table
+
+
+def add_row(table: Table, *cells: object) -> None:
+    """Add a row of plain-text cells (a ``plain(value, style)`` cell keeps its style)."""
+    table.add_row(*(plain(cell) for cell in cells))
+
+
+def print_table(table: Table, err: bool = False) -> None:
+    (err_console if err else console).print(table)
+
+
+def error_line(message: object, prog: str = "kistexp") -> str:
+    """``prog: error: message`` on one line, safe for a terminal."""
+    return f"{prog}: error: {visible(message)}"
 
 
 def _default(obj: Any) -> Any:

@@ -26,7 +26,7 @@ INT32_MIN = -(2**31)
 
 # --- tor versions -----------------------------------------------------------------
 
-_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?:-([A-Za-z0-9.-]+))?$")
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?:-([A-Za-z0-9.-]+))?\Z")
 
 
 @attrs.frozen(order=True)
@@ -90,7 +90,7 @@ def parse_version_range(spec: str) -> VersionRange:
     if not clauses:
         raise ValueError("empty tor version range")
     for clause in clauses:
-        m = re.match(r"^(>=|<=|==|>|<|=)?\s*(\S+)$", clause)
+        m = re.match(r"^(>=|<=|==|>|<|=)?\s*(\S+)\Z", clause)
         if not m:
             raise ValueError(f"{clause!r} is not a version clause (use e.g. >=0.4.8.2)")
         op, ver = m.group(1) or "==", TorVersion.parse(m.group(2))

@@ -1,7 +1,9 @@
 """The CLI contract scripts rely on: every command takes --json; errors are one line."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import typer
 
@@ -32,3 +34,64 @@ def test_unknown_command_and_bad_option_exit_nonzero_without_traceback():
         proc = subprocess.run([sys.executable, "-m", "kistexp", *argv], capture_output=True, text=True)
         assert proc.returncode != 0
         assert "Traceback" not in proc.stderr
+
+
+# --- every command's --json reaches kistexp (issue 8 item 6) -------------------------------------------
+#
+# Each leaf command is run with --json and arguments that get past typer into kistexp: the outcome must be
+# the one listed, "json" (exit 0, one JSON document on stdout) or "error" (a KistexpError: exit 1 with one
+# `kistexp: error:` line). A usage error from typer (exit 2) fails the test, so does a command missing here.
+
+
+def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str], str]]:
+    from kistexp.localnet import LocalNetwork, NetworkSpec
+
+    saved = tmp_path / "net"
+    saved.mkdir()
+    spec = NetworkSpec(authorities=1, relays=0, exits=0, clients=0, base_port=15000)
+    LocalNetwork(saved, spec, {"pids": {}, "params": {}, "keys": {}})._save()
+    (saved / "auth000").mkdir()
+    plan = "plans/kist-run-interval-2020.toml"
+    return {
+        "lint": (["lint", plan, "--now", "2026-01-01T00:00:00Z", "--json"], "json"),
+        "show": (["show", plan, "--json"], "json"),
+        "params": (["params", "KISTSchedRunInterval", "--json"], "json"),
+        "consensus inspect": (["consensus", "inspect", str(microdesc), "--json"], "json"),
+        "authorities whatif": (["authorities", "whatif", "--n-authorities", "3", "--vote",
+                                "a=KISTSchedRunInterval=2", "--vote", "b=KISTSchedRunInterval=2", "--json"], "json"),
+        # nothing listens on port 9: each authority is reported unreachable, or the command refuses
+        "authorities status": (["authorities", "status", "--authority", "a=127.0.0.1:9", "--timeout", "1",
+                                "--retries", "0", "--json"], "json|error"),
+        "authorities serve": (["authorities", "serve", "--host", "10.0.0.1", "--json"], "error"),
+        "localnet up": (["localnet", "up", str(tmp_path / "new"), "--authorities", "0", "--json"], "error"),
+        "localnet wait": (["localnet", "wait", str(saved), "--timeout", "0.3", "--json"], "error"),
+        "localnet status": (["localnet", "status", str(saved), "--json"], "json"),
+        "localnet params": (["localnet", "params", str(saved), "auth000", "KISTSchedRunInterval=3", "--json"], "json"),
+        "localnet down": (["localnet", "down", str(saved), "--json"], "json"),
+        "sim experiment": (["sim", "experiment", "ceiling", "--interval-ms", "1000", "--json"], "error"),
+        "fidelity": (["fidelity", "--no-real", "--no-sim", "--json"], "json"),
+    }
+
+
+def test_every_json_invocation_reaches_kistexp(tmp_path, microdesc_consensus_path):
+    from typer.testing import CliRunner
+
+    from kistexp.errors import KistexpError
+    from kistexp.output import error_line
+
+    cases = _contract_cases(tmp_path, microdesc_consensus_path)
+    names = {" ".join(p) for p, _ in _leaf_commands(typer.main.get_command(app))}
+    assert set(cases) == names, f"give these commands a contract case: {sorted(names ^ set(cases))}"
+    for name, (argv, expected) in cases.items():
+        result = CliRunner().invoke(app, argv)
+        exc = result.exception
+        if isinstance(exc, KistexpError):
+            outcome = "error"
+            assert "\n" not in error_line(exc), (name, str(exc))
+        else:
+            assert exc is None or isinstance(exc, SystemExit) and result.exit_code == 0, (name, repr(exc),
+                                                                                           result.output)
+            assert result.exit_code == 0, (name, result.exit_code, result.output)
+            json.loads(result.stdout)  # one JSON document, nothing else on stdout
+            outcome = "json"
+        assert outcome in expected.split("|"), (name, outcome, result.output[-300:])

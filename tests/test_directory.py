@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import json
 import lzma
 import socket
 import struct
@@ -17,6 +18,7 @@ import tracemalloc
 import zlib
 from collections.abc import Callable
 
+import attrs
 import pytest
 import zstandard
 from conftest import free_port
@@ -133,11 +135,17 @@ NOW = dt.datetime(2026, 6, 1, 12, 30, tzinfo=dt.timezone.utc).timestamp()
 
 
 def client_for(endpoints: list[Endpoint], keys: list[AuthorityKeys], **kw) -> DirectoryClient:
+    """A client configured with one authority per key, each pinned by its v3ident: the servers
+    given play the first ones (in order); the rest are served by the first server."""
     kw.setdefault("timeout_s", 1.0)
     kw.setdefault("retries", 0)
     kw.setdefault("sleep", lambda s: None)
     kw.setdefault("clock", lambda: NOW)
-    return DirectoryClient(endpoints, certificates=[k.certificate for k in keys], n_authorities=5, **kw)
+    pinned = [attrs.evolve(e, v3ident=e.v3ident or k.v3ident) for e, k in zip(endpoints, keys, strict=False)]
+    first = endpoints[0]
+    pinned += [Endpoint(f"auth{i}", first.host, first.port, k.v3ident)
+               for i, k in enumerate(keys) if i >= len(endpoints)]
+    return DirectoryClient(pinned, certificates=[k.certificate for k in keys], **kw)
 
 
 def one_line(exc: BaseException, *needles: str) -> str:
@@ -461,3 +469,210 @@ def test_bad_params_lines_reject_the_whole_consensus(server, holding, keys, para
         c.fetch_consensus("microdesc", endpoint="badauth")
     one_line(err.value, "badauth", MD_PATH, "params line", message)
     assert_kept(c)
+
+
+# --- total deadline and header caps (issue 7, item 2) ----------------------------------------
+
+
+def test_status_line_then_one_byte_per_half_second_fails_within_the_timeout(server, keys):
+    # httpx's timeouts bound each read; this server never lets one run out.
+    def drip(head: bytes, conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.0 200 OK\r\n")
+        for _ in range(40):  # 20 s of headers, one byte at a time
+            time.sleep(0.5)
+            conn.sendall(b"X")
+
+    srv = server(drip)
+    c = client_for([srv.endpoint()], keys, timeout_s=2.0)
+    t = time.monotonic()
+    with pytest.raises(DirectoryError) as err:
+        c.fetch(srv.endpoint(), MD_PATH)
+    assert time.monotonic() - t < 3.0
+    one_line(err.value, "badauth", MD_PATH, "timed out", "2 s deadline")
+
+
+def test_connect_and_headers_share_one_deadline(server, keys):
+    # The answer as a whole is late even though each piece arrives within the timeout.
+    def slow_pieces(head: bytes, conn: socket.socket) -> None:
+        for piece in (b"HTTP/1.0 200 OK\r\n", b"Content-Type: text/plain\r\n", b"\r\n", b"network-status"):
+            time.sleep(0.4)
+            conn.sendall(piece)
+
+    srv = server(slow_pieces)
+    c = client_for([srv.endpoint()], keys, timeout_s=1.0)
+    t = time.monotonic()
+    with pytest.raises(DirectoryError, match="1 s deadline"):
+        c.fetch(srv.endpoint(), MD_PATH)
+    assert time.monotonic() - t < 1.6
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("".join(f"X-Pad-{i}: {i}\r\n" for i in range(100)), "102 response headers"),
+    ("X-Big: " + "a" * 20000 + "\r\n", "more than the 64 headers / 16384 bytes allowed"),
+])
+def test_header_count_and_size_are_capped(server, keys, extra, message):
+    srv = server(reply(consensus_text(keys, keys), extra=extra))
+    c = client_for([srv.endpoint()], keys)
+    with pytest.raises(DirectoryError) as err:
+        c.fetch_consensus("microdesc")
+    one_line(err.value, "badauth", MD_PATH, message)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"timeout_s": float("nan")}, "--timeout nan: expected seconds above 0"),
+    ({"timeout_s": float("inf")}, "--timeout inf"),
+    ({"timeout_s": -1.0}, "--timeout -1.0"),
+    ({"timeout_s": 0.0}, "--timeout 0.0"),
+    ({"retries": -1}, "--retries -1: expected a whole number from 0 to 10"),
+    ({"retries": 10**6}, "--retries 1000000"),
+    ({"n_authorities": 1}, "--n-authorities 1: N counts the configured authorities, so it must be from 2"),
+    ({"n_authorities": 65}, "--n-authorities 65: .* must be from 2 to 64"),
+])
+def test_client_settings_are_validated(kw, message):
+    with pytest.raises(DirectoryError, match=message.replace("(", r"\(").replace(".", r"\.").replace(r"\.*", ".*")):
+        DirectoryClient(["a=127.0.0.1:1", "b=127.0.0.1:2"], **kw)
+    with pytest.raises(DirectoryError, match="65 directory authorities given; at most 64"):
+        DirectoryClient([f"a{i}=127.0.0.1:{i + 1}" for i in range(65)])
+
+
+# --- trust pinned to authority identities (issue 7, item 1) ---------------------------------
+
+
+def _two_cert_server(server, own: AuthorityKeys, extra: AuthorityKeys, keys: list[AuthorityKeys]):
+    """One hostile server: it hands out its own certificate plus a second identity's, and a
+    consensus signed by both that says KISTSchedRunInterval=77."""
+    text = consensus_text([own, extra], [own, extra], params={"KISTSchedRunInterval": 77})
+
+    def behave(head: bytes, conn: socket.socket) -> None:
+        if b" /tor/keys/" in head:
+            body = (own.certificate_text + extra.certificate_text).encode()
+        elif b"consensus" in head:
+            body = text
+        else:
+            conn.sendall(b"HTTP/1.0 404 Not found\r\n\r\n")
+            return
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Encoding: identity\r\n\r\n" + body)
+
+    return server(behave)
+
+
+def test_one_server_cannot_vouch_for_a_second_identity(server, keys):
+    hostile = _two_cert_server(server, keys[0], keys[1], keys)
+    down = [Endpoint(f"down{i}", "127.0.0.1", free_port(), keys[i].v3ident) for i in (2, 3)]
+    # Pinned: only keys[0] is a configured identity among the signers, so 1 of 3 is not enough.
+    c = DirectoryClient([Endpoint("hostile", "127.0.0.1", hostile.port, keys[0].v3ident), *down],
+                        retries=0, timeout_s=1.0, clock=lambda: NOW)
+    with pytest.raises(DirectoryError) as err:
+        c.fetch_consensus("microdesc")
+    one_line(err.value, "hostile", "1/2 signatures valid, 2 needed (N=3); 1 unknown authority")
+    assert set(c.certificates) == {keys[0].v3ident}  # the second identity's certificate is dropped
+    # Bare HOST:PORT authorities pin nothing: no certificate is taken from them and nothing verifies
+    # (this used to accept the consensus, "2/2 signatures valid, 2 needed (N=3)").
+    bare = DirectoryClient([f"hostile=127.0.0.1:{hostile.port}", *(f"{e.nickname}=127.0.0.1:{e.port}" for e in down)],
+                           retries=0, timeout_s=1.0, clock=lambda: NOW)
+    with pytest.raises(DocumentError) as err:
+        bare.fetch_consensus("microdesc")
+    one_line(err.value, "not verified: no authority identity (v3ident) is configured")
+    assert bare.certificates == {} and "microdesc" not in bare.consensus
+
+
+def test_status_command_without_identities_says_so_and_fails(server, keys):
+    from typer.testing import CliRunner
+
+    from kistexp.cli import app
+
+    hostile = _two_cert_server(server, keys[0], keys[1], keys)
+    args = ["authorities", "status", "--param", "KISTSchedRunInterval", "--json", "--timeout", "1", "--retries", "0",
+            "--authority", f"hostile=127.0.0.1:{hostile.port}"]
+    args += ["--authority", f"down1=127.0.0.1:{free_port()}", "--authority", f"down2=127.0.0.1:{free_port()}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert isinstance(result.exception, DirectoryError)
+    assert "not verified: no authority identity (v3ident) is configured" in str(result.exception)
+    report = json.loads(result.stdout)
+    assert report["verified"] is False and report["params"][0]["consensus_value"] is None
+    assert [a["pinned"] for a in report["authorities"]] == [False, False, False]
+    bogus = CliRunner().invoke(app, ["authorities", "status", "--flavour", "bogus"])
+    assert bogus.exit_code != 0 and "--flavour 'bogus': unknown consensus flavour" in str(bogus.exception)
+
+
+def test_authority_spec_with_identity():
+    ident = "F533C81CEF0BC0267857C99B2F471ADF249FA232"
+    assert parse_authority_spec(f"moria1=127.0.0.1:7001/{ident.lower()}") == Endpoint(
+        "moria1", "127.0.0.1", 7001, ident)
+    assert parse_authority_spec(f"[::1]:80/{ident}").v3ident == ident
+    for bad, message in [
+        (f"moria1=127.0.0.1:7001/{ident}\n", "is not a v3ident"),
+        (f"moria1=127.0.0.1:7001/{ident[:-1]}", "is not a v3ident"),
+        ("moria1\n=127.0.0.1:7001", "is not a tor nickname"),
+        ("moria1=127.0.0.1:\u00b2", "expected NICK=HOST:PORT/V3IDENT"),
+        ("moria1=127.0.0.1:7001\n", "expected NICK=HOST:PORT/V3IDENT"),
+    ]:
+        with pytest.raises(DirectoryError, match=message):
+            parse_authority_spec(bad)
+    with pytest.raises(DirectoryError, match="repeats a's v3ident"):
+        DirectoryClient([f"a=127.0.0.1:1/{ident}", f"b=127.0.0.1:2/{ident}"])
+    with pytest.raises(DirectoryError, match="repeats a's nickname"):
+        DirectoryClient(["a=127.0.0.1:1", "A=127.0.0.1:2"])
+
+
+def test_served_certificate_with_an_oversized_key_is_refused(server, keys):
+    from test_documents import _with_key
+
+    big = _with_key(keys[0].certificate_text, "dir-signing-key", (1 << 16383) | 1, 65537)
+    srv = server(reply(big.encode()))
+    c = DirectoryClient([Endpoint("big", "127.0.0.1", srv.port, keys[0].v3ident)], retries=0, timeout_s=1.0)
+    t = time.monotonic()
+    with pytest.raises(DirectoryError) as err:
+        c.fetch_certificates()
+    assert time.monotonic() - t < 1.0
+    one_line(err.value, "big", "/tor/keys/fp/", "dir-signing-key", "larger than the 3072-bit limit")
+
+
+def test_status_table_shows_hostile_vote_keys_as_text(server):
+    from typer.testing import CliRunner
+
+    from kistexp.cli import app
+
+    # An authority pinned by its v3ident whose own vote lists a key made to attack the terminal.
+    keys = AuthorityKeys.generate(identity_bits=1024, signing_bits=1024)
+    evil = "\x1b]0;pwned\x07[/red]"
+    va = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    header = documents.StatusHeader.hourly(va, params={evil: 1})
+    vote = documents.render_vote(header, documents.AuthorityIdentity("auth0", "127.0.0.1", 80, 443), keys, [])
+    source = documents.dir_source_for_vote(documents.parse_network_status(vote, "vote"))
+    consensus = documents.render_consensus(header, [source], [], [keys], flavor="microdesc")
+
+    def behave(head: bytes, conn: socket.socket) -> None:
+        body = {b"/tor/status-vote/current/authority": vote, b"/tor/keys/": keys.certificate_text,
+                b"/tor/status-vote/current/consensus-microdesc": consensus}
+        path = head.split(b" ")[1]
+        text = next((v for k, v in body.items() if path.startswith(k)), None)
+        if text is None:
+            conn.sendall(b"HTTP/1.0 404 Not found\r\n\r\n")
+        else:
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Encoding: identity\r\n\r\n" + text.encode())
+
+    srv = server(behave)
+    result = CliRunner().invoke(app, ["authorities", "status", "--timeout", "2", "--retries", "0",
+                                      "--authority", f"auth0=127.0.0.1:{srv.port}/{keys.v3ident}"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\\x1b]0;pwned\\x07[/red]" in result.stdout
+    assert "1/1 signatures valid" in result.stdout
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--timeout", "nan", "--timeout nan: expected seconds above 0"),
+    ("--timeout", "inf", "--timeout inf: expected seconds above 0"),
+    ("--timeout", "-2", "--timeout -2.0: expected seconds above 0"),
+    ("--retries", "-1", "--retries -1: expected a whole number from 0 to 10"),
+])
+def test_status_command_refuses_bad_timeouts_and_retries(option, value, message):
+    from typer.testing import CliRunner
+
+    from kistexp.cli import app
+
+    result = CliRunner().invoke(app, ["authorities", "status", option, value])
+    assert result.exit_code != 0 and isinstance(result.exception, DirectoryError)
+    assert str(result.exception) == message + (" and at most 3600" if option == "--timeout" else "")

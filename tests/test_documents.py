@@ -238,3 +238,52 @@ def test_tor_gencert_certificate_verifies(tmp_path):
     assert 360 - 32 < (cert.expires - cert.published).days <= 366
     signing = serialization.load_pem_private_key((tmp_path / "sk").read_bytes(), None)
     assert public_der(signing) == cert.signing_key
+
+
+def _with_key(cert_text: str, keyword: str, n: int, e: int) -> str:
+    """``cert_text`` with the RSA key after ``keyword`` replaced by the public key (n, e)."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    der = rsa.RSAPublicNumbers(e, n).public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.PKCS1)
+    start = cert_text.index(keyword + "\n") + len(keyword) + 1
+    end = cert_text.index("-----END RSA PUBLIC KEY-----\n", start) + len("-----END RSA PUBLIC KEY-----\n")
+    return cert_text[:start] + dirformat.render_block("RSA PUBLIC KEY", der) + cert_text[end:]
+
+
+@pytest.mark.parametrize(("keyword", "bits", "exponent", "message"), [
+    ("dir-identity-key", 32768, 65537, "DER bytes is larger than the 3072-bit limit"),
+    ("dir-signing-key", 16384, 65537, "DER bytes is larger than the 3072-bit limit"),
+    ("dir-signing-key", 3080, 65537, "RSA key of 3080 bits is outside the allowed 1024..3072 bits"),
+    ("dir-identity-key", 512, 65537, "RSA key of 512 bits is outside the allowed 1024..3072 bits"),
+    ("dir-signing-key", 2048, 3, "RSA key exponent 3 is not 65537"),
+    ("dir-identity-key", 3072, 2**64 + 1, "RSA key exponent of 65 bits is not 65537"),
+    ("dir-identity-key", 3072, 2**3000 + 1, "RSA key of 773 DER bytes is larger than the 3072-bit limit"),
+], ids=["identity-32k", "signing-16k", "signing-3080", "identity-512", "e=3", "e=2^64+1", "huge-e"])
+def test_oversized_or_odd_rsa_keys_are_refused_before_any_signature_work(
+        monkeypatch, certs, keyword, bits, exponent, message):
+    # The real certificates: identity keys 3072 bits, signing keys 2048 or 3072, exponent 65537.
+    assert {c.identity_numbers[0].bit_length() for c in certs} == {3072}
+    assert {c.signing_numbers[0].bit_length() for c in certs} == {2048, 3072}
+    assert {c.identity_numbers[1] for c in certs} | {c.signing_numbers[1] for c in certs} == {65537}
+    import secrets
+
+    from kistexp.dirauth import keys as keys_mod
+
+    def no_signature_work(*args):
+        raise AssertionError("a signature was checked with an out-of-bounds key")
+
+    monkeypatch.setattr(keys_mod, "tor_verify", no_signature_work)
+    n = secrets.randbits(bits) | (1 << (bits - 1)) | 1
+    bad = _with_key(certs[0].text, keyword, n, exponent)
+    with pytest.raises(DocumentError, match=message) as err:
+        parse_key_certificates(bad, "big-certs")
+    assert str(err.value).startswith("big-certs: key certificate at line 1 " + keyword)
+
+
+def test_rsa_bounds_hold_in_the_primitive_too():
+    from kistexp.dirauth.keys import tor_verify
+
+    big = (1 << 16383) | 1
+    assert tor_verify(big, 65537, b"\x01" * 2048, b"\0" * 20) is False
+    assert tor_verify((1 << 2047) | 1, 3, b"\x01" * 256, b"\0" * 20) is False

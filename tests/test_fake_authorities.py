@@ -299,7 +299,7 @@ def test_faults_in_one_round(net):
     # The unreachable authority is a line in the status report, not a crash.
     args = ["authorities", "status", "--param", KIST, "--json", "--timeout", "1", "--retries", "0"]
     for a in net.directory_authorities():
-        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}"]
+        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}/{a.v3ident}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -446,7 +446,7 @@ def test_status_takes_the_plans_parameters(net):
     net.wait_for_consensus(lambda p: True)
     args = ["authorities", "status", "--plan", str(plan), "--json", "--timeout", "2"]
     for a in net.directory_authorities():
-        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}"]
+        args += ["--authority", f"{a.nickname}={a.address}:{a.dirport}/{a.v3ident}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -554,3 +554,14 @@ def test_real_tor_accepts_the_fakes_consensus(tmp_path, keys):
         proc.wait(timeout=10)
         proc.stdout.close()
     assert "A consensus needs 3 good signatures" in verdict and "This microdesc one has 5" in verdict, verdict
+
+
+def test_state_dir_that_is_not_a_directory_is_one_line(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for state, message in ((a_file, "exists and is not a directory"), (a_file / "sub", "cannot create it")):
+        result = CliRunner().invoke(app, ["authorities", "serve", "--count", "2", "--port", "0",
+                                          "--state-dir", str(state)])
+        assert isinstance(result.exception, NetworkError), result.exception
+        assert str(result.exception) == f"--state-dir {state}: {message}" + (
+            " (Not a directory)" if state != a_file else "")

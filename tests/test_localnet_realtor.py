@@ -10,9 +10,11 @@ new vote must again match. Only the processes this test started are stopped.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from conftest import have_real_tor
@@ -22,8 +24,9 @@ from kistexp.cli import app
 from kistexp.dirauth.documents import parse_network_status
 from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.errors import LocalNetError
-from kistexp.localnet import LocalNetwork, NetworkSpec
+from kistexp.localnet import LocalNetwork, NetworkSpec, procs
 from kistexp.localnet.network import free_base_port
+from kistexp.localnet.torrc import params_include
 
 pytestmark = [
     pytest.mark.realtor,
@@ -85,6 +88,9 @@ def test_consensus_params_match_kistexp_before_and_after_sighup(network: LocalNe
                                  "ptwo=1 KISTSchedRunInterval=5", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["consensus_params"] == "KISTSchedRunInterval=5 ptwo=1"
+    # the command waited for auth002's first vote after the SIGHUP, which lists the new line (issue 7 item 8)
+    confirmed = json.loads(result.output)["vote_confirmed"]
+    assert confirmed["params"] == "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=5 ptwo=1"
 
     after = consensus.valid_after
     for _ in range(4):  # the new vote reaches a consensus one or two periods after the SIGHUP
@@ -123,3 +129,36 @@ def test_start_failures_are_one_line_and_leave_nothing_running(tmp_path) -> None
             good.wait_for_consensus(timeout_s=10)
     finally:
         assert good.stop()["auth000"] in ("not running", "terminated")
+
+
+def test_a_params_line_tor_cannot_vote_with_is_refused_and_a_reload_is_confirmed(tmp_path) -> None:
+    """Issue 7 item 8: copying the consensus's own params line (with AuthDirMaxServersPerAddr) into
+    ``localnet params`` is refused before params.inc is touched; a good line is confirmed by the
+    authority's next vote; and the confirmation catches an authority that reloaded a line it cannot vote
+    with (written by hand here, past the check), which makes no vote at all."""
+    spec = NetworkSpec(authorities=1, relays=0, exits=0, clients=0, base_port=free_base_port(1),
+                       consensus_params=((("KISTSchedRunInterval", 2),),))
+    net = LocalNetwork.create(tmp_path / "net", spec)
+    try:
+        net.start()
+        net.wait_for_consensus(timeout_s=45)
+        auth = net.node("auth000")
+        params_inc = Path(auth.data_dir) / "params.inc"
+        before = params_inc.read_text()
+        result = CliRunner().invoke(app, ["localnet", "params", str(net.root), "auth000",
+                                          "AuthDirMaxServersPerAddr=0 KISTSchedRunInterval=3"])
+        assert isinstance(result.exception, LocalNetError), result.output
+        assert "set the torrc option AuthDirMaxServersPerAddr" in str(result.exception)
+        assert params_inc.read_text() == before
+
+        vote = net.set_consensus_params("auth000", "KISTSchedRunInterval=3", confirm_timeout_s=net.confirm_timeout())
+        assert vote is not None and dict(vote.params) == {"AuthDirMaxServersPerAddr": 0, "KISTSchedRunInterval": 3}
+
+        params_inc.write_text(params_include((("AuthDirMaxServersPerAddr", 0), ("KISTSchedRunInterval", 4))))
+        reloaded_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        assert procs.signal_ours(net.pid(auth), auth.torrc, signal.SIGHUP)
+        with pytest.raises(LocalNetError, match="auth000 made no vote within .*tor logged: .*vote we couldn.t parse"):
+            net.wait_for_own_vote("auth000", reloaded_at, (("KISTSchedRunInterval", 4),),
+                                  timeout_s=spec.voting_interval_s + 8)
+    finally:
+        net.stop()

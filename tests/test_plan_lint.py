@@ -129,7 +129,7 @@ def test_kx601_silent_others_need_three(tmp_path):
 
 
 def test_every_rule_is_tested():
-    tested = set(CASES) | {"KX202", "KX302", "KX401"}
+    tested = set(CASES) | {"KX202", "KX302", "KX401", "KX105"}  # KX105: tests/test_input_limits.py
     assert tested == set(RULES)
 
 

@@ -140,3 +140,17 @@ def test_unset_value_and_custom_authorities():
     plan = parse_plan(text, "p.toml")
     assert plan.stages[1].values == (("KISTSchedRunInterval", UNSET),)
     assert [a.dir_url for a in plan.authorities.authorities] == ["http://127.0.0.1:7000", "http://127.0.0.1:7001"]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("v3ident", "A" * 40 + "\n", "expected 40 hex digits"),
+    ("nickname", "a1\n", "is not a tor nickname"),
+])
+def test_custom_authority_names_and_identities_with_a_trailing_newline_are_refused(key, value, message):
+    fields = {"nickname": "a1", "v3ident": "A" * 40, key: value}
+    text = VALID_PLAN.replace('participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]',
+                              'participating = ["a1"]\n[[authorities.custom]]\n'
+                              f'nickname = {fields["nickname"]!r}\nv3ident = {fields["v3ident"]!r}\n'
+                              'dirport = "127.0.0.1:7000"\n'.replace("'", '"'))
+    with pytest.raises(PlanError, match=message):
+        parse_plan(text, "p.toml")

@@ -256,3 +256,73 @@ def test_tally_words_for_a_key_nobody_lists():
     assert len(res.changes) == 3 and res.bound == "="  # three at 1 would make it 1
     # generators are fine for the name lists
     assert solve_target(kist_votes([2] * 3), 9, K, None, frozen=(n for n in NINE[:1])).possible
+
+
+# --- bounds, names and hostile text (issue 7) ----------------------------------------------
+
+
+def test_huge_n_is_answered_without_an_object_per_silent_authority():
+    import time
+    import tracemalloc
+
+    from kistexp.dirauth.whatif import MAX_N_AUTHORITIES
+
+    assert MAX_N_AUTHORITIES == 2**31 - 1  # tor's int count of DirAuthority lines
+    tracemalloc.start()
+    t = time.monotonic()
+    for n in (10**9, MAX_N_AUTHORITIES):
+        rep = whatif_report([f"moria1={K}=5", f"tor26={K}=5"], n, target=f"{K}=7", unreachable=["moria1"])
+        assert rep.n_silent == n - 2 and rep.formation.n_votes == n
+        assert rep.target.possible and rep.target.result == 7
+        # tor26 moved and one recruit: 5, 7, 7 -> low median 7
+        assert [c.authority for c in rep.target.changes] == ["tor26", "another authority #1"]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert time.monotonic() - t < 1.0 and peak < 2 * 1024 * 1024
+    for bad in (0, -1, MAX_N_AUTHORITIES + 1, 10**400):
+        with pytest.raises(VotingError, match="--n-authorities .*expected 1 to 2147483647"):
+            whatif_report([], bad)
+
+
+def test_cli_rejects_n_beyond_tors_int_and_giant_numbers():
+    for n in ("2147483648", "1" + "0" * 400, "1" * 5000):
+        result = runner.invoke(app, ["authorities", "whatif", "--n-authorities", n])
+        assert result.exit_code != 0
+        assert result.exception is None or isinstance(result.exception, (KistexpError, SystemExit))
+
+
+def test_authority_names_are_case_insensitive():
+    rep = whatif_report([f"Moria1={K}=5", f"tor26={K}=5", f"dizum={K}=5"], 9, target=f"{K}=7",
+                        unreachable=["MORIA1"], absent=["DIZUM"])
+    assert "Moria1" not in {c.authority for c in rep.target.changes}
+    assert rep.formation.n_votes == 8
+    with pytest.raises(VotingError, match="--vote MORIA1 is given twice"):
+        whatif_report([f"moria1={K}=5", f"MORIA1={K}=6"], 9)
+
+
+def test_cli_prints_hostile_names_and_keys_as_text():
+    evil = "\x1b]0;pwned\x07[/red]"
+    result = runner.invoke(app, ["authorities", "whatif", "--n-authorities", "3",
+                                 "--vote", f"{evil}=[bold]x=1", "--vote", "b=[bold]x=1", "--vote", "c=[bold]x=1",
+                                 "--target", "[bold]x=2"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert "\\x1b]0;pwned\\x07[/red]" in result.output and "[bold]x=1" in result.output
+
+
+@settings(max_examples=150, deadline=2000)
+@given(
+    n=st.integers(min_value=-5, max_value=2**40),
+    votes=st.lists(st.tuples(st.text(min_size=0, max_size=8), st.text(max_size=30)), max_size=12),
+    target=st.one_of(st.none(), st.text(max_size=20)),
+    unreachable=st.lists(st.text(max_size=8), max_size=3),
+)
+def test_whatif_arguments_give_a_result_or_one_line_error(n, votes, target, unreachable):
+    specs = [f"{name}={body}" for name, body in votes]
+    try:
+        rep = whatif_report(specs, n, target, unreachable)
+    except KistexpError as exc:
+        assert "\n" not in str(exc)
+        return
+    json.dumps(rep.to_json(), default=str)
+    assert 1 <= rep.n_authorities <= 2**31 - 1

@@ -9,7 +9,7 @@ import typer
 
 from kistexp.dirauth.paramsline import format_params
 from kistexp.dirauth.whatif import whatif_report
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import emit_json, say
 
 authorities_app = typer.Typer(
     help="Directory authorities: the params vote, what-if questions, status.",
@@ -19,7 +19,8 @@ authorities_app = typer.Typer(
 
 @authorities_app.command("whatif")
 def whatif(
-    n_authorities: int = typer.Option(..., "--n-authorities", help="Configured v3 authorities (N), 9 today."),
+    n_authorities: int = typer.Option(
+        ..., "--n-authorities", help="Configured v3 authorities (N), 9 today; at most 2147483647 (tor's int)."),
     vote: list[str] = typer.Option(
         [], "--vote", help="NAME='k=v k2=v2': that authority's params line (NAME= for an empty one)."
     ),
@@ -37,26 +38,27 @@ def whatif(
     Authorities not named with --vote are silent (they vote but list nothing).
     """
     report = whatif_report(vote, n_authorities, target, unreachable, absent)
+
     for dropped in report.dropped:
-        err_console.print(f"warning: {dropped.dropped_because}", markup=False, highlight=False)
+        say(f"warning: {dropped.dropped_because}", err=True)
     if as_json:
         emit_json(report.to_json())
         return
     form = report.formation
-    console.print(f"votes: {form.reason}", markup=False, highlight=False)
+    say(f"votes: {form.reason}")
     if report.consensus_params is None:
-        console.print("consensus params: no consensus is computed", highlight=False)
+        say("consensus params: no consensus is computed")
     else:
         line = format_params(report.consensus_params)
-        console.print(f"consensus params: {line or '(none)'}", markup=False, highlight=False)
+        say(f"consensus params: {line or '(none)'}")
     for key, words in report.tally_words():
-        console.print(f"  {key}: {words}", markup=False, highlight=False)
+        say(f"  {key}: {words}")
     solved = report.target
     if solved is not None:
         want = "absent" if solved.target is None else solved.target
-        console.print(f"target {solved.key}={want}: {solved.explanation}", markup=False, highlight=False)
+        say(f"target {solved.key}={want}: {solved.explanation}")
         for change in solved.changes:
-            console.print(f"  change {change.describe()}", markup=False, highlight=False)
+            say(f"  change {change.describe()}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from kistexp.commands.authorities import authorities_app
-from kistexp.output import console, emit_json, err_console
+from kistexp.errors import DirectoryError
+from kistexp.output import add_row, emit_json, err_console, make_table, plain, print_table, say
 
 
 @authorities_app.command("status")
@@ -19,21 +19,29 @@ def status(
     plan: Path | None = typer.Option(None, "--plan", help="Experiment plan: show its parameters (and authorities)."),
     param: list[str] = typer.Option([], "--param", help="Parameter to show (repeatable); default: all voted."),
     authority: list[str] = typer.Option(
-        [], "--authority", help="NICK=HOST:PORT DirPort to ask (repeatable); default: today's nine."),
-    certs: Path | None = typer.Option(None, "--certs", help="Trusted key certificates (e.g. tor's cached-certs)."),
+        [], "--authority", metavar="NICK=HOST:PORT/V3IDENT",
+        help="DirPort to ask and the authority's pinned identity (repeatable); default: today's nine. "
+        "Without /V3IDENT nothing it serves can be verified."),
+    certs: Path | None = typer.Option(
+        None, "--certs", help="Key certificates to start from (e.g. tor's cached-certs); only the configured "
+        "authorities' are used."),
     n_authorities: int | None = typer.Option(
-        None, "--n-authorities", help="N of the signature and params rules (default: number of authorities)."),
+        None, "--n-authorities",
+        help="N of the signature and params rules (default and minimum: the number of authorities)."),
     flavour: str = typer.Option("microdesc", "--flavour", help="Consensus flavour to check: microdesc or ns."),
-    timeout: float = typer.Option(10.0, "--timeout", help="Seconds per connection/read."),
-    retries: int = typer.Option(1, "--retries", help="Retries per authority on network errors."),
+    timeout: float = typer.Option(
+        10.0, "--timeout", help="Seconds each request may take in total (connect, headers and body)."),
+    retries: int = typer.Option(1, "--retries", help="Retries per authority on network errors (0-10)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Each authority's vote for the parameters, the consensus value, its valid-after and tor's tally.
 
-    Unreachable authorities are reported per authority, not fatal."""
+    Unreachable authorities are reported per authority, not fatal. Exits 1 (after the report)
+    when no consensus could be verified against the authorities' pinned identities."""
     from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES
-    from kistexp.directory import DirectoryClient, authorities_status
+    from kistexp.directory import DirectoryClient, authorities_status, check_flavour
 
+    check_flavour(flavour)
     names = list(param)
     auths: list = list(authority) or list(DEFAULT_AUTHORITIES)
     if plan is not None:
@@ -46,6 +54,7 @@ def status(
     with DirectoryClient(auths, timeout_s=timeout, retries=retries, n_authorities=n_authorities) as client:
         if certs is not None:
             client.load_certificates(certs)
+        unpinned = [e.nickname for e in client.unpinned()]
         progress = err_console.status("asking the authorities...") if not as_json else None
         if progress:
             progress.start()
@@ -56,34 +65,39 @@ def status(
                 progress.stop()
     if as_json:
         emit_json(report.to_json())
-        return
+    else:
+        _print_status(report, unpinned)
+    if not report.verified:
+        raise DirectoryError(f"no {flavour} consensus could be verified: {report.consensus_error}")
+
+
+def _print_status(report, unpinned: list[str]) -> None:  # noqa: ANN001
+    # Names, keys and errors come from servers: say/add_row print them as text, escaped.
+    if unpinned:
+        say(f"not pinned (no v3ident given, nothing they serve is verified): {', '.join(unpinned)}")
     if report.consensus_error:
-        console.print(f"consensus: unavailable ({report.consensus_error})", markup=False, highlight=False)
+        say(f"consensus: unavailable ({report.consensus_error})")
     if report.consensus_valid_after is not None:
-        console.print(f"consensus ({report.consensus_flavour}): valid-after {_ts(report.consensus_valid_after)}, "
-                      f"fresh-until {_ts(report.consensus_fresh_until)}; {report.consensus_signatures}",
-                      markup=False, highlight=False)
-    table = Table(title=f"votes ({report.n_authorities} authorities configured)")
-    table.add_column("authority")
-    table.add_column("vote valid-after")
-    for p in report.params:
-        table.add_column(p.name, justify="right")
+        say(f"consensus ({report.consensus_flavour}): valid-after {_ts(report.consensus_valid_after)}, "
+            f"fresh-until {_ts(report.consensus_fresh_until)}; {report.consensus_signatures}")
+    table = make_table(f"votes ({report.n_authorities} authorities configured)",
+                       ["authority", "vote valid-after", *((p.name, {"justify": "right"}) for p in report.params)])
     votes = {p.name: dict(p.votes) for p in report.params}
     for a in report.authorities:
+        name = a.nickname + ("" if a.pinned else " (not pinned)")
         if a.error:
-            table.add_row(a.nickname, "[red]unreachable[/red]", *["" for _ in report.params])
+            add_row(table, name, plain("unreachable", "red"), *["" for _ in report.params])
             continue
-        cells = [str(votes[p.name].get(a.nickname)) if votes[p.name].get(a.nickname) is not None else "-"
-                 for p in report.params]
-        table.add_row(a.nickname, _ts(a.valid_after), *cells)
-    table.add_row("[bold]consensus[/bold]", "",
-                  *["absent" if p.consensus_value is None else str(p.consensus_value) for p in report.params])
-    console.print(table)
+        add_row(table, name, _ts(a.valid_after), *[
+            "-" if votes[p.name].get(a.nickname) is None else votes[p.name][a.nickname] for p in report.params])
+    add_row(table, plain("consensus", "bold"), "",
+            *["absent" if p.consensus_value is None else p.consensus_value for p in report.params])
+    print_table(table)
     for p in report.params:
-        console.print(f"  {p.name}: {p.tally}", markup=False, highlight=False)
+        say(f"  {p.name}: {p.tally}")
     for a in report.authorities:
         if a.error:
-            console.print(f"  {a.nickname}: {a.error}", markup=False, highlight=False)
+            say(f"  {a.nickname}: {a.error}")
 
 
 def _ts(when) -> str:  # noqa: ANN001
@@ -120,7 +134,7 @@ def serve(
                                         "dir_url": a.dir_url} for a in net.directory_authorities()]})
         else:
             for line in describe(net):
-                console.print(line, markup=False, highlight=False)
+                say(line)
 
     try:
         run(count, port, interval, token, state_dir, host, parse_population(population), on_ready=ready)

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
+from kistexp.dirauth.authorities import AUTHORITY_SETS, parse_trusted
+from kistexp.dirauth.authorities import authority_set as authority_set_named
 from kistexp.dirauth.dirformat import format_time, parse_time
 from kistexp.dirauth.documents import StatusSummary, inspect_file
-from kistexp.errors import DocumentError
-from kistexp.output import console, emit_json
+from kistexp.errors import DirectoryError, DocumentError
+from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 
 consensus_app = typer.Typer(
     name="consensus", help="Inspect votes and consensuses (ns or microdesc flavour).", no_args_is_help=True
@@ -31,6 +32,9 @@ def _as_json(s: StatusSummary) -> dict:
         "params": s.params,
         "authority_count": s.authorities,
         "signature_count": s.signature_count,
+        "verified": s.verified,
+        "trusted_authorities": [{"nickname": n, "v3ident": i} for n, i in s.trusted],
+        "other_certificates": list(s.other_certificates),
         "signatures": None,
     }
     if s.signatures is not None:
@@ -51,37 +55,61 @@ def _as_json(s: StatusSummary) -> dict:
 
 
 def _print(s: StatusSummary) -> None:
+    # Everything shown comes from the file: printed as text (say/add_row), never as rich markup.
     method = f", consensus-method {s.consensus_method}" if s.consensus_method is not None else ""
-    console.print(f"[bold]{s.source}[/bold]: {s.flavor} {s.vote_status}{method}")
-    console.print(f"  valid-after  {format_time(s.valid_after)} UTC")
-    console.print(f"  fresh-until  {format_time(s.fresh_until)} UTC")
-    console.print(f"  valid-until  {format_time(s.valid_until)} UTC")
-    console.print(f"  relays       {s.relay_count}")
-    console.print(f"  authorities  {s.authorities} dir-source, {s.signature_count} signatures")
+    say(f"{s.source}: {s.flavor} {s.vote_status}{method}")
+    say(f"  valid-after  {format_time(s.valid_after)} UTC")
+    say(f"  fresh-until  {format_time(s.fresh_until)} UTC")
+    say(f"  valid-until  {format_time(s.valid_until)} UTC")
+    say(f"  relays       {s.relay_count}")
+    say(f"  authorities  {s.authorities} dir-source, {s.signature_count} signatures")
     if s.params:
-        console.print("  params       " + " ".join(f"{k}={v}" for k, v in s.params.items()), soft_wrap=True)
+        say("  params       " + " ".join(f"{k}={v}" for k, v in s.params.items()))
     else:
-        console.print("  params       (none)")
+        say("  params       (none)")
     if s.signatures is None:
-        console.print("  signatures   not checked (give --certs)")
+        say("  signatures   NOT VERIFIED: no --certs given, so nothing above is authenticated")
         return
+    say(f"  trusted      {len(s.trusted)} authorities: " + ", ".join(n for n, _ in s.trusted))
+    if s.other_certificates:
+        say(f"  ignored      certificates of {len(s.other_certificates)} identities that are not trusted "
+             "authorities: " + ", ".join(s.other_certificates))
     c = s.signatures
-    verdict = "[green]OK[/green]" if c.ok else "[red]NOT ENOUGH[/red]"
-    console.print(f"  signatures   {c.valid}/{c.total} valid, {c.needed} needed (N={c.n_authorities}) {verdict}")
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for col in ("identity", "signing key", "digest", "status"):
-        table.add_column(col)
+    verdict = "OK" if c.ok else "NOT ENOUGH"
+    say(f"  signatures   {c.valid}/{c.total} valid, {c.needed} needed (N={c.n_authorities}) {verdict}")
+    table = make_table(None, ("identity", "signing key", "digest", "status"), show_header=True,
+                       header_style="bold", box=None, pad_edge=False)
     for x in c.signatures:
-        style = "green" if x.ok else "red"
-        table.add_row(x.identity, x.signing_key_digest, x.algorithm, f"[{style}]{x.status}[/{style}]")
-    console.print(table)
+        add_row(table, x.identity, x.signing_key_digest, x.algorithm, plain(x.status, "green" if x.ok else "red"))
+    print_table(table)
+
+
+def trusted_identities(authority_set: str, v3idents: list[str]) -> list[tuple[str, str]]:
+    """(nickname, v3ident) pairs whose signatures count: ``--v3ident`` entries if given, else the set."""
+    if v3idents:
+        pairs = [parse_trusted(spec) for spec in v3idents]
+        seen: set[str] = set()
+        for nick, ident in pairs:
+            if ident in seen or nick.lower() in seen:
+                raise DirectoryError(f"--v3ident: {nick}={ident} is given twice")
+            seen |= {ident, nick.lower()}
+        return pairs
+    return [(a.nickname, a.v3ident) for a in authority_set_named(authority_set)]
 
 
 @consensus_app.command("inspect")
 def inspect(
     file: Path = typer.Argument(..., help="A vote or consensus (ns or microdesc), uncompressed."),
     certs: Path = typer.Option(None, "--certs", help="Authority key certificates (e.g. tor's cached-certs)."),
-    n_authorities: int = typer.Option(9, "--n-authorities", min=1, help="Configured authorities N."),
+    authority_set: str = typer.Option(
+        "current", "--authority-set",
+        help=f"Pinned authority identities whose signatures count: {' or '.join(AUTHORITY_SETS)}."),
+    v3ident: list[str] = typer.Option(
+        [], "--v3ident", metavar="NICK=V3IDENT",
+        help="Trust this authority identity instead of the set (repeatable)."),
+    n_authorities: int = typer.Option(
+        None, "--n-authorities", min=1,
+        help="Configured authorities N (default and minimum: the number of trusted identities)."),
     at: str = typer.Option(
         None, "--at", help="Check certificate validity at this UTC time 'YYYY-MM-DD HH:MM:SS' "
         "(default: the document's valid-after)."
@@ -90,10 +118,13 @@ def inspect(
 ) -> None:
     """Show flavour, validity times, relay count, params and (with --certs) the signature check.
 
-    Exits 1 when certificates are given and fewer than floor(N/2)+1 authorities signed validly.
+    Only signatures of the trusted authority identities count. Without --certs nothing is verified
+    (said in the output; JSON "verified": false). Exits 1 when certificates are given and fewer
+    than floor(N/2)+1 trusted authorities signed validly.
     """
     when = parse_time(at, "--at") if at is not None else None
-    summary = inspect_file(file, certs, n_authorities, when)
+    trusted = trusted_identities(authority_set, v3ident)
+    summary = inspect_file(file, certs, n_authorities, when, trusted)
     if as_json:
         emit_json(_as_json(summary))
     else:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from kistexp.fidelity import Report, parse_cases, run_fidelity
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import add_row, emit_json, err_console, make_table, print_table, say, visible
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -17,19 +16,18 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def _print_report(report: Report) -> None:
-    table = Table(title=f"fidelity: real tor vs simulator (MB/s, mean of {report.repetitions}, "
-                        f"{report.size_mb:g} MB per case)")
-    for col in ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real", "run period ms real / sim",
-                "cells/run median real (mean) / sim", "note"):
-        table.add_column(col)
+    table = make_table(f"fidelity: real tor vs simulator (MB/s, mean of {report.repetitions}, "
+                       f"{report.size_mb:g} MB per case)",
+                       ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real",
+                        "run period ms real / sim", "cells/run median real (mean) / sim", "note"))
     for row in report.rows:
         real = row.real
         rp = real.run_period if real else None
         spread = ""
         if real and len(real.throughputs_mbytes_per_s) > 1:
             spread = f" ({min(real.throughputs_mbytes_per_s):.1f}-{max(real.throughputs_mbytes_per_s):.1f})"
-        table.add_row(
-            row.case.scenario, row.case.scheduler, f"{row.case.interval_ms} ms",
+        add_row(
+            table, row.case.scenario, row.case.scheduler, f"{row.case.interval_ms} ms",
             (_fmt(real.mean_mbytes_per_s) + spread) if real else "-",
             _fmt(row.sim.mean_mbytes_per_s) if row.sim else "-",
             _fmt(row.ratio),
@@ -38,17 +36,17 @@ def _print_report(report: Report) -> None:
             f" / {_fmt(row.sim.cells_per_run_median if row.sim else None, 0)}",
             "; ".join(n for n in (row.real_note, row.sim_note) if n),
         )
-    console.print(table)
+    print_table(table)
     compared = [r for r in report.rows if r.within_target is not None]
     if compared:
         hits = sum(bool(r.within_target) for r in compared)
-        console.print(f"simulator within 25 % of real tor: {hits} of {len(compared)} cases")
+        say(f"simulator within 25 % of real tor: {hits} of {len(compared)} cases")
         wrong = report.ordering_disagreements()
-        console.print("ordering: " + ("; ".join(wrong) if wrong else "the simulator orders every clearly "
+        say("ordering: " + ("; ".join(wrong) if wrong else "the simulator orders every clearly "
                                                                       "ordered pair of real cases the same way"))
     for note in (report.real_skipped, report.sim_skipped):
         if note:
-            console.print(note)
+            say(note)
 
 
 def fidelity(
@@ -70,11 +68,11 @@ def fidelity(
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port)
         emit_json(report.as_json())
         return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+    with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task("fidelity", total=None)
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port,
-                              progress=lambda msg: bar.update(task, description=msg))
+                              progress=lambda msg: bar.update(task, description=visible(msg)))
     _print_report(report)
 
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
+from kistexp.asciinum import ascii_uint
 from kistexp.errors import LocalNetError
 from kistexp.localnet import LocalNetwork, NetworkSpec, parse_params_arg
 from kistexp.localnet.spec import DEFAULT_BASE_PORT
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import add_row, emit_json, make_table, print_table, say
 
 localnet_app = typer.Typer(
     help="Run a private tor network (Debian's tor) on 127.0.0.1: authorities, relays, exits, clients.",
@@ -20,15 +21,24 @@ localnet_app = typer.Typer(
 
 DirArg = typer.Argument(..., help="Network directory (keys, torrcs, logs, network.json).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON.")
+MAX_WAIT_S = 3600.0  # no wait in localnet needs more than an hour; NaN, inf and negatives are refused
+
+
+def _seconds(value: float, option: str = "--timeout") -> float:
+    """A wait in seconds: finite and within (0, MAX_WAIT_S] (NaN would wait for ever, a negative not at all)."""
+    if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
+        raise LocalNetError(f"{option} {value!r}: expected seconds in (0, {MAX_WAIT_S:g}]")
+    return value
 
 
 def _interval_seconds(text: str) -> int:
     raw = text.strip().lower()
     factor = 60 if raw.endswith("m") and not raw.endswith("ms") else 1
     raw = raw.removesuffix("s").removesuffix("m") if factor == 60 else raw.removesuffix("s")
-    if not raw.isdigit():
-        raise LocalNetError(f"--interval {text!r}: expected seconds such as 10s or 20")
-    return int(raw) * factor
+    seconds = ascii_uint(raw)
+    if seconds is None:
+        raise LocalNetError(f"--interval {text[:40]!r}: expected seconds such as 10s or 20")
+    return seconds * factor
 
 
 def _param_args(values: list[str], n_authorities: int) -> tuple[tuple[tuple[str, int], ...], ...]:
@@ -39,7 +49,8 @@ def _param_args(values: list[str], n_authorities: int) -> tuple[tuple[tuple[str,
         if not sep:
             raise LocalNetError(f"--param {value!r}: expected AUTH=key=value, e.g. 0=KISTSchedRunInterval=2")
         digits = auth[4:] if auth.startswith("auth") else auth
-        index = int(digits) if digits.isdigit() else -1
+        index = ascii_uint(digits)
+        index = -1 if index is None else index
         if not 0 <= index < n_authorities:
             raise LocalNetError(
                 f"--param {value!r}: no authority {auth!r} among {n_authorities} (0..{n_authorities - 1})"
@@ -52,26 +63,25 @@ def _param_args(values: list[str], n_authorities: int) -> tuple[tuple[tuple[str,
 
 
 def _print_status(status: dict) -> None:
-    table = Table(title=f"local tor network {status['root']}")
-    for col in ("node", "role", "pid", "running", "ORPort", "DirPort", "ControlPort", "SocksPort", "ConsensusParams"):
-        table.add_column(col)
+    table = make_table(f"local tor network {status['root']}", (
+        "node", "role", "pid", "running", "ORPort", "DirPort", "ControlPort", "SocksPort", "ConsensusParams"))
     for n in status["nodes"]:
-        table.add_row(
-            n["nickname"], n["role"], str(n["pid"] or "-"), "yes" if n["running"] else "no",
+        add_row(
+            table, n["nickname"], n["role"], str(n["pid"] or "-"), "yes" if n["running"] else "no",
             str(n["or_port"] or "-"), str(n["dir_port"] or "-"), str(n["control_port"]),
             str(n["socks_port"] or "-"), n.get("consensus_params", ""),
         )
-    console.print(table)
+    print_table(table)
     cons = status["consensus"]
     if cons:
         va = cons["valid_after"]
         va = va.strftime("%Y-%m-%d %H:%M:%S") if isinstance(va, dt.datetime) else va
-        console.print(f"consensus valid-after {va} from {cons['served_by']}: {cons['relays']} relays, "
-                      f"{cons['signatures']} signatures")
-        console.print(f"params {cons['params'] or '(empty)'}")
+        say(f"consensus valid-after {va} from {cons['served_by']}: {cons['relays']} relays, "
+            f"{cons['signatures']} signatures")
+        say(f"params {cons['params'] or '(empty)'}")
     else:
-        console.print("no consensus served yet" if status["running"] else "network is not running")
-    console.print(f"bulk-service address for fidelity runs: {status['service']}")
+        say("no consensus served yet" if status["running"] else "network is not running")
+    say(f"bulk-service address for fidelity runs: {status['service']}")
 
 
 @localnet_app.command("up")
@@ -89,6 +99,7 @@ def up(
     json_out: bool = JsonOpt,
 ) -> None:
     """Create (if needed) and start the network; clients start once the consensus lists every relay."""
+    timeout = _seconds(timeout)
     if (directory / "network.json").exists():
         net = LocalNetwork.load(directory)
     else:
@@ -98,10 +109,10 @@ def up(
             sched_debug=sched_debug,
         )
         if not json_out:
-            err_console.print(f"creating keys and torrcs for {spec.node_count} nodes in {directory}")
+            say(f"creating keys and torrcs for {spec.node_count} nodes in {directory}", err=True)
         net = LocalNetwork.create(directory, spec)
     if not json_out:
-        err_console.print("starting tor processes")
+        say("starting tor processes", err=True)
     net.start(consensus_timeout_s=timeout)
     status = net.status()
     if json_out:
@@ -126,13 +137,13 @@ def wait(
         except ValueError:
             raise LocalNetError(f"--newer-than {newer_than!r}: expected 'YYYY-MM-DD HH:MM:SS'") from None
         after = after if after.tzinfo else after.replace(tzinfo=dt.timezone.utc)
-    doc = net.wait_for_consensus(timeout, newer_than_valid_after=after)
+    doc = net.wait_for_consensus(_seconds(timeout), newer_than_valid_after=after)
     if json_out:
         emit_json(doc.summary())
     else:
-        console.print(f"consensus valid-after {doc.valid_after:%Y-%m-%d %H:%M:%S} from {doc.served_by}: "
-                      f"{doc.relays} relays, {doc.signatures} signatures")
-        console.print("params " + (" ".join(f"{k}={v}" for k, v in doc.params) or "(empty)"))
+        say(f"consensus valid-after {doc.valid_after:%Y-%m-%d %H:%M:%S} from {doc.served_by}: "
+            f"{doc.relays} relays, {doc.signatures} signatures")
+        say("params " + (" ".join(f"{k}={v}" for k, v in doc.params) or "(empty)"))
 
 
 @localnet_app.command("status")
@@ -150,19 +161,38 @@ def params(
     directory: Path = DirArg,
     authority: str = typer.Argument(..., help="Authority nickname (auth001) or index (0-based)."),
     items: str = typer.Argument(..., help="ConsensusParams as 'k=v k2=v2' ('' for none)."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait for the authority's first vote after the reload."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Seconds to wait for that vote (default: two voting intervals + 10 s)."),
     json_out: bool = JsonOpt,
 ) -> None:
-    """Rewrite an authority's ConsensusParams (params.inc) and send it SIGHUP."""
+    """Rewrite an authority's ConsensusParams (params.inc), send it SIGHUP and confirm its next vote.
+
+    A line tor could not vote with (AuthDirMaxServersPerAddr, which tor appends itself; a duplicate key; a
+    value outside int32) is refused before anything is written."""
     net = LocalNetwork.load(directory)
-    net.set_consensus_params(authority, items)
     node = net.node(authority)
+    limit = None
+    if wait:
+        limit = net.confirm_timeout() if timeout is None else _seconds(timeout)
+        if not json_out and net.is_running(node):
+            say(f"{node.nickname}: waiting up to {limit:g} s for its first vote after the reload", err=True)
+    vote = net.set_consensus_params(authority, items, confirm_timeout_s=limit)
     result = {"authority": node.nickname, "consensus_params": " ".join(f"{k}={v}" for k, v in net.params(node)),
-              "reloaded": net.is_running(node)}
+              "reloaded": net.is_running(node),
+              "vote_confirmed": None if vote is None else {"valid_after": vote.valid_after,
+                                                           "params": " ".join(f"{k}={v}" for k, v in vote.params)}}
     if json_out:
         emit_json(result)
+        return
+    if vote is not None:
+        say(f"{node.nickname}: ConsensusParams {result['consensus_params'] or '(none)'}; SIGHUP sent; its vote "
+            f"for {vote.valid_after:%Y-%m-%d %H:%M:%S} lists them. It reaches the consensus one or two voting "
+            "periods later.")
     else:
-        console.print(f"{node.nickname}: ConsensusParams {result['consensus_params'] or '(none)'}; SIGHUP sent. "
-                      "It reaches the consensus one or two voting periods later.")
+        say(f"{node.nickname}: ConsensusParams {result['consensus_params'] or '(none)'}"
+            + ("; SIGHUP sent. It reaches the consensus one or two voting periods later." if result["reloaded"]
+               else "; not running, used when it starts."))
 
 
 @localnet_app.command("down")
@@ -172,12 +202,12 @@ def down(
     json_out: bool = JsonOpt,
 ) -> None:
     """Stop the network's tor processes (SIGTERM, then SIGKILL after --timeout); files are kept."""
-    result = LocalNetwork.load(directory).stop(timeout_s=timeout)
+    result = LocalNetwork.load(directory).stop(timeout_s=_seconds(timeout))
     if json_out:
         emit_json({"stopped": result})
     else:
         for nick, outcome in result.items():
-            console.print(f"{nick}: {outcome}")
+            say(f"{nick}: {outcome}")
 
 
 def register(app: typer.Typer) -> None:

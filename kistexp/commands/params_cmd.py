@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
 from kistexp import params as catalogue
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json
+from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 
 
 def _bounds_dict(b: catalogue.Bounds) -> dict:
@@ -35,26 +34,26 @@ def params(
         if as_json:
             emit_json(_param_dict(entry))
             return
-        console.print(f"[bold]{entry.name}[/bold] ({entry.unit}) - {entry.meaning}")
-        console.print(f"  category: {entry.category}; read by: {entry.read_by}")
+        say(plain(entry.name, "bold"), f" ({entry.unit}) - {entry.meaning}")
+        say(f"  category: {entry.category}; read by: {entry.read_by}")
         for b in entry.bounds:
             note = f"  ({b.note})" if b.note else ""
-            console.print(f"  tor {b.versions}: default {b.default}, min {b.minimum}, max {b.maximum}{note}")
+            say(f"  tor {b.versions}: default {b.default}, min {b.minimum}, max {b.maximum}{note}")
         if entry.torrc_override:
-            console.print(f"  override: {entry.torrc_override}")
-        console.print(f"  source: {entry.source}")
+            say(f"  override: {entry.torrc_override}")
+        say(f"  source: {entry.source}")
         return
     if as_json:
         emit_json([_param_dict(p) for p in catalogue.CATALOGUE])
         return
-    table = Table(title="Consensus parameters", show_lines=False)
-    for col in ("name", "default", "min", "max", "unit", "tor versions", "meaning"):
-        table.add_column(col, overflow="fold")
+    table = make_table("Consensus parameters", [
+        (col, {"overflow": "fold"}) for col in ("name", "default", "min", "max", "unit", "tor versions", "meaning")],
+        show_lines=False)
     for p in catalogue.CATALOGUE:
         for i, b in enumerate(p.bounds):
-            table.add_row(p.name if i == 0 else "", str(b.default), str(b.minimum), str(b.maximum),
+            add_row(table, p.name if i == 0 else "", str(b.default), str(b.minimum), str(b.maximum),
                           p.unit if i == 0 else "", str(b.versions), p.meaning if i == 0 else "")
-    console.print(table)
+    print_table(table)
 
 
 def register(app: typer.Typer) -> None:

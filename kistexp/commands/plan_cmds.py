@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 import typer
-from rich.table import Table
 
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json
+from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 from kistexp.plan import load_plan
 from kistexp.plan.lint import lint_paths
 from kistexp.plan.timeline import build_timeline
@@ -25,7 +24,10 @@ def _parse_now(now: str | None) -> dt.datetime | None:
         raise KistexpError(f"--now {now!r} is not an RFC 3339 date-time") from None
     if value.tzinfo is None:
         raise KistexpError(f"--now {now!r} needs a UTC offset, e.g. 2027-01-01T00:00:00Z")
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:  # 9999-12-31T23:59:59-05:00 is in year 10000 in UTC
+        raise KistexpError(f"--now {now!r} is outside years 1 to 9999 in UTC") from None
 
 
 def lint(
@@ -48,10 +50,9 @@ def lint(
         })
     else:
         for finding in report.findings:
-            style = "red" if finding.severity == "error" else "yellow"
-            console.print(f"[{style}]{finding}[/{style}]", highlight=False, soft_wrap=True)
+            say(finding, style="red" if finding.severity == "error" else "yellow")
         summary = f"{len(report.files)} plan(s): {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
-        console.print(("[red]" if report.errors else "[green]") + summary, highlight=False)
+        say(summary, style="red" if report.errors else "green")
     raise typer.Exit(report.exit_code)
 
 
@@ -65,26 +66,25 @@ def show(
     if as_json:
         emit_json(timeline.to_dict())
         return
-    console.print(f"[bold]{plan.name}[/bold] ({plan.kind}) owner {plan.owner} <{plan.contact}>", highlight=False)
-    console.print(f"parameters: {', '.join(plan.parameters)}; tor {plan.tor_versions}; "
-                  f"baseline {timeline.baseline_start:%Y-%m-%d %H:%M} .. {plan.start:%Y-%m-%d %H:%M} UTC",
-                  highlight=False)
-    table = Table(title="Timeline (UTC)")
-    for col in ("stage", "values", "start", "end", "gate", "votes by", "first consensus", "relays 50%",
-                "relays 100%", "clients 50%", "clients 100%"):
-        table.add_column(col, overflow="fold")
+    say(plain(plan.name, "bold"), f" ({plan.kind}) owner {plan.owner} <{plan.contact}>")
+    say(f"parameters: {', '.join(plan.parameters)}; tor {plan.tor_versions}; "
+        f"baseline {timeline.baseline_start:%Y-%m-%d %H:%M} .. {plan.start:%Y-%m-%d %H:%M} UTC")
+    table = make_table("Timeline (UTC)", [
+        (col, {"overflow": "fold"}) for col in ("stage", "values", "start", "end", "gate", "votes by",
+                                                "first consensus", "relays 50%", "relays 100%", "clients 50%",
+                                                "clients 100%")])
     for row in timeline.rows:
-        table.add_row(
-            row.stage, row.values_text, f"{row.start:%Y-%m-%d %H:%M}", f"{row.end:%Y-%m-%d %H:%M}", row.gate,
+        add_row(
+            table, row.stage, row.values_text, f"{row.start:%Y-%m-%d %H:%M}", f"{row.end:%Y-%m-%d %H:%M}", row.gate,
             f"{row.vote_deadline:%H:%M}", f"{row.first_valid_after:%m-%d %H:%M}", f"{row.relays_50:%H:%M}",
             f"{row.relays_100:%H:%M}", f"{row.clients_50:%H:%M}", f"{row.clients_100:%m-%d %H:%M}",
         )
-    console.print(table)
-    console.print("authorities:", highlight=False)
+    print_table(table)
+    say("authorities:")
     for row in timeline.rows:
-        console.print(f"  {row.stage}: {row.authority_action}", highlight=False)
+        say(f"  {row.stage}: {row.authority_action}")
     if timeline.revert:
-        console.print(f"rollback: {timeline.revert}", highlight=False)
+        say(f"rollback: {timeline.revert}")
 
 
 def register(app: typer.Typer) -> None:

@@ -6,9 +6,8 @@ from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import add_row, emit_json, err_console, make_table, print_table
 
 sim_app = typer.Typer(
     help="Relay-scheduling simulator: KIST, KISTLite and Vanilla with EWMA circuit priority.",
@@ -55,7 +54,7 @@ def experiment(
     # Validate first so a bad argument never flashes an empty progress bar.
     experiments.check_experiment_args(name, **kwargs)
     with Progress(
-        TextColumn(f"[bold]sim {name}"),
+        TextColumn(f"sim {name}".replace("{", "{{").replace("}", "}}"), style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -87,22 +86,18 @@ def _record_name(record: dict[str, Any]) -> str:
 def _print_result(name: str, figures: dict[str, Any]) -> None:
     """Scalars as a two-column table, then each list of records (a curve) as a table with one
     column per point and one row per figure, which stays readable in 80 columns."""
-    scalars = Table(title=f"sim experiment {name}", show_header=True)
-    scalars.add_column("figure")
-    scalars.add_column("value", justify="right")
+    scalars = make_table(f"sim experiment {name}", ["figure", ("value", {"justify": "right"})], show_header=True)
     curves: list[tuple[str, list[dict[str, Any]]]] = []
     for key, value in figures.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
             curves.append((key, value))
         else:
-            scalars.add_row(key, _fmt(value))
+            add_row(scalars, key, _fmt(value))
     if scalars.row_count:
-        console.print(scalars)
+        print_table(scalars)
     for key, records in curves:
-        table = Table(title=f"sim experiment {name}: {key}", show_header=True)
-        table.add_column("figure")
-        for record in records:
-            table.add_column(_record_name(record), justify="right")
+        table = make_table(f"sim experiment {name}: {key}",
+                           ["figure", *((_record_name(r), {"justify": "right"}) for r in records)], show_header=True)
         for figure in records[0]:
-            table.add_row(figure, *(_fmt(record.get(figure)) for record in records))
-        console.print(table)
+            add_row(table, figure, *(_fmt(record.get(figure)) for record in records))
+        print_table(table)

@@ -37,7 +37,8 @@ Rendering and signing (fake authorities)
 
 Files
     ``load_network_status(path)``, ``load_key_certificates(path)``: read + parse, errors name the path
-    ``inspect_file(path, certs_path=None, n_authorities=9) -> StatusSummary`` (``consensus inspect``)
+    ``inspect_file(path, certs_path=None, n_authorities=None, at=None, trusted=None) -> StatusSummary``
+    (``consensus inspect``; only the ``trusted`` identities' signatures count, default today's nine)
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pathlib import Path
 
 import attrs
 
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES
 from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES, UTC, b64_nopad_encode, format_time, is_hex40
 from kistexp.dirauth.keys import (
     AuthorityKeys,
@@ -72,6 +74,7 @@ from kistexp.dirauth.netstatus import (
 )
 from kistexp.dirauth.paramsline import format_params, sort_params
 from kistexp.errors import DocumentError
+from kistexp.safeio import read_bounded
 
 __all__ = [
     "AuthorityIdentity",
@@ -539,25 +542,19 @@ def add_detached_signatures(consensus_text: str, detached: DetachedSignatures, s
 # --------------------------------------------------------------------------- files and summaries
 
 
-def _read(path: str | Path) -> bytes:
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise DocumentError(f"{p}: {size} bytes, more than the {MAX_DOCUMENT_BYTES} limit")
-        return p.read_bytes()
-    except OSError as exc:
-        raise DocumentError(f"{p}: cannot read: {exc.strerror or exc}") from None
+def read_document_file(path: str | Path, what: str) -> bytes:
+    """A directory document file's bytes: a regular file of at most MAX_DOCUMENT_BYTES (kistexp/safeio.py)."""
+    return read_bounded(path, MAX_DOCUMENT_BYTES, what, DocumentError)
 
 
 def load_network_status(path: str | Path) -> NetworkStatus:
     """Read and parse a vote or consensus file; errors name the path."""
-    return parse_network_status(_read(path), str(path))
+    return parse_network_status(read_document_file(path, "vote or consensus"), str(path))
 
 
 def load_key_certificates(path: str | Path) -> tuple[KeyCertificate, ...]:
     """Read, parse and verify a key-certificate file (e.g. tor's ``cached-certs``)."""
-    return parse_key_certificates(_read(path), str(path))
+    return parse_key_certificates(read_document_file(path, "key certificates"), str(path))
 
 
 @attrs.frozen
@@ -575,7 +572,14 @@ class StatusSummary:
     params: dict[str, int]
     authorities: int  # dir-source entries
     signature_count: int
-    signatures: SignatureCheck | None  # None when no certificates were given
+    signatures: SignatureCheck | None  # None when no certificates were given: nothing verified
+    trusted: tuple[tuple[str, str], ...] = ()  # (nickname, v3ident) whose signatures count
+    other_certificates: tuple[str, ...] = ()  # v3idents in the certificate file not trusted
+
+    @property
+    def verified(self) -> bool:
+        """True only when certificates were given and enough trusted authorities signed."""
+        return self.signatures is not None and self.signatures.ok
 
 
 def summarize(doc: NetworkStatus, check: SignatureCheck | None = None) -> StatusSummary:
@@ -598,13 +602,38 @@ def summarize(doc: NetworkStatus, check: SignatureCheck | None = None) -> Status
 def inspect_file(
     path: str | Path,
     certs_path: str | Path | None = None,
-    n_authorities: int = 9,
+    n_authorities: int | None = None,
     at: dt.datetime | None = None,
+    trusted: Sequence[tuple[str, str]] | None = None,
 ) -> StatusSummary:
     """Parse a document file and, with certificates, check its signatures (not raising when too few
-    are valid: the summary says so and the caller decides)."""
+    are valid: the summary says so and the caller decides).
+
+    Only signatures by the ``trusted`` (nickname, v3ident) pairs count (default: today's nine
+    authorities); certificates of other identities in the file are reported, never used. A file
+    that holds more identities than there are trusted authorities is refused: it can only be
+    padding the check with identities nobody configured. N is the number of trusted
+    authorities unless ``n_authorities`` raises it (it can never lower it).
+    """
+    if trusted is None:
+        trusted = [(a.nickname, a.v3ident) for a in DEFAULT_AUTHORITIES]
+    trusted = tuple((nick, ident.upper()) for nick, ident in trusted)
+    if not trusted:
+        raise DocumentError("no trusted authority identities given: nothing could be verified")
+    n = len(trusted) if n_authorities is None else n_authorities
+    if n < len(trusted):
+        raise DocumentError(f"--n-authorities {n} is fewer than the {len(trusted)} trusted authorities; "
+                            "N is at least the number of configured authorities")
     doc = load_network_status(path)
     check = None
+    others: tuple[str, ...] = ()
     if certs_path is not None:
-        check = verify_signatures(doc, load_key_certificates(certs_path), n_authorities, at)
-    return summarize(doc, check)
+        certs = load_key_certificates(certs_path)
+        idents = {c.fingerprint for c in certs}
+        if len(idents) > len(trusted):
+            raise DocumentError(f"{certs_path}: holds certificates for {len(idents)} identities, more than the "
+                                f"{len(trusted)} trusted authorities; refusing it")
+        pinned = {ident for _, ident in trusted}
+        others = tuple(sorted(idents - pinned))
+        check = verify_signatures(doc, [c for c in certs if c.fingerprint in pinned], n, at, pinned)
+    return attrs.evolve(summarize(doc, check), trusted=trusted, other_certificates=others)

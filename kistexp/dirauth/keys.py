@@ -25,6 +25,7 @@ import attrs
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from kistexp.asciinum import ascii_port
 from kistexp.dirauth.dirformat import (
     UTC,
     as_text,
@@ -37,6 +38,17 @@ from kistexp.dirauth.dirformat import (
 from kistexp.errors import DocumentError
 
 SIGNATURE_ALGORITHMS = ("sha1", "sha256")
+
+#: Bounds on every RSA key a certificate may hold, checked when it is parsed, before any
+#: signature work (a 16,384-bit key costs seconds per check, a 32,768-bit one far more).
+#: The live authorities' identity keys are 3072 bits and their signing keys 2048 or 3072
+#: (tor-gencert's defaults), so 3072 is the ceiling; 1024 is the floor tor itself uses for
+#: relay keys (crypto_rsa.h PK_BYTES), which small test networks use too.
+MIN_RSA_BITS = 1024
+MAX_RSA_BITS = 3072
+#: tor generates and accepts only this public exponent (crypto_rsa.h TOR_RSA_EXPONENT,
+#: crypto_pk_public_exponent_ok).
+RSA_EXPONENT = 65537
 _HASHES = {"sha1": hashlib.sha1, "sha256": hashlib.sha256}
 
 
@@ -77,7 +89,12 @@ def tor_sign(private_key: rsa.RSAPrivateKey, digest: bytes) -> bytes:
 
 
 def tor_verify(n: int, e: int, signature: bytes, digest: bytes) -> bool:
-    """True if ``signature`` is tor's signature of ``digest`` under the public key (n, e)."""
+    """True if ``signature`` is tor's signature of ``digest`` under the public key (n, e).
+
+    A key outside the bounds (MIN_RSA_BITS..MAX_RSA_BITS, exponent RSA_EXPONENT) never
+    verifies, so no caller can be made to do unbounded work."""
+    if e != RSA_EXPONENT or not MIN_RSA_BITS <= n.bit_length() <= MAX_RSA_BITS:
+        return False
     s = int.from_bytes(signature, "big")
     if not signature or s >= n:
         return False
@@ -109,6 +126,23 @@ def _public_numbers(der: bytes, where: str) -> tuple[int, int]:
         raise DocumentError(f"{where}: key is not an RSA key")
     nums = key.public_numbers()
     return nums.n, nums.e
+
+
+def check_rsa_key(der: bytes, where: str) -> tuple[int, int]:
+    """The key's (n, e) if it is within the bounds tor's authorities use; DocumentError if not.
+
+    The DER length is checked first, so an oversized key is refused without being decoded."""
+    if len(der) > MAX_RSA_BITS // 8 + 64:  # modulus bytes + room for the ASN.1 framing and exponent
+        raise DocumentError(f"{where}: RSA key of {len(der)} DER bytes is larger than the "
+                            f"{MAX_RSA_BITS}-bit limit")
+    n, e = _public_numbers(der, where)
+    if not MIN_RSA_BITS <= n.bit_length() <= MAX_RSA_BITS:
+        raise DocumentError(f"{where}: RSA key of {n.bit_length()} bits is outside the allowed "
+                            f"{MIN_RSA_BITS}..{MAX_RSA_BITS} bits")
+    if e != RSA_EXPONENT:
+        raise DocumentError(f"{where}: RSA key exponent {e if e < 10**12 else 'of ' + str(e.bit_length()) + ' bits'}"
+                            f" is not {RSA_EXPONENT}")
+    return n, e
 
 
 @attrs.frozen
@@ -239,6 +273,8 @@ def parse_certificate_at(lines: list[str], start: int, source: str) -> tuple[Key
     if missing:
         hint = " (truncated?)" if end is None else ""
         raise DocumentError(f"{where}: missing {', '.join(missing)}{hint}")
+    for kw in ("dir-identity-key", "dir-signing-key"):
+        check_rsa_key(blocks[kw], f"{where} {kw}")
     fp = seen["fingerprint"]
     if len(fp) != 1 or not is_hex40(fp[0]):
         raise DocumentError(f"{where}: fingerprint must be 40 hex digits")
@@ -246,7 +282,7 @@ def parse_certificate_at(lines: list[str], start: int, source: str) -> tuple[Key
     if "dir-address" in seen:
         addr = seen["dir-address"]
         host, sep, port = (addr[0] if len(addr) == 1 else "").rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or ascii_port(port) is None:
             raise DocumentError(f"{where}: dir-address must be IP:port")
         address, dirport = host, int(port)
     cert = KeyCertificate(

@@ -527,7 +527,7 @@ def _parse_routers(
                 )
             try:
                 ident = a2b(parts[2] + "=")
-            except binascii.Error:
+            except (binascii.Error, ValueError):  # ValueError: non-ASCII text
                 ident = b""
             if len(ident) != 20:
                 raise DocumentError(f"{where_at}{line_no + offset}: bad router identity {parts[2]!r}")
@@ -537,7 +537,7 @@ def _parse_routers(
                 dg, day, tm, ip, orp, dirp = parts[3:]
                 try:
                     dg_ok = len(dg) == 27 and len(a2b(dg + "=")) == 20
-                except binascii.Error:
+                except (binascii.Error, ValueError):
                     dg_ok = False
                 if not dg_ok:
                     raise DocumentError(f"{where_at}{line_no + offset}: bad descriptor digest {dg!r}")

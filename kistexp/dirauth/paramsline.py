@@ -16,7 +16,7 @@ INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
 # tor's keyword: anything up to '=' without whitespace; values are decimal int32.
-_VALUE_RE = re.compile(r"^[+-]?[0-9]+$")
+_VALUE_RE = re.compile(r"^[+-]?[0-9]+\Z")
 
 
 def tor_item_key(item: tuple[str, int]) -> bytes:

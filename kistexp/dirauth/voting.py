@@ -23,6 +23,7 @@ Params = tuple[tuple[str, int], ...]
 
 MIN_VOTES_FOR_PARAM = 3  # dirvote.c: a key listed by this many votes is kept whatever N is
 DEFAULT_AUTH_DIR_MAX_SERVERS_PER_ADDR = 2
+AUTH_DIR_MAX_SERVERS_PER_ADDR = "AuthDirMaxServersPerAddr"  # the params key tor adds itself (§1.2)
 SUPPORTED_CONSENSUS_METHODS = tuple(range(28, 34))  # tor 0.4.8 (§2.2)
 
 
@@ -38,12 +39,18 @@ class VoteRejected(VotingError):
 # votes
 
 
+# A params keyword as a vote can carry it: printable ASCII without '=' or space. A vote is ASCII text that
+# tor handles as a C string (a NUL ends the document early: the authority logs "Generated a networkstatus
+# vote we couldn't parse" and stops voting), its tokenizer splits items on whitespace and '=' ends the key.
+_KEYWORD_RE = re.compile(r"[!-<>-~]+")
+
+
 def _params_converter(value: Mapping[str, int] | Iterable[tuple[str, int]]) -> Params:
     items = list(value.items()) if isinstance(value, Mapping) else list(value)
     seen: set[str] = set()
     for key, val in items:
-        if not isinstance(key, str) or not key or "=" in key or any(c.isspace() for c in key):
-            raise VoteRejected(f"params: bad keyword {key!r}")
+        if not isinstance(key, str) or not _KEYWORD_RE.fullmatch(key):
+            raise VoteRejected(f"params: bad keyword {key!r} (printable ASCII without '=' or spaces)")
         if isinstance(val, bool) or not isinstance(val, numbers.Integral):
             raise VoteRejected(f"params: {key} has a non-integer value {val!r}")
         if not INT32_MIN <= val <= INT32_MAX:
@@ -99,16 +106,18 @@ def _check_n(n_authorities: int, n_votes: int) -> None:
         )
 
 
-_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)$")
+_ITEM_RE = re.compile(r"^([^=\s]+)=([+-]?[0-9]+)\Z")
 
 
 def parse_items(tokens: Iterable[str], where: str) -> list[tuple[str, int]]:
     """``key=integer`` tokens as pairs, in the given order (range and duplicates not checked)."""
     items = []
     for token in tokens:
-        m = _ITEM_RE.match(token)
+        m = _ITEM_RE.fullmatch(token)
         if not m:
             raise VotingError(f"{where}: item {token!r} is not key=integer")
+        if len(m[2].lstrip("+-").lstrip("0")) > 10:  # past int32 for sure; int() of 4,300+ digits would raise
+            raise VotingError(f"{where}: {m[1]}={m[2][:20]}... is outside the int32 range")
         items.append((m[1], int(m[2])))
     return items
 
@@ -127,6 +136,13 @@ def own_vote_params(
     tokens = [tok for line in lines for tok in line.split()]
     if not tokens:
         return ()
+    if any(tok.partition("=")[0] == AUTH_DIR_MAX_SERVERS_PER_ADDR for tok in tokens):
+        raise VoteRejected(
+            f"ConsensusParams must not list {AUTH_DIR_MAX_SERVERS_PER_ADDR}: tor appends "
+            f"{AUTH_DIR_MAX_SERVERS_PER_ADDR}=<its torrc option> to the vote of every authority that has "
+            "ConsensusParams (dirvote.c), so its vote would list it twice and the authority does not vote "
+            "(\"Generated a networkstatus vote we couldn't parse\"); "
+            f"set the torrc option {AUTH_DIR_MAX_SERVERS_PER_ADDR} instead")
     tokens.append(f"AuthDirMaxServersPerAddr={auth_dir_max_servers_per_addr}")
     try:
         return _params_converter(parse_items(tokens, "ConsensusParams"))
@@ -250,16 +266,17 @@ class Formation:
 
 
 def consensus_method(
-    votes: Iterable[VoteLike], supported: Sequence[int] = SUPPORTED_CONSENSUS_METHODS
+    votes: Iterable[VoteLike], supported: Sequence[int] = SUPPORTED_CONSENSUS_METHODS, silent: int = 0
 ) -> int:
     """The method tor picks: the highest one listed by more than floor(2V/3) of the V votes (§2.1).
 
     If that method is not in ``supported`` the computing authority falls back to its own
-    highest method (tor 0.4.x); with no method frequent enough tor uses 1.
+    highest method (tor 0.4.x); with no method frequent enough tor uses 1. ``silent`` more
+    votes list no params and the default methods: counted, never built one by one.
     """
     held = _as_votes(votes)
-    floor_two_thirds = (len(held) * 2) // 3
-    counts: dict[int, int] = {}
+    floor_two_thirds = ((len(held) + silent) * 2) // 3
+    counts: dict[int, int] = dict.fromkeys(SUPPORTED_CONSENSUS_METHODS, silent) if silent else {}
     for vote in held:
         for method in set(vote.consensus_methods):
             counts[method] = counts.get(method, 0) + 1
@@ -270,29 +287,32 @@ def consensus_method(
     return method
 
 
-def formation(votes: Iterable[VoteLike], n_authorities: int) -> Formation:
-    """Votes needed to compute (> floor(N/2), one listing Running) and the method (§2.1)."""
+def formation(votes: Iterable[VoteLike], n_authorities: int, silent: int = 0) -> Formation:
+    """Votes needed to compute (> floor(N/2), one listing Running) and the method (§2.1).
+
+    ``silent`` more votes (no params, default methods, listing Running) are counted, not built."""
     held = _as_votes(votes)
-    _check_n(n_authorities, len(held))
+    n_held = len(held) + silent
+    _check_n(n_authorities, n_held)
     needed = votes_needed_to_compute(n_authorities)
-    any_running = any(v.lists_running for v in held)
-    can = len(held) >= needed and any_running
-    if len(held) < needed:
+    any_running = silent > 0 or any(v.lists_running for v in held)
+    can = n_held >= needed and any_running
+    if n_held < needed:
         reason = (
-            f"not enough votes to generate a consensus: {len(held)} of {n_authorities} held, "
+            f"not enough votes to generate a consensus: {n_held} of {n_authorities} held, "
             f"need more than {n_authorities // 2}"
         )
     elif not any_running:
         reason = "no held vote lists the Running flag"
     else:
-        reason = f"{len(held)} of {n_authorities} votes held (a consensus needs {needed})"
+        reason = f"{n_held} of {n_authorities} votes held (a consensus needs {needed})"
     return Formation(
         n_authorities=n_authorities,
-        n_votes=len(held),
+        n_votes=n_held,
         votes_needed=needed,
         any_running=any_running,
         can_compute=can,
-        consensus_method=consensus_method(held) if can else None,
+        consensus_method=consensus_method(held, silent=silent) if can else None,
         reason=reason,
     )
 

@@ -9,8 +9,10 @@ inclusion threshold). Only a value's side of ``v`` matters, and three moves domi
 others: convert a lister above ``v`` to ``v``, convert a lister below ``v`` to ``v``, or have a
 silent authority start listing ``v`` (removing a lister or listing another value is never
 better). For each number of recruits the conversions needed follow directly, so trying
-every recruit count (at most N cases) gives the exact minimum;
-tests check it against brute force over every subset of authorities.
+every useful recruit count gives the exact minimum; tests check it against brute force over
+every subset of authorities. Past 2n+4 recruits (n listers) every conversion is already
+unneeded, so at most that many counts are tried and silent authorities are never built one by
+one: N may be as large as tor can be configured with (MAX_N_AUTHORITIES) at no cost.
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from kistexp.dirauth.voting import (
     parse_items,
     tally_params,
 )
+
+#: tor counts its configured authorities in a C ``int`` (dirlist.c ``get_n_authorities``) and
+#: sets no other limit on DirAuthority lines, so N is at most INT_MAX.
+MAX_N_AUTHORITIES = 2**31 - 1
 
 _WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
@@ -89,11 +95,15 @@ def _value_of(params: Params, key: str) -> int | None:
     return None
 
 
+def _silent_name(i: int) -> str:
+    return f"another authority #{i + 1}"
+
+
 def _electorate(
     votes: Sequence[Vote], n_authorities: int, key: str, frozen: Iterable[str], absent: Iterable[str]
-) -> list[_Auth]:
-    """Authorities whose votes arrive. Configured authorities without a vote in ``votes`` are
-    taken as silent voters that could start listing the key ("another authority #i")."""
+) -> tuple[list[_Auth], int]:
+    """Authorities whose votes arrive, and how many configured authorities have no vote in
+    ``votes``: silent voters that could start listing the key ("another authority #i")."""
     names = [v.authority for v in votes]
     if len(set(names)) != len(names):
         raise VotingError("two votes from the same authority")
@@ -108,8 +118,7 @@ def _electorate(
         for v in votes
         if v.authority not in absent_set
     ]
-    out += [_Auth(f"another authority #{i + 1}", None, True) for i in range(n_authorities - len(votes))]
-    return out
+    return out, n_authorities - len(votes)
 
 
 def _median_of(values: Sequence[int], n_authorities: int) -> int | None:
@@ -123,7 +132,7 @@ def _feasible(n: int, less: int, le: int, threshold: int) -> bool:
     return n >= threshold and less <= m and le >= m + 1
 
 
-def _plan_value(auths: list[_Auth], target: int, threshold: int) -> list[VoteChange] | None:
+def _plan_value(auths: list[_Auth], n_silent: int, target: int, threshold: int) -> list[VoteChange] | None:
     listed = [a for a in auths if a.value is not None]
     n = len(listed)
     less = sum(a.value < target for a in listed)
@@ -134,8 +143,11 @@ def _plan_value(auths: list[_Auth], target: int, threshold: int) -> list[VoteCha
         (a for a in listed if a.changeable and a.value < target), key=lambda a: (-a.value, a.name)
     )
     silent = [a for a in auths if a.changeable and a.value is None]
+    recruitable = len(silent) + n_silent
     best: tuple[int, int, int, int] | None = None
-    for c in range(len(silent) + 1):
+    # Two more recruits lower the conversions needed by at most one each side, so past 2n+4
+    # recruits (b = 0 and a = 0 already) more only cost; N itself never bounds the loop.
+    for c in range(min(recruitable, 2 * n + 4) + 1):
         # with c recruits the median index is fixed; take the fewest conversions it needs
         m = (n + c - 1) // 2
         b = max(0, less - m)
@@ -147,8 +159,9 @@ def _plan_value(auths: list[_Auth], target: int, threshold: int) -> list[VoteCha
     if best is None:
         return None
     _, c, a, b = best
-    chosen = above[:a] + below[:b] + silent[:c]
-    return [VoteChange(x.name, x.value, target) for x in chosen]
+    recruits = [x.name for x in silent[:c]] + [_silent_name(i) for i in range(max(0, c - len(silent)))]
+    chosen = [VoteChange(x.name, x.value, target) for x in above[:a] + below[:b]]
+    return chosen + [VoteChange(name, None, target) for name in recruits]
 
 
 def _plan_absent(auths: list[_Auth], threshold: int) -> list[VoteChange] | None:
@@ -163,12 +176,14 @@ def _plan_absent(auths: list[_Auth], threshold: int) -> list[VoteChange] | None:
 
 
 def _apply(auths: list[_Auth], changes: Sequence[VoteChange]) -> list[int]:
+    """The listed values after ``changes``; a change to an unnamed silent authority adds one."""
     new = {c.authority: c.after for c in changes}
     values = []
     for a in auths:
-        v = new[a.name] if a.name in new else a.value
+        v = new.pop(a.name) if a.name in new else a.value
         if v is not None:
             values.append(v)
+    values += [v for v in new.values() if v is not None]
     return values
 
 
@@ -222,12 +237,13 @@ def solve_target(
     if target is not None and not INT32_MIN <= target <= INT32_MAX:
         raise VotingError(f"target {key}={target} is outside the int32 range")
     frozen, absent = set(frozen), set(absent)
-    auths = _electorate(votes, n_authorities, key, frozen, absent)
+    auths, n_silent = _electorate(votes, n_authorities, key, frozen, absent)
     threshold = param_inclusion_threshold(n_authorities)
     held = [v for v in votes if v.authority not in absent]
     tally = next((t for t in tally_params(held, n_authorities) if t.key == key), None)
     current = tally.median if tally is not None and tally.included else None
-    changes = _plan_absent(auths, threshold) if target is None else _plan_value(auths, target, threshold)
+    changes = (_plan_absent(auths, threshold) if target is None
+               else _plan_value(auths, n_silent, target, threshold))
     possible = changes is not None
     changes = changes or []
     result = _median_of(_apply(auths, changes), n_authorities) if possible else current
@@ -340,7 +356,8 @@ class WhatIfReport:
     """Everything ``kistexp authorities whatif`` prints."""
 
     n_authorities: int
-    votes: tuple[Vote, ...]  # every vote held: named ones, then silent unnamed authorities
+    votes: tuple[Vote, ...]  # the named votes tor accepts
+    n_silent: int  # configured authorities not named: they vote and list nothing
     dropped: tuple[VoteOption, ...]  # votes tor would refuse (their authorities do not vote)
     formation: Formation
     consensus_params: Params | None  # None when no consensus can be computed
@@ -353,6 +370,7 @@ class WhatIfReport:
     def to_json(self) -> dict:
         return {
             "n_authorities": self.n_authorities,
+            "silent_authorities": self.n_silent,
             "votes_held": self.formation.n_votes,
             "votes_needed": self.formation.votes_needed,
             "can_compute": self.formation.can_compute,
@@ -392,32 +410,46 @@ def whatif_report(
     unreachable: Iterable[str] = (),
     absent: Iterable[str] = (),
 ) -> WhatIfReport:
-    """Parse ``NAME='k=v ...'`` specs and answer the what-if; unnamed authorities are silent voters."""
-    if n_authorities < 1:
-        raise VotingError(f"--n-authorities must be >= 1, got {n_authorities}")
+    """Parse ``NAME='k=v ...'`` specs and answer the what-if; unnamed authorities are silent voters.
+
+    Authority names are matched case-insensitively (as the plan loader does): ``--unreachable
+    MORIA1`` names the ``--vote moria1=...`` authority, and ``Moria1`` and ``moria1`` are one."""
+    if isinstance(n_authorities, bool) or not isinstance(n_authorities, int) or not (
+            1 <= n_authorities <= MAX_N_AUTHORITIES):
+        shown = n_authorities if isinstance(n_authorities, int) and abs(n_authorities) < 10**30 else "so large"
+        raise VotingError(f"--n-authorities {shown}: expected 1 to {MAX_N_AUTHORITIES} (tor counts its "
+                          "authorities in a C int)")
     options = [parse_vote_option(s) for s in vote_specs]
-    names = [o.authority for o in options]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise VotingError(f"--vote {dupes[0]} is given twice")
+    canonical: dict[str, str] = {}
+    for o in options:
+        if o.authority.lower() in canonical:
+            raise VotingError(f"--vote {o.authority} is given twice")
+        canonical[o.authority.lower()] = o.authority
     if len(options) > n_authorities:
         raise VotingError(f"{len(options)} votes given but --n-authorities is {n_authorities}")
-    unreachable, absent = list(unreachable), list(absent)
-    for name in unreachable + absent:
-        if name not in names:
-            raise VotingError(f"unknown authority {name}: name it with --vote {name}=...")
+
+    def resolve(names: Iterable[str]) -> list[str]:
+        out = []
+        for name in names:
+            if name.lower() not in canonical:
+                shown = name if name.isprintable() else repr(name)
+                raise VotingError(f"unknown authority {shown}: name it with --vote {shown}=...")
+            out.append(canonical[name.lower()])
+        return out
+
+    unreachable, absent = resolve(unreachable), resolve(absent)
     dropped = tuple(o for o in options if o.vote is None)
     dropped_names = {o.authority for o in dropped}
-    named = [o.vote for o in options if o.vote is not None]
-    silent = [Vote(f"another authority #{i + 1}") for i in range(n_authorities - len(options))]
-    everyone = tuple(named + silent)
-    held = [v for v in everyone if v.authority not in set(absent)]
-    form = formation(held, n_authorities)
+    named = tuple(o.vote for o in options if o.vote is not None)
+    n_silent = n_authorities - len(options)
+    absent_set = set(absent)
+    held = [v for v in named if v.authority not in absent_set]
+    form = formation(held, n_authorities, silent=n_silent)
     solved = None
     if target is not None:
         key, value = parse_target(target)
         solved = solve_target(
-            everyone,
+            named,
             n_authorities,
             key,
             value,
@@ -426,7 +458,8 @@ def whatif_report(
         )
     return WhatIfReport(
         n_authorities=n_authorities,
-        votes=everyone,
+        votes=named,
+        n_silent=n_silent,
         dropped=dropped,
         formation=form,
         consensus_params=compute_consensus_params(held, n_authorities) if form.can_compute else None,

@@ -22,8 +22,10 @@ from typing import Any
 
 import attrs
 
+from kistexp.asciinum import ascii_uint
+from kistexp.dirauth.voting import AUTH_DIR_MAX_SERVERS_PER_ADDR
 from kistexp.directory import DirectoryClient, Endpoint
-from kistexp.errors import DirectoryError, LocalNetError
+from kistexp.errors import DirectoryError, KistexpError, LocalNetError
 from kistexp.localnet import procs
 from kistexp.localnet.control import ControlPort
 from kistexp.localnet.spec import (
@@ -47,15 +49,21 @@ from kistexp.localnet.torrc import (
     render_torrc,
     sched_log,
 )
+from kistexp.safeio import read_bounded, read_bounded_text
 
 STATE_FILE = "network.json"
 CONSENSUS_PATH = "/tor/status-vote/current/consensus"
 VOTE_PATH = "/tor/status-vote/current/authority"
+NEXT_VOTE_PATH = "/tor/status-vote/next/authority"
 HTTP_TIMEOUT_S = 3.0
 KEYGEN_TIMEOUT_S = 60.0
 #: Flags every relay and exit needs before clients start (guard sampling wants all of them).
 USABLE_FLAGS = frozenset({"Fast", "Guard", "Running", "Stable", "Valid"})
 LAUNCH_TIMEOUT_S = 30.0
+#: network.json for the largest network spec allows is well under this; anything bigger is not ours.
+MAX_STATE_BYTES = 4 * 1024 * 1024
+#: Files tor and tor-gencert write for us (pid, fingerprint, authority_certificate) are a few KiB.
+MAX_TOR_FILE_BYTES = 64 * 1024
 
 
 def require_tor() -> tuple[str, str]:
@@ -193,11 +201,11 @@ class LocalNetwork:
     def load(cls, root: Path | str) -> LocalNetwork:
         root = Path(root).resolve()
         path = root / STATE_FILE
+        if not path.exists() and not path.is_symlink():
+            raise LocalNetError(f"{path} not found: no local network there (run 'kistexp localnet up')")
         try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise LocalNetError(f"{path} not found: no local network there (run 'kistexp localnet up')") from None
-        except (OSError, json.JSONDecodeError) as exc:
+            data = json.loads(read_bounded_text(path, MAX_STATE_BYTES, "the network state", LocalNetError))
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise LocalNetError(f"{path}: cannot read the network state ({exc})") from None
         if not isinstance(data, dict) or "spec" not in data:
             raise LocalNetError(f"{path}: not a kistexp localnet state file")
@@ -227,8 +235,9 @@ class LocalNetwork:
 
     def node(self, name: str | int) -> Node:
         """A node by nickname, or an authority by its 0-based index."""
-        if isinstance(name, int) or str(name).isdigit():
-            i = int(name)
+        index = name if isinstance(name, int) else ascii_uint(str(name))
+        if index is not None:
+            i = index
             if not 0 <= i < len(self.authorities):
                 raise LocalNetError(f"authority index {i} is out of range 0..{len(self.authorities) - 1}")
             return self.authorities[i]
@@ -334,8 +343,8 @@ class LocalNetwork:
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             try:
-                pid = int(path.read_text().strip())
-            except (FileNotFoundError, ValueError):
+                pid = int(read_bounded(path, MAX_TOR_FILE_BYTES, "pid file", LocalNetError).strip())
+            except (LocalNetError, ValueError):
                 pid = None
             if pid and procs.is_our_tor(pid, node.torrc):
                 return pid
@@ -421,13 +430,21 @@ class LocalNetwork:
     def _write_params(self, node: Node, params: ParamItems) -> None:
         path = Path(node.data_dir) / "params.inc"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(params_include(params))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(params_include(params))
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise LocalNetError(f"{path}: cannot write ConsensusParams: {exc.strerror or exc}") from None
         self._state["params"][node.nickname] = [list(item) for item in params]
 
-    def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str) -> None:
+    def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str,
+                             confirm_timeout_s: float | None = None) -> DirDocument | None:
         """Rewrite an authority's params.inc and SIGHUP it (real-tor.md problem 6).
 
+        A line tor could not vote with is refused before anything is written (``parse_params_arg``).
+        With ``confirm_timeout_s``, wait that long at most for the authority's first vote made after the
+        reload and return it: an authority that reloaded a line it cannot vote with makes none (it logs
+        "Generated a networkstatus vote we couldn't parse"), which is then a LocalNetError, not silence.
         The change reaches the consensus one or two voting periods later.
         """
         node = self.node(authority)
@@ -441,8 +458,55 @@ class LocalNetwork:
             items = parse_params_arg(" ".join(f"{k}={v}" for k, v in params), node.nickname)
         self._write_params(node, items)
         self._save()
+        reloaded_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
         if self.pid(node) and not procs.signal_ours(self.pid(node), node.torrc, signal.SIGHUP):
             raise LocalNetError(f"{node.nickname} is not running: params.inc rewritten but nothing reloaded it")
+        if confirm_timeout_s is None or not self.pid(node):
+            return None
+        return self.wait_for_own_vote(node.nickname, reloaded_at, items, confirm_timeout_s)
+
+    def confirm_timeout(self) -> float:
+        """How long the first vote after a reload may take: the rest of this period and one more, plus slack."""
+        return 2.0 * self.spec.voting_interval_s + 10.0
+
+    def wait_for_own_vote(self, authority: str | int, made_after: dt.datetime, params: ParamItems,
+                          timeout_s: float) -> DirDocument:
+        """The authority's first vote published at or after ``made_after`` (next or current period), which
+        must list ``params`` (plus what tor appends); LocalNetError naming its log if none comes in time."""
+        node = self.node(authority)
+        want = {k: v for k, v in params}
+
+        def check() -> DirDocument | None:
+            self.check_alive()
+            for path in (NEXT_VOTE_PATH, VOTE_PATH):
+                text = self._get(node, path)
+                if not text:
+                    continue
+                try:
+                    doc = read_dir_document(text, node.dir_url + path, node.nickname)
+                except KistexpError:
+                    continue
+                published = getattr(doc.document, "published", None)
+                if published is None or published < made_after:
+                    continue
+                # published has whole seconds: a vote from the second of the reload counts only if it is the new one
+                if published > made_after or _own_params(doc) == want:
+                    return doc
+            return None
+
+        try:
+            vote = procs.poll(f"{node.nickname}'s first vote after the reload", check, timeout_s)
+        except LocalNetError:
+            log = Path(node.data_dir) / "notice.log"
+            bug = procs.last_log_line(log, containing="vote we couldn't parse", tail_bytes=1 << 20)
+            said = f"; tor logged: {bug[:200]}" if bug != "(empty log)" else f" (see {log})"
+            raise LocalNetError(
+                f"{node.nickname} made no vote within {timeout_s:g} s of reloading its ConsensusParams; it may "
+                f"not be able to vote with them{said}") from None
+        got = _own_params(vote)  # type: ignore[arg-type]
+        if got != want:
+            raise LocalNetError(f"{node.nickname}'s vote after the reload lists params {got}, not {want}")
+        return vote  # type: ignore[return-value]
 
     # ---- directory documents ------------------------------------------------------------
 
@@ -590,6 +654,11 @@ class LocalNetwork:
         }
 
 
+def _own_params(vote: DirDocument) -> dict[str, int]:
+    """A vote's params without the AuthDirMaxServersPerAddr tor appends (§1.2)."""
+    return {k: v for k, v in vote.params if k != AUTH_DIR_MAX_SERVERS_PER_ADDR}
+
+
 def _tor_complaint(output: str) -> str:
     """The informative line of tor's start-up output: its last warning (the final [err]
     only says "see warnings above"), without the timestamp."""
@@ -628,7 +697,9 @@ def _gencert(gencert: str, node: Node) -> str:
         stdin="\n",
         cwd=str(keys),
     )
-    for line in (keys / "authority_certificate").read_text().splitlines():
+    cert = read_bounded_text(keys / "authority_certificate", MAX_TOR_FILE_BYTES, "authority certificate",
+                             LocalNetError)
+    for line in cert.splitlines():
         if line.startswith("fingerprint "):
             return line.split()[1]
     raise LocalNetError(f"{keys / 'authority_certificate'}: no fingerprint line")
@@ -643,7 +714,8 @@ def _fingerprint(tor: str, node: Node) -> str:
         ],
         f"{node.nickname} identity key",
     )
-    text = (Path(node.data_dir) / "fingerprint").read_text().split()
+    text = read_bounded_text(Path(node.data_dir) / "fingerprint", MAX_TOR_FILE_BYTES, "fingerprint",
+                             LocalNetError).split()
     if len(text) < 2:
         raise LocalNetError(f"{node.data_dir}/fingerprint: unexpected content")
     return text[1]

@@ -107,14 +107,15 @@ def port_in_use(address: str, port: int) -> bool:
     return False
 
 
-def last_log_line(path: Path) -> str:
-    """The last non-empty line of a log file, for error messages."""
+def last_log_line(path: Path, containing: str = "", tail_bytes: int = 8192) -> str:
+    """The last non-empty line (holding ``containing``) of a log file's last ``tail_bytes``, for error messages."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 8192))
-            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+            fh.seek(max(0, size - tail_bytes))
+            lines = [ln for ln in fh.read(tail_bytes).decode(errors="replace").splitlines()
+                     if ln.strip() and containing in ln]
     except OSError:
         return "(no log)"
     return lines[-1].strip() if lines else "(empty log)"

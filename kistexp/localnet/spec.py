@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN
+from kistexp.dirauth.voting import VoteRejected, own_vote_params
 from kistexp.errors import LocalNetError
 
 ROLES = ("authority", "relay", "exit", "client")
@@ -29,9 +30,13 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_BASE_PORT = 15000
 # tor refuses a V3AuthVotingInterval below 10 s even with TestingTorNetwork.
 MIN_VOTING_INTERVAL_S = 10
+MAX_VOTING_INTERVAL_S = 24 * 3600  # tor refuses a longer V3AuthVotingInterval
 
-_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\s.*)?$")
+_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+_VALUE_RE = re.compile(r"[+-]?[0-9]{1,12}")  # ASCII digits: int() would also take "١٢" and "1_0"
+#: TestingTorNetwork's AuthDirMaxServersPerAddr: what tor appends to the votes of this network's authorities.
+TESTING_AUTH_DIR_MAX_SERVERS_PER_ADDR = 0
+_OPTION_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\s.*)?\Z")
 
 ParamItems = tuple[tuple[str, int], ...]
 
@@ -40,23 +45,29 @@ def parse_params_arg(text: str, where: str = "params") -> ParamItems:
     """Parse a user's ``k=v k2=v2`` list (any order) into items sorted by key.
 
     Unlike a vote's params line, the order is free (tor sorts ConsensusParams itself), but
-    each key must appear once and each value must be an int32.
+    each key must appear once and each value must be an int32. The line is then checked as tor
+    would vote it (``own_vote_params``): a line tor cannot vote with is refused with the reason
+    before anything is written (AuthDirMaxServersPerAddr, which tor appends itself, above all).
     """
     items: dict[str, int] = {}
     for token in text.replace(",", " ").split():
         key, sep, raw = token.partition("=")
-        if not sep or not _KEY_RE.match(key):
-            raise LocalNetError(f"{where}: {token!r} is not key=value")
-        try:
-            value = int(raw)
-        except ValueError:
-            raise LocalNetError(f"{where}: {key} has a non-integer value {raw!r}") from None
+        if not sep or not _KEY_RE.fullmatch(key):
+            raise LocalNetError(f"{where}: {token[:80]!r} is not key=value")
+        if not _VALUE_RE.fullmatch(raw):
+            raise LocalNetError(f"{where}: {key} has a non-integer value {raw[:40]!r}")
+        value = int(raw)
         if not INT32_MIN <= value <= INT32_MAX:
             raise LocalNetError(f"{where}: {key}={raw} is outside the int32 range")
         if key in items:
             raise LocalNetError(f"{where}: {key} is given twice")
         items[key] = value
-    return tuple(sorted(items.items()))
+    ordered = tuple(sorted(items.items()))
+    try:
+        own_vote_params(" ".join(f"{k}={v}" for k, v in ordered), TESTING_AUTH_DIR_MAX_SERVERS_PER_ADDR)
+    except VoteRejected as exc:
+        raise LocalNetError(f"{where}: {exc}") from None
+    return ordered
 
 
 def scheduler_options(scheduler: str, interval_ms: int | None = None) -> tuple[str, ...]:
@@ -112,6 +123,10 @@ class NetworkSpec:
         if self.voting_interval_s < MIN_VOTING_INTERVAL_S:
             raise LocalNetError(
                 f"voting interval {self.voting_interval_s} s is below tor's minimum of {MIN_VOTING_INTERVAL_S} s"
+            )
+        if self.voting_interval_s > MAX_VOTING_INTERVAL_S:
+            raise LocalNetError(
+                f"voting interval {self.voting_interval_s} s is above tor's maximum of {MAX_VOTING_INTERVAL_S} s (24 h)"
             )
         if len(self.consensus_params) > self.authorities:
             raise LocalNetError(

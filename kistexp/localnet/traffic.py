@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import attrs
 
+from kistexp.asciinum import ascii_uint
 from kistexp.errors import LocalNetError
 from kistexp.localnet.spec import LOOPBACK, SERVICE_ADDRESS
 
@@ -42,10 +43,11 @@ class _BulkHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         parts = self.path.strip("/").split("/")
-        if len(parts) != 2 or parts[0] != "bytes" or not parts[1].isdigit():
+        count = ascii_uint(parts[1]) if len(parts) == 2 and parts[0] == "bytes" else None
+        if count is None:
             self.send_error(404, "use /bytes/<count>")
             return
-        remaining = int(parts[1])
+        remaining = count
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(remaining))

@@ -7,6 +7,7 @@
 | KX102 | error    | value outside tor's bounds for the stated tor versions (tor clamps it) |
 | KX103 | warning  | parameter not read by part of the stated tor versions |
 | KX104 | warning  | a stage repeats the previous stage's values (no change reaches relays) |
+| KX105 | error    | values an authority could not vote with (AuthDirMaxServersPerAddr, which tor appends itself) |
 | KX201 | error    | stage shorter than consensus propagation plus the criteria's minimum sample time |
 | KX202 | warning  | switchback washout shorter than propagation to the criteria's population |
 | KX301 | error    | criterion on a metric no collector provides |
@@ -25,10 +26,11 @@ from collections.abc import Sequence
 import attrs
 
 from kistexp import params as catalogue
+from kistexp.dirauth.voting import AUTH_DIR_MAX_SERVERS_PER_ADDR, VoteRejected, own_vote_params
 from kistexp.errors import PlanError
 from kistexp.metrics import catalogue as metrics
 from kistexp.plan.durations import format_duration
-from kistexp.plan.loader import load_plan
+from kistexp.plan.loader import parse_plan, read_plan_text
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, propagation_delay, sample_time
@@ -39,6 +41,7 @@ RULES = {
     "KX102": "value outside tor's bounds",
     "KX103": "parameter not read by some stated tor versions",
     "KX104": "stage repeats the previous values",
+    "KX105": "values tor cannot vote with",
     "KX201": "stage too short for propagation and samples",
     "KX202": "switchback washout shorter than propagation",
     "KX301": "criterion on a metric no collector provides",
@@ -99,12 +102,12 @@ def lint_paths(paths: Sequence[str], now: dt.datetime | None = None) -> LintRepo
     loaded: list[tuple[Plan, _Collector]] = []
     for path in paths:
         try:
-            plan = load_plan(path)
+            text = read_plan_text(path)  # read once: what is checked is what was parsed
+            plan = parse_plan(text, str(path))
         except PlanError as exc:
             findings.append(Finding("KX001", "error", exc.file or str(path), exc.line, exc.key, exc.problem))
             continue
-        with open(path, encoding="utf-8") as fh:
-            collector = _Collector(plan, fh.read())
+        collector = _Collector(plan, text)
         check_plan(plan, collector, now)
         loaded.append((plan, collector))
     _check_overlaps(loaded)
@@ -119,6 +122,7 @@ def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
     _check_stage_lengths(plan, out)
     _check_start(plan, out, now)
     _check_authorities(plan, out)
+    _check_votable(plan, out)
 
 
 def _value_sets(plan: Plan):
@@ -169,6 +173,26 @@ def _check_parameters(plan: Plan, out: _Collector) -> None:
                 out.add("KX104", f"stages[{i}].values",
                         f"stage {plan.stages[i].name!r} repeats the values of {plan.stages[i - 1].name!r}",
                         "warning")
+
+
+def _check_votable(plan: Plan, out: _Collector) -> None:
+    """Each value set becomes the participating authorities' ConsensusParams: tor must be able to vote it
+    (dirauth.voting.own_vote_params). An authority that cannot logs "Generated a networkstatus vote we couldn't
+    parse" and stops voting, so carrying such a plan out would silence every participating authority."""
+    for path, values in _value_sets(plan):
+        items = [(name, value) for name, value in values if value != UNSET]
+        for name, value in items:
+            if name == AUTH_DIR_MAX_SERVERS_PER_ADDR:
+                out.add("KX105", f"{path}.{name}",
+                        f"{name}={value} cannot be a ConsensusParams value: tor appends {name}=<its torrc option> "
+                        "to the vote of every authority with ConsensusParams (dirvote.c), so the vote would list "
+                        f"it twice and the authority would stop voting; set the torrc option {name} on the "
+                        "authorities instead")
+        line = " ".join(f"{name}={value}" for name, value in items if name != AUTH_DIR_MAX_SERVERS_PER_ADDR)
+        try:
+            own_vote_params(line)
+        except VoteRejected as exc:
+            out.add("KX105", path, str(exc))
 
 
 def _covers(entry: catalogue.ConsensusParam, plan: Plan) -> list[bool]:

@@ -11,26 +11,29 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import tomli
 
-from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
+from kistexp.asciinum import ascii_port
+from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, NICKNAME_RE, V3IDENT_RE, DirectoryAuthority
 from kistexp.errors import PlanError
 from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
 from kistexp.plan import model
-from kistexp.plan.durations import parse_duration
+from kistexp.plan.durations import format_duration, parse_duration
 from kistexp.plan.locate import index_lines, line_of
+from kistexp.safeio import read_bounded_text
 
 MAX_PLAN_BYTES = 1024 * 1024
 MAX_STAGES = 200
 MAX_CRITERIA = 100
 MAX_STRING = 10_000
+#: Room kept around a plan's dates for what is derived from them (baseline, rounds, propagation, samples).
+DATE_MARGIN = dt.timedelta(days=366)
 DEFAULT_TOR_VERSIONS = ">=0.4.8.2"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_HEX40_RE = re.compile(r"^[0-9A-Fa-f]{40}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+_HEX40_RE = re.compile(r"^[0-9A-Fa-f]{40}\Z")
 
 
 class _Source:
@@ -106,7 +109,11 @@ class _Table:
             raise self.src.error(self.key(name), f"expected a number, got {_type_name(value)}")
         if value != value or value in (float("inf"), float("-inf")):
             raise self.src.error(self.key(name), "expected a finite number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer such as 10**400 has no float
+            raise self.src.error(self.key(name), f"{str(value)[:12]}... ({len(str(value))} digits) is too large "
+                                                 "for a number (at most about 1.8e308)") from None
 
     def duration(self, name: str, required: bool = True, default: str = "") -> dt.timedelta:
         text = self.string(name, required, default)
@@ -142,28 +149,14 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def read_plan_text(path: str | os.PathLike[str]) -> str:
+    """A plan file's text: a regular UTF-8 file of at most MAX_PLAN_BYTES (kistexp/safeio.py)."""
+    return read_bounded_text(path, MAX_PLAN_BYTES, "plan", PlanError)
+
+
 def load_plan(path: str | os.PathLike[str]) -> model.Plan:
     """Read, parse and validate a plan file; raises PlanError with a one-line message."""
-    path_str = str(path)
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if not p.is_file():
-            raise PlanError(f"{path_str}: not a regular file")
-        if size > MAX_PLAN_BYTES:
-            raise PlanError(f"{path_str}: file is {size} bytes, larger than the {MAX_PLAN_BYTES}-byte limit")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise PlanError(f"{path_str}: no such file") from None
-    except PlanError:
-        raise
-    except OSError as exc:
-        raise PlanError(f"{path_str}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PlanError(f"{path_str}: not UTF-8 text (byte {exc.start})") from None
-    return parse_plan(text, path_str)
+    return parse_plan(read_plan_text(path), os.fsdecode(path))
 
 
 def parse_plan(text: str, path: str = "<plan>") -> model.Plan:
@@ -178,8 +171,17 @@ def parse_plan(text: str, path: str = "<plan>") -> model.Plan:
         raise PlanError(f"{path}: TOML syntax error: {message}", file=path, line=line,
                         problem=f"TOML syntax error: {message}") from None
     except (RecursionError, ValueError) as exc:
-        raise PlanError(f"{path}: TOML syntax error: {exc}") from None
+        long_number = _LONG_NUMBER_RE.search(text)
+        if long_number is not None:  # int() refuses more than sys.get_int_max_str_digits() (4,300) digits
+            line = text.count("\n", 0, long_number.start()) + 1
+            problem = "a number has more than 4,300 digits (no parameter, threshold or count needs that many)"
+            raise PlanError(f"{path}:{line}: {problem}", file=path, line=line, problem=problem) from None
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise PlanError(f"{path}: TOML syntax error: {message}") from None
     return _build(_Source(path, text), data)
+
+
+_LONG_NUMBER_RE = re.compile(r"[0-9][0-9_]{4300,}")
 
 
 _TOP_KEYS = ("experiment", "baseline", "stages", "switchback", "authorities", "criteria", "simulation")
@@ -231,12 +233,32 @@ def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
     authorities = _authorities(root)
     criteria = _criteria(root)
     simulation = _simulation(root)
-    return model.Plan(
+    plan = model.Plan(
         path=src.path, name=name, kind=kind, owner=owner, contact=contact, description=description,
         start=start, tor_versions=versions, tor_versions_text=versions_text, parameters=parameters,
         stages=stages, baseline=baseline, authorities=authorities, criteria=criteria, simulation=simulation,
         switchback=switchback,
     )
+    _check_date_range(exp, plan)
+    return plan
+
+
+def _check_date_range(exp: _Table, plan: model.Plan) -> None:
+    """Every date derived from a plan (its baseline before the start; consensus rounds, propagation and
+    sample windows after its end) must be one Python can compute: years 1 to 9999 (OverflowError past them)."""
+    try:
+        plan.start - plan.baseline.duration - DATE_MARGIN
+        plan.end + DATE_MARGIN
+    except OverflowError:
+        raise exp.src.error(
+            exp.key("start"),
+            f"{_iso(plan.start)} is too near the ends of the calendar kistexp computes with (years 1 to 9999): "
+            f"the baseline ({format_duration(plan.baseline.duration)}) before it and the stages after it, with "
+            f"{DATE_MARGIN.days} days to spare, must fit") from None
+
+
+def _iso(when: dt.datetime) -> str:
+    return when.isoformat().replace("+00:00", "Z")
 
 
 def _start_time(exp: _Table) -> dt.datetime:
@@ -250,7 +272,10 @@ def _start_time(exp: _Table) -> dt.datetime:
         raise exp.src.error(exp.key("start"), f"expected an RFC 3339 date-time, got {_type_name(value)}")
     if value.tzinfo is None:
         raise exp.src.error(exp.key("start"), "give the time in UTC with an offset, e.g. 2027-06-07T12:00:00Z")
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:  # 9999-12-31T23:00:00-02:00 is in year 10000 in UTC
+        raise exp.src.error(exp.key("start"), f"{value.isoformat()} is outside years 1 to 9999 in UTC") from None
 
 
 def _values(src: _Source, data: Any, path: str, parameters: tuple[str, ...],
@@ -368,14 +393,14 @@ def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
     t = _Table(src, data, path)
     t.check_keys(("nickname", "v3ident", "dirport", "orport", "fingerprint"))
     nickname = t.string("nickname")
-    if not re.match(r"^[A-Za-z0-9]{1,19}$", nickname):
+    if not NICKNAME_RE.fullmatch(nickname):
         raise src.error(t.key("nickname"), f"{nickname!r} is not a tor nickname (1-19 letters or digits)")
     v3ident = t.string("v3ident")
-    if not _HEX40_RE.match(v3ident):
+    if not V3IDENT_RE.fullmatch(v3ident):
         raise src.error(t.key("v3ident"), "expected 40 hex digits (the authority's v3 identity)")
     dirport = t.string("dirport")
     host, sep, port = dirport.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or ascii_port(port) is None:
         raise src.error(t.key("dirport"), f"{dirport!r} is not HOST:PORT")
     fingerprint = t.string("fingerprint", required=False)
     if fingerprint and not _HEX40_RE.match(fingerprint):

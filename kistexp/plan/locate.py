@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-_HEADER_RE = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_HEADER_RE = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?\Z")
 _KEY_RE = re.compile(r"^\s*([A-Za-z0-9_.\"' -]+?)\s*=\s*(.*)$")
 _INLINE_KEY_RE = re.compile(r"([A-Za-z0-9_-]+)\s*=")
 

@@ -1,0 +1,103 @@
+"""Reading a file named by a user without trusting what the name points at.
+
+Plans, votes, consensuses, key certificates and state files are read through ``read_bounded``: only a
+regular file is read, in chunks, and never more than a size cap. What the name may point at instead,
+and what happened before this rule:
+
+* ``/dev/zero`` or ``/dev/urandom`` (an endless character device): a plain ``read_bytes()`` ran until
+  MemoryError at 2.1 GB;
+* a FIFO: opening it blocks until a writer appears, for ever;
+* a directory, a socket, a block device;
+* a ``/proc`` or ``/sys`` file: a regular file whose size says 0 (or 4096) and whose content is whatever the
+  kernel makes up at read time, possibly unbounded.
+
+Each gets one line naming the file and what it is instead. A file that grows past its ``stat`` size while it
+is read (a log still being written, a kernel file) is refused too: what was checked is what is read.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from kistexp.errors import KistexpError
+
+CHUNK_BYTES = 64 * 1024
+# Kernel-made files: regular by stat(), but their size is not their content.
+_VIRTUAL_ROOTS = ("/proc", "/sys")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _is_virtual(path: str) -> bool:
+    real = os.path.realpath(path)
+    return any(real == root or real.startswith(root + "/") for root in _VIRTUAL_ROOTS)
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int, what: str,
+                 error: type[KistexpError] = KistexpError) -> bytes:
+    """The bytes of regular file ``path``, at most ``limit`` of them; anything else raises ``error``.
+
+    ``what`` names the content in messages ("plan", "key certificates"); every message starts with the path.
+    """
+    name = os.fsdecode(path)
+    if _is_virtual(name):
+        raise error(f"{name}: not a regular file ({what} cannot be read from a kernel file under /proc or /sys)")
+    try:
+        # O_NONBLOCK: opening a FIFO without a writer returns at once instead of blocking; the type check
+        # below then refuses it. It does not change how a regular file is read.
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{name}: cannot read {what}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{name}: not a regular file ({what} expected, found a directory)") from None
+    except OSError as exc:
+        raise error(f"{name}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{name}: not a regular file ({what} expected, found {_kind(info.st_mode)})")
+        if info.st_size > limit:
+            raise error(f"{name}: {what} file is {info.st_size} bytes, larger than the {limit}-byte limit")
+        chunks: list[bytes] = []
+        total = 0
+        want = info.st_size + 1  # one byte more than stat promised: proof the file is still growing
+        while total < want:
+            try:
+                chunk = os.read(fd, min(CHUNK_BYTES, want - total))
+            except BlockingIOError:
+                raise error(f"{name}: cannot read {what}: the file would block") from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > info.st_size:
+            raise error(f"{name}: {what} file grew while it was read (past its {info.st_size} bytes); "
+                        "read a finished copy")
+        return b"".join(chunks)
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            raise error(f"{name}: not a regular file ({what} expected, found a directory)") from None
+        raise error(f"{name}: cannot read {what}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_bounded_text(path: str | os.PathLike[str], limit: int, what: str,
+                      error: type[KistexpError] = KistexpError) -> str:
+    """``read_bounded`` decoded as UTF-8; bad bytes are a one-line error naming the first one."""
+    raw = read_bounded(path, limit, what, error)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{os.fsdecode(path)}: {what} is not UTF-8 text (byte {exc.start})") from None
+
+
