@@ -162,14 +162,20 @@ def test_unknown_value_is_not_counted_for_any_value(store):
 
 
 def test_reimport_replaces_instead_of_doubling(store):
-    rows = [Sample(at(m), m, {"source": "op-hk5", "size": "5242880"}) for m in range(5)]
-    store.add_samples("client_ttlb_5mib_s", rows)
-    store.add_samples("client_ttlb_5mib_s", rows)
+    # two transfers may share a timestamp (torctl logs at 10 ms): both are kept
+    rows = [Sample(at(m), m, {"source": "op-hk5", "size": "5242880"}) for m in (0, 0, 2, 3, 4)]
+    for _ in range(2):
+        sid = store.record_source("onionperf", "hk5.json.xz", "abc123")
+        store.add_samples("client_ttlb_5mib_s", rows, source_id=sid)
     assert len(store.select("client_ttlb_5mib_s")) == 5
+    assert len(store.sources()) == 1
+    other = store.record_source("onionperf", "other.json.xz", "def456")
+    store.add_samples("client_ttlb_5mib_s", rows[:1], source_id=other)
+    assert len(store.select("client_ttlb_5mib_s")) == 6
     (info,) = store.series("client_ttlb_5mib_s")
-    assert info.n_samples == 5 and info.first == at(0) and info.last == at(4)
+    assert info.n_samples == 6 and info.first == at(0) and info.last == at(4)
     (summary,) = store.summary()
-    assert (summary.metric, summary.unit, summary.n_series, summary.n_samples) == ("client_ttlb_5mib_s", "s", 1, 5)
+    assert (summary.metric, summary.unit, summary.n_series, summary.n_samples) == ("client_ttlb_5mib_s", "s", 1, 6)
 
 
 def test_add_samples_is_atomic(store):

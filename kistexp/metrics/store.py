@@ -119,14 +119,12 @@ class MetricStore:
     def add_samples(self, metric: str, samples: Iterable[Sample], *, source_id: int | None = None) -> int:
         """Store samples of one catalogue metric; returns how many were written.
 
-        A sample with the same series (metric + labels) and time as a stored one replaces
-        it, so importing a source twice does not double its samples. Atomic: on error
-        nothing of this call is kept.
+        Atomic: on error nothing of this call is kept. Samples are appended; to make
+        re-importing a file replace its samples, pass the ``source_id`` from
+        ``record_source`` (which drops what an earlier import of the same content added).
         """
         require_metric(metric)
-        sql = ("INSERT INTO samples (series_id, t_us, value, param_value, source_id) VALUES (?, ?, ?, ?, ?) "
-               "ON CONFLICT (series_id, t_us) DO UPDATE SET value = excluded.value, "
-               "param_value = excluded.param_value, source_id = excluded.source_id")
+        sql = "INSERT INTO samples (series_id, t_us, value, param_value, source_id) VALUES (?, ?, ?, ?, ?)"
         try:
             with self.conn:
                 n = self._insert(sql, samples, metric, source_id)
@@ -219,9 +217,15 @@ class MetricStore:
 
     def record_source(self, kind: str, location: str, sha256: str | None = None, *, n_samples: int = 0,
                       n_rejected: int = 0, problems: Sequence[str] = (), now: dt.datetime | None = None) -> int:
-        """Note an imported source; returns its id (to pass to add_samples)."""
+        """Note an imported source; returns its id (to pass to add_samples).
+
+        If a source of the same kind with the same ``sha256`` was imported before, it and
+        its samples are removed first: importing a file twice does not double its samples.
+        """
         t = now or dt.datetime.now(dt.timezone.utc)
         with self.conn:
+            if sha256:
+                self.conn.execute("DELETE FROM sources WHERE kind = ? AND sha256 = ?", (kind, sha256))
             cur = self.conn.execute(
                 "INSERT INTO sources (kind, location, sha256, imported_us, n_samples, n_rejected, problems) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -39,16 +39,19 @@ CREATE INDEX series_metric ON series (metric);
 
 -- One measurement. param_value: the consensus value in effect for the measured relay or
 -- client when it was taken (NULL = unknown), so propagation-time samples are not counted
--- for the wrong value. Re-importing a source replaces, never duplicates, its samples.
+-- for the wrong value. No uniqueness on time: tor's controller logs circuits at 10 ms
+-- resolution, so distinct measurements share timestamps; re-importing a source replaces
+-- its samples through source_id instead.
 CREATE TABLE samples (
+    id           INTEGER PRIMARY KEY,
     series_id    INTEGER NOT NULL REFERENCES series (id) ON DELETE CASCADE,
     t_us         INTEGER NOT NULL,
     value        REAL NOT NULL,
     param_value  INTEGER,
-    source_id    INTEGER REFERENCES sources (id) ON DELETE SET NULL,
-    PRIMARY KEY (series_id, t_us)
-) WITHOUT ROWID;
-CREATE INDEX samples_time ON samples (t_us);
+    source_id    INTEGER REFERENCES sources (id) ON DELETE CASCADE
+);
+CREATE INDEX samples_series_time ON samples (series_id, t_us);
+CREATE INDEX samples_source ON samples (source_id);
 
 -- What was imported, from where, and what was wrong with it.
 CREATE TABLE sources (
