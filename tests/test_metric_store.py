@@ -228,3 +228,15 @@ def test_consensus_and_vote_records(store):
     assert c.params == {"KISTSchedRunInterval": 2, "cc_alg": 2} and c.n_relays == 6088 and c.verified
     (v,) = store.votes(va)
     assert v.nickname == "moria1" and v.params == {"KISTSchedRunInterval": 3}
+
+
+def test_docs_list_every_catalogue_metric_with_its_unit():
+    from pathlib import Path
+
+    from kistexp.metrics import catalogue
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[2].strip()
+            for line in text.splitlines() if line.startswith("| `")}
+    for m in catalogue.METRICS:
+        assert rows.get(m.name) == m.unit, m.name
