@@ -60,6 +60,9 @@ def import_cmd(
                                     "relay_class=guard); repeatable."),
     param_value: int | None = typer.Option(None, "--param-value", help="Consensus value in effect for every "
                                            "imported sample, if known."),
+    param: str | None = typer.Option(None, "--param", help="Consensus parameter whose value in effect each "
+                                     "sample gets from the experiment's consensus history (unknown while a "
+                                     "change propagates)."),
     honour_filters: bool = typer.Option(False, "--honour-filters", help="OnionPerf: leave out what the file's "
                                         "filters (e.g. exclude_cbt) mark filtered_out."),
     certs: Path | None = typer.Option(None, "--certs", help="Consensus archives: authority key certificates "
@@ -79,7 +82,7 @@ def import_cmd(
     from kistexp.metrics import importer
     from kistexp.metrics.store import MetricStore
 
-    opts = importer.ImportOptions(labels=_labels(label, "--label"), param_value=param_value,
+    opts = importer.ImportOptions(labels=_labels(label, "--label"), param_value=param_value, param_name=param,
                                   honour_filters=honour_filters, certificates=certs,
                                   trusted=tuple(trust) if trust else None, consensus=consensus,
                                   scrapes=scrapes, interval_s=interval, group=group)

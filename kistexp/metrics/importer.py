@@ -33,6 +33,7 @@ class SourceKindError(KistexpError):
 class ImportOptions:
     labels: Mapping[str, str] = attrs.field(factory=dict, hash=False)  # added to every sample
     param_value: int | None = None  # the consensus value in effect for every sample, if known
+    param_name: str | None = None  # else: derive it per sample from the stored consensus history
     honour_filters: bool = False  # OnionPerf: drop transfers/circuits the file's filters exclude
     certificates: Path | None = None  # consensus archives: key certificates (e.g. cached-certs)
     trusted: tuple[str, ...] | None = None  # consensus archives: trusted v3idents (default: today's nine)
@@ -101,6 +102,21 @@ def _with(collected: Collected, opts: ImportOptions) -> Collected:
     return attrs.evolve(collected, samples=group_samples(pairs))
 
 
+def _in_effect(store: MetricStore, collected: Collected, name: str) -> Collected:
+    from kistexp import params
+    from kistexp.metrics import in_effect
+
+    history = store.consensuses()
+    if not history:
+        raise SourceKindError(f"{collected.location}: --param {name}: the experiment holds no consensuses to tell "
+                              "the value in effect; import a consensus archive first")
+    known = params.get(name)
+    default = known.bounds[-1].default if known else None  # absent key: today's tor default
+    return attrs.evolve(collected, samples={
+        metric: tuple(in_effect.assign(metric, samples, history, name, default=default))
+        for metric, samples in collected.samples.items()})
+
+
 def _live(kind: str, source: str, opts: ImportOptions, clock) -> Collected:
     from kistexp.metrics.collectors import metricsport, process
 
@@ -151,6 +167,8 @@ def import_source(store: MetricStore, source: str, kind: str | None = None, opts
     if kind == "consensus-archive":
         return _import_archive(store, source, opts)
     collected = _with(collect(kind, source, opts, clock), opts)
+    if opts.param_name and opts.param_value is None:
+        collected = _in_effect(store, collected, opts.param_name)
     sid = store.record_source(kind, collected.location, collected.sha256, now=clock.now())
     counts = {}
     for metric, samples in collected.samples.items():
