@@ -211,3 +211,22 @@ def test_xz_bomb_is_stopped_without_filling_memory(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 48 * 1024 * 1024  # the limit plus one 4 MiB chunk, not 256 MiB
+
+
+def test_version_40_filters_and_filtered_out(onionperf_hk5):
+    # OnionPerf 0.8's 4.0 format: 3.0 plus `filters` and `filtered_out` written by
+    # `onionperf filter` (schema/onionperf-4.0.json)
+    doc = json.loads(lzma.decompress(onionperf_hk5.read_bytes()))
+    doc["version"] = "4.0"
+    doc["filters"] = {"tor/circuits": [{"name": "exclude_fingerprints", "filepath": "exclude.txt"}]}
+    circuits = doc["data"]["op-hk5"]["tor"]["circuits"]
+    circuits["124978"]["filtered_out"] = True  # the circuit of the transfer on port 36250
+    a = op.parse(doc, "four.json")
+    assert a.version == (4, 0) and a.has_filters and len(a.transfers) == 5
+    kept = op.kept_transfers(a, honour_filters=True)
+    # 36176 and 36216 used circuits launched before midnight (not in the file): unknown, dropped
+    assert sorted(t.local_port for t in kept) == [36262, 36280]
+    assert len(op.samples(a, honour_filters=True).samples["circuit_build_time_s"]) == 896
+    # without `filters`, `filtered_out` is not honoured (upstream's analysis_no_filters case)
+    del doc["filters"]
+    assert len(op.kept_transfers(op.parse(doc, "x"), honour_filters=True)) == 5

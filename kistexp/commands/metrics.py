@@ -90,7 +90,8 @@ def import_cmd(
         raise KistexpError(f"--kind {kind!r}: unknown (known: {', '.join(importer.KINDS)})")
     with ExperimentDir.open_or_create(exp_dir) as exp:
         store = MetricStore(exp.db)
-        if as_json or len(sources) == 1 and kind not in ("metricsport", "prometheus", "proc"):
+        quick = len(sources) == 1 and Path(sources[0]).is_file() and kind not in ("metricsport", "prometheus", "proc")
+        if as_json or quick:
             results, errors = importer.import_all(store, sources, kind, opts)
         else:
             with Progress(TextColumn("[bold]import"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -157,15 +157,16 @@ def collect(kind: str, source: str, opts: ImportOptions, clock=None) -> Collecte
 
 
 def import_source(store: MetricStore, source: str, kind: str | None = None, opts: ImportOptions = ImportOptions(),
-                  clock=None) -> ImportResult:
+                  clock=None, on_item: Callable[[int, str], None] | None = None) -> ImportResult:
     """Import one source. Raises (CorruptSource, ScrapeError, ...) if nothing of it can
-    be used; otherwise stores its good records and returns the problems of the rest."""
+    be used; otherwise stores its good records and returns the problems of the rest.
+    ``on_item(n, location)`` reports progress through an archive's files."""
     clock = clock or SystemClock()
     kind = kind or detect_kind(source)
     if kind not in KINDS:
         raise SourceKindError(f"{source}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
     if kind == "consensus-archive":
-        return _import_archive(store, source, opts)
+        return _import_archive(store, source, opts, on_item)
     collected = _with(collect(kind, source, opts, clock), opts)
     if opts.param_name and opts.param_value is None:
         collected = _in_effect(store, collected, opts.param_name)
@@ -178,12 +179,13 @@ def import_source(store: MetricStore, source: str, kind: str | None = None, opts
     return ImportResult(kind, collected.location, counts, collected.problems)
 
 
-def _import_archive(store: MetricStore, source: str, opts: ImportOptions) -> ImportResult:
+def _import_archive(store: MetricStore, source: str, opts: ImportOptions,
+                    on_item: Callable[[int, str], None] | None) -> ImportResult:
     from kistexp.dirauth.documents import load_key_certificates
     from kistexp.metrics.collectors import consensus_archive
 
     certs = load_key_certificates(opts.certificates) if opts.certificates else ()
-    got = consensus_archive.read_archive(source, certificates=certs, trusted=opts.trusted)
+    got = consensus_archive.read_archive(source, certificates=certs, trusted=opts.trusted, progress=on_item)
     consensus_archive.save(store, got)
     store.record_source("consensus-archive", source, None, n_samples=0, n_rejected=len(got.problems),
                         problems=got.problems)
@@ -196,13 +198,18 @@ def import_all(store: MetricStore, sources: Sequence[str], kind: str | None = No
                progress: Callable[[int, int, str], None] | None = None,
                ) -> tuple[list[ImportResult], list[str]]:
     """Import each source; one that fails as a whole is reported and the others still
-    imported. Returns the results and the one-line errors of the failed sources."""
+    imported. Returns the results and the one-line errors of the failed sources.
+    ``progress(done, total, what)`` is called per source and per archive file."""
     results, errors = [], []
     for i, source in enumerate(sources):
         if progress:
             progress(i, len(sources), source)
+        item = None
+        if progress:
+            def item(n: int, where: str, i: int = i) -> None:
+                progress(i, len(sources), f"{where} ({n} files)")
         try:
-            results.append(import_source(store, source, kind, opts, clock))
+            results.append(import_source(store, source, kind, opts, clock, on_item=item))
         except KistexpError as exc:
             errors.append(str(exc))
     if progress:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import tarfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -165,9 +165,11 @@ def _verify(doc: NetworkStatus, certs: Sequence[KeyCertificate], trusted: frozen
 
 
 def read_archive(path: str | Path, *, certificates: Sequence[KeyCertificate] = (), trusted: Iterable[str] | None = None,
-                 n_authorities: int | None = None, limits: Limits = Limits()) -> Imported:
+                 n_authorities: int | None = None, limits: Limits = Limits(),
+                 progress: Callable[[int, str], None] | None = None) -> Imported:
     """Parse and verify every consensus and vote under ``path``. Certificate files found
-    there are used alongside ``certificates``."""
+    there are used alongside ``certificates``. ``progress(n, location)`` is called after
+    each file or tar member read."""
     path = Path(path)
     if not path.exists():
         raise ArchiveError(f"{path}: no such file or directory")
@@ -177,7 +179,9 @@ def read_archive(path: str | Path, *, certificates: Sequence[KeyCertificate] = (
     certs = list(certificates)
     docs: list[tuple[str, bytes]] = []
     skipped = 0
-    for where, data in _members(path, limits, problems):
+    for n, (where, data) in enumerate(_members(path, limits, problems), 1):
+        if progress:
+            progress(n, where)
         try:
             body = strip_annotation(data, where)
         except DocumentError as exc:
