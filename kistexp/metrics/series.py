@@ -45,14 +45,30 @@ def from_unix(seconds: float) -> dt.datetime:
     return _EPOCH + dt.timedelta(microseconds=round(float(seconds) * 1_000_000))
 
 
+# Validated label sets, shared between samples: a store select builds thousands of
+# samples per series, and re-validating the same labels for each dominated its cost.
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+_MAX_LABEL_SETS = 100_000
+
+
 def _labels(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    if type(value) is MappingProxyType:
+        known = _LABEL_SETS.get(tuple(value.items()))
+        if known is not None:
+            return known
     items = dict(value or {})
     for k, v in items.items():
         if not isinstance(k, str) or not _LABEL_KEY.match(k):
             raise ValueError(f"label key {k!r} is not a lowercase identifier")
         if not isinstance(v, str):
             raise ValueError(f"label {k}={v!r} is not a string")
-    return MappingProxyType(dict(sorted(items.items())))
+    key = tuple(sorted(items.items()))
+    known = _LABEL_SETS.get(key)
+    if known is None:
+        if len(_LABEL_SETS) >= _MAX_LABEL_SETS:
+            _LABEL_SETS.clear()
+        known = _LABEL_SETS[key] = MappingProxyType(dict(key))
+    return known
 
 
 def _utc(value: dt.datetime) -> dt.datetime:

@@ -18,6 +18,7 @@ from kistexp.errors import KistexpError
 from kistexp.metrics import catalogue
 from kistexp.metrics.series import Prediction, Sample, from_us, to_us
 
+_EPOCH_SAMPLE_TIME = from_us(0)
 # Rows per executemany batch: bounds memory when a collector streams millions of samples.
 _BATCH = 5_000
 
@@ -103,17 +104,19 @@ class MetricStore:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self._series_ids: dict[tuple[str, str], int] = {}
+        self._series_ids: dict[tuple, int] = {}
 
     # --- samples --------------------------------------------------------------------
 
     def _series_id(self, metric: str, labels: Mapping[str, str]) -> int:
-        key = (metric, _labels_key(labels))
-        sid = self._series_ids.get(key)
+        # Sample labels are sorted already; the JSON text is only built for a new series.
+        cache_key = (metric, tuple(labels.items()))
+        sid = self._series_ids.get(cache_key)
         if sid is None:
+            key = (metric, _labels_key(labels))
             self.conn.execute("INSERT OR IGNORE INTO series (metric, labels) VALUES (?, ?)", key)
             sid = self.conn.execute("SELECT id FROM series WHERE metric = ? AND labels = ?", key).fetchone()[0]
-            self._series_ids[key] = sid
+            self._series_ids[cache_key] = sid
         return sid
 
     def add_samples(self, metric: str, samples: Iterable[Sample], *, source_id: int | None = None) -> int:
@@ -162,7 +165,7 @@ class MetricStore:
         for sid, text in self.conn.execute("SELECT id, labels FROM series WHERE metric = ?", (metric,)):
             lab = json.loads(text)
             if all(lab.get(k) == v for k, v in want.items()):
-                series[sid] = lab
+                series[sid] = Sample(_EPOCH_SAMPLE_TIME, 0.0, lab).labels  # validated once per series
         if not series:
             return []
         where = [f"series_id IN ({','.join('?' * len(series))})"]
