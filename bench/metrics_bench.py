@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import resource
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from consensus_bench import _time  # the same best/median timer (bench/ is on sys.path when run as a script)
 
 from kistexp.dirauth.documents import load_key_certificates
 from kistexp.expdir import ExperimentDir
@@ -32,15 +33,6 @@ PINNED_2022 = ("D586D18309DED4CD6D57C18FDB97EFA96D330566", "14C131DFC5C6F93646BE
                "0232AF901C31A04EE9848595AF9BB7620D4C5B2E", "49015F787433103580E3B66A1707A00E60F2D15B",
                "EFCBE720AB3A82B99F9E953CD5BF50F7EEFC7B97", "23D15D965BC35114467363C165C4F724B64B4F66",
                "27102BC123E7AF1D4741AE047E160C91ADC76B21")
-
-
-def _time(fn, repeat: int) -> tuple[float, float]:
-    runs = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return min(runs), statistics.median(runs)
 
 
 def main(argv: list[str] | None = None) -> int:
