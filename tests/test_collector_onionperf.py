@@ -155,7 +155,7 @@ def test_not_xz_and_not_json(tmp_path, onionperf_hk5):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("version, pattern", [("2.0", "version 2.0 is not supported"),
+@pytest.mark.parametrize("version, pattern", [("0.9", "version 0.9 is not supported"),
                                               ("6.0", "version 6.0 is not supported"),
                                               ("three", "version 'three' is not of the form"),
                                               (None, "version None")])
@@ -230,3 +230,25 @@ def test_version_40_filters_and_filtered_out(onionperf_hk5):
     # without `filters`, `filtered_out` is not honoured (upstream's analysis_no_filters case)
     del doc["filters"]
     assert len(op.kept_transfers(op.parse(doc, "x"), honour_filters=True)) == 5
+
+
+def test_legacy_transfers_of_versions_1_and_2():
+    # the record layout of OnionPerf's README_JSON.md (1.0, robgjansen) with 2.0's payload_bytes
+    record = {"elapsed_seconds": {"command": 0.319006, "first_byte": 0.6, "last_byte": 2.5, "response": 0.6,
+                                  "payload_bytes": {"51200": 0.9, "1048576": 2.5}},
+              "endpoint_local": "localhost:127.0.0.1:45416", "endpoint_remote": "server1:216.17.99.183:6666",
+              "error_code": "NONE", "filesize_bytes": 1048576, "is_error": False, "is_success": True,
+              "total_bytes_read": 1048676, "unix_ts_start": 1456699868.006196, "unix_ts_end": 1456699870.5}
+    failed = dict(record, error_code="READ", is_error=True, is_success=False,
+                  elapsed_seconds={"command": 0.3, "first_byte": 0.0, "last_byte": 0.0})
+    for version in (1.0, "2.0"):
+        doc = {"type": "onionperf", "version": version,
+               "data": {"phantomtrain": {"tgen": {"transfers": {"transfer1m:1": record, "transfer1m:2": failed}}}}}
+        a = op.parse(doc, "legacy.json")
+        ok, bad = a.transfers
+        assert (ok.size, ok.ttfb_s, ok.ttlb_s, ok.partial_s[51200], ok.local_port) == (1048576, 0.6, 2.5, 0.9, 45416)
+        assert not bad.success and bad.error == "READ" and bad.ttlb_s is None
+        got = op.samples(a).samples
+        assert [s.value for s in got["client_ttlb_1mib_s"]] == [2.5]
+        assert [s.value for s in got["client_ttlb_50kib_s"]] == [0.9]
+        assert [s.value for s in got["client_transfer_failure_ratio"]] == [0.0, 1.0]

@@ -132,9 +132,9 @@ def parse(doc: object, location: str, *, limits: Limits = Limits(), now: dt.date
     version = parse_version(doc.get("version"), f"{location}: key 'version'")
     if kind == "onionperf":
         # 3.0/3.1/4.0 and develop's short-lived 5.0 (= 3.1, §1.1); 1.0/2.0 use tgen.transfers
-        if version[0] not in (3, 4, 5):
+        if version[0] not in (1, 2, 3, 4, 5):
             raise CorruptSource(f"{location}: OnionPerf analysis version {version[0]}.{version[1]} is not supported "
-                                "(kistexp reads 3.x, 4.x and 5.0)")
+                                "(kistexp reads 1.x to 5.x)")
     elif kind == "tgen":
         if version[0] != 1:
             raise CorruptSource(f"{location}: tgen analysis version {version[0]}.{version[1]} is not supported "
@@ -157,20 +157,23 @@ def parse(doc: object, location: str, *, limits: Limits = Limits(), now: dt.date
             continue
         ips[source] = str(body.get("measurement_ip", "unknown"))
         tgen = body.get("tgen")
-        streams = tgen.get("streams") if isinstance(tgen, dict) else None
+        legacy = kind == "onionperf" and version[0] <= 2
+        section = "transfers" if legacy else "streams"
+        streams = tgen.get(section) if isinstance(tgen, dict) else None
         if not isinstance(streams, dict):
             # metrics-lib skips a source without tgen data (§5.1)
-            problems.append(f"{where}: no tgen.streams; source skipped")
+            problems.append(f"{where}: no tgen.{section}; source skipped")
             continue
         if len(streams) > limits.max_streams:
             raise CorruptSource(f"{where}.tgen.streams: {len(streams)} streams is over the limit of "
                                 f"{limits.max_streams}")
         src_transfers = []
+        read = _legacy_transfer if legacy else _transfer
         for key, stream in streams.items():
             try:
-                src_transfers.append(_transfer(source, key, stream, now))
+                src_transfers.append(read(source, key, stream, now))
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                problems.append(f"{where}.tgen.streams[{key!r}]: {_why(exc)}; stream skipped")
+                problems.append(f"{where}.tgen.{section}[{key!r}]: {_why(exc)}; record skipped")
         transfers.extend(src_transfers)
         tor = body.get("tor")
         if kind == "onionperf" and isinstance(tor, dict):
@@ -219,6 +222,30 @@ def _transfer(source: str, key: str, s: Mapping, now: dt.datetime) -> Transfer:
         ttfb_s=ttfb if success else None, ttlb_s=last if success else None, last_byte_s=last,
         command_s=_usecs(times, "usecs-to-command"),
         partial_s=partial, read_bytes=int(s["byte_info"]["total-bytes-recv"]), local_port=port,
+        end_unix=float(s["unix_ts_end"]))
+
+
+def _legacy_transfer(source: str, key: str, s: Mapping, now: dt.datetime) -> Transfer:
+    """A 1.0/2.0 ``tgen.transfers`` record (README_JSON.md): times already in seconds."""
+    start = from_unix(float(s["unix_ts_start"]))
+    check_time(start, "unix_ts_start", now)
+    success = bool(s["is_success"]) and not bool(s.get("is_error", False))
+    el = s["elapsed_seconds"]
+
+    def secs(name: str) -> float | None:
+        v = el.get(name)
+        return None if v is None or float(v) <= 0 else float(v)
+
+    last = secs("last_byte")
+    local = str(s.get("endpoint_local", "")).split(":")
+    return Transfer(
+        source=source, stream_id=str(key), start=start, size=int(s["filesize_bytes"]),
+        server="onion" if ".onion:" in str(s.get("endpoint_remote", "")) else "public", success=success,
+        error=str(s.get("error_code", "")), ttfb_s=secs("first_byte") if success else None,
+        ttlb_s=last if success else None, last_byte_s=last, command_s=secs("command"),
+        partial_s={int(k): float(v) for k, v in (el.get("payload_bytes") or {}).items()},
+        read_bytes=int(s.get("total_bytes_read", 0)),
+        local_port=int(local[2]) if len(local) >= 3 and local[2].isdigit() else None,
         end_unix=float(s["unix_ts_end"]))
 
 
