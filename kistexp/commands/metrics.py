@@ -106,7 +106,7 @@ def import_cmd(
             {"kind": r.kind, "source": r.location, "samples": dict(r.samples), "consensuses": r.consensuses,
              "votes": r.votes, "skipped_files": r.skipped, "problems": list(r.problems)} for r in results],
             "failed": errors})
-    else:
+    elif results:
         table = Table(title=f"Imported into {exp_dir}")
         for col in ("source", "kind", "samples", "consensuses / votes", "left out"):
             table.add_column(col, overflow="fold")
@@ -115,15 +115,16 @@ def import_cmd(
                           f"{r.consensuses} / {r.votes}" if r.kind == "consensus-archive" else "-",
                           str(len(r.problems)))
         console.print(table)
-    # one line per problem, never wrapped: scripts grep these
-    for p in problems:
-        print(f"kistexp: warning: {p}", file=sys.stderr)
-    if errors or problems:
-        first = (errors or problems)[0]
-        more = len(errors) + len(problems) - 1
+    # One line per failed source or record left out, never wrapped: scripts grep these.
+    # The first becomes the error the command ends with, the others are warnings.
+    messages = errors + problems
+    for m in messages[1:]:
+        print(f"kistexp: warning: {m}", file=sys.stderr)
+    if messages:
+        more = len(messages) - 1
         kept = sum(r.n_samples for r in results)
         tail = f" ({more} more problem{'s' if more != 1 else ''}; " if more else " ("
-        raise KistexpError(f"{first}{tail}{kept} samples from {len(results)} source(s) imported)")
+        raise KistexpError(f"{messages[0]}{tail}{kept} samples from {len(results)} source(s) imported)")
 
 
 @metrics_app.command("list")
