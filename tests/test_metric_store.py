@@ -240,3 +240,16 @@ def test_docs_list_every_catalogue_metric_with_its_unit():
             for line in text.splitlines() if line.startswith("| `")}
     for m in catalogue.METRICS:
         assert rows.get(m.name) == m.unit, m.name
+
+
+def test_window_over_thousands_of_relays(store):
+    # one series per relay, as a network-wide MetricsPort collection has
+    fprs = [f"{i:040X}" for i in range(1200)]
+    store.add_samples("relay_bandwidth_bytes_per_s",
+                      [Sample(at(m), i, {"relay": f, "relay_class": "exit" if i % 4 == 0 else "guard"}, 2)
+                       for i, f in enumerate(fprs) for m in (0, 10)])
+    assert len(store.select("relay_bandwidth_bytes_per_s", at(0), at(5))) == 1200
+    exits = store.select("relay_bandwidth_bytes_per_s", at(5), at(20), {"relay_class": "exit"}, 2)
+    assert len(exits) == 300 and all(s.labels["relay_class"] == "exit" and s.time == at(10) for s in exits)
+    one = store.values("relay_bandwidth_bytes_per_s", labels={"relay": fprs[7]})
+    assert one == [7.0, 7.0]
