@@ -303,3 +303,30 @@ def test_scrape_a_real_relay(relay):
     snap = pr.read_proc(proc.pid)
     assert snap.rss_bytes > 5_000_000 and snap.threads >= 1 and snap.cpu_s > 0
     assert os.path.exists(f"/proc/{proc.pid}")
+
+
+NODE = """# TYPE node_cpu_seconds_total counter
+node_cpu_seconds_total{cpu="0",mode="idle"} {idle}
+node_cpu_seconds_total{cpu="0",mode="user"} {user}
+node_cpu_seconds_total{cpu="0",mode="system"} 5
+node_cpu_seconds_total{cpu="1",mode="idle"} {idle}
+node_cpu_seconds_total{cpu="1",mode="user"} {user}
+node_cpu_seconds_total{cpu="1",mode="system"} 5
+# TYPE node_network_receive_bytes_total counter
+node_network_receive_bytes_total{device="eth0"} {rx}
+node_network_receive_bytes_total{device="lo"} 999999999
+# TYPE node_network_transmit_bytes_total counter
+node_network_transmit_bytes_total{device="eth0"} {rx}
+"""
+
+
+def test_node_exporter_host_figures():
+    def expo(idle, user, rx, sec):
+        text = NODE.replace("{idle}", str(idle)).replace("{user}", str(user)).replace("{rx}", str(rx))
+        return prom.parse(text, "ne", time=T + dt.timedelta(seconds=sec))
+    a, b = expo(1000, 100, 10**9, 0), expo(1030, 130, 10**9 + 6 * 10**6, 60)
+    got = dict(pr.exporter_samples(a, b, "tor", {"relay": "A" * 40}))
+    assert got["relay_cpu_utilization"].value == pytest.approx(1.0)  # 2 x 30 s of user time in 60 s
+    assert got["relay_bandwidth_bytes_per_s"].value == pytest.approx(200_000)  # (6 + 6) MB / 60 s, lo excluded
+    assert got["relay_cpu_utilization"].labels["scope"] == "host"
+    assert pr.exporter_samples(None, b, "tor", {}) == []
