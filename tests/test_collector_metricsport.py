@@ -12,6 +12,8 @@ import time
 
 import pytest
 from conftest import free_port, have_real_tor
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kistexp.metrics.collectors import CorruptSource, SourceTooLarge
 from kistexp.metrics.collectors import metricsport as mp
@@ -330,3 +332,15 @@ def test_node_exporter_host_figures():
     assert got["relay_bandwidth_bytes_per_s"].value == pytest.approx(200_000)  # (6 + 6) MB / 60 s, lo excluded
     assert got["relay_cpu_utilization"].labels["scope"] == "host"
     assert pr.exporter_samples(None, b, "tor", {}) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(REAL_LINES.splitlines()), st.text(max_size=40)), max_size=25))
+def test_any_text_is_parsed_or_refused_in_one_line(lines):
+    text = "\n".join(lines) + "\n"
+    try:
+        e = prom.parse(text, "fuzz", time=T)
+    except CorruptSource as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz: ")
+        return
+    assert all(p.startswith("fuzz:") and "\n" not in p for p in e.problems)

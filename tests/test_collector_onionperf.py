@@ -8,6 +8,8 @@ import lzma
 import statistics
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kistexp.metrics.collectors import CorruptSource, SourceTooLarge
 from kistexp.metrics.collectors import onionperf as op
@@ -201,16 +203,16 @@ def test_xz_bomb_is_stopped_without_filling_memory(tmp_path):
     bomb = tmp_path / "bomb.json.xz"
     with lzma.open(bomb, "wb", preset=0) as fh:
         chunk = b" " * (16 * 1024 * 1024)
-        for _ in range(16):  # 256 MiB of spaces, a few tens of KiB compressed
+        for _ in range(4):  # 64 MiB of spaces, about 10 KiB compressed
             fh.write(chunk)
     tracemalloc.start()
     try:
         with pytest.raises(SourceTooLarge, match="decompresses to over"):
-            op.load(bomb, limits=op.Limits(max_raw=32 * 1024 * 1024))
+            op.load(bomb, limits=op.Limits(max_raw=8 * 1024 * 1024))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 48 * 1024 * 1024  # the limit plus one 4 MiB chunk, not 256 MiB
+    assert peak < 24 * 1024 * 1024  # the limit plus one 4 MiB chunk, not 64 MiB
 
 
 def test_version_40_filters_and_filtered_out(onionperf_hk5):
@@ -252,3 +254,49 @@ def test_legacy_transfers_of_versions_1_and_2():
         assert [s.value for s in got["client_ttlb_1mib_s"]] == [2.5]
         assert [s.value for s in got["client_ttlb_50kib_s"]] == [0.9]
         assert [s.value for s in got["client_transfer_failure_ratio"]] == [0.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def small_doc(onionperf_hk5):
+    doc = json.loads(lzma.decompress(onionperf_hk5.read_bytes()))
+    tor = doc["data"]["op-hk5"]["tor"]
+    tor["circuits"] = dict(list(tor["circuits"].items())[:20])
+    tor["streams"] = dict(list(tor["streams"].items())[:20])
+    return doc
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*prefix, k))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), junk=st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(),
+                                      st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                                      st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+def test_any_damaged_field_is_an_error_or_a_problem_never_a_crash(small_doc, data, junk):
+    import copy
+
+    doc = copy.deepcopy(small_doc)
+    paths = [p for p in _paths(doc) if p]
+    path = data.draw(st.sampled_from(paths))
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = junk
+    try:
+        a = op.parse(doc, "fuzz.json")
+    except CorruptSource as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz.json")
+        return
+    op.samples(a)  # whatever was kept still converts to samples
+    assert all(p.startswith("fuzz.json: ") for p in a.problems)
+
+
+def test_deeply_nested_json(tmp_path):
+    f = tmp_path / "deep.json"
+    f.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(CorruptSource, match="deep.json"):
+        op.load(f)
