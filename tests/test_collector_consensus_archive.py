@@ -193,3 +193,23 @@ def test_tampered_vote_is_refused(tmp_path, authorities):
     assert got.votes == () and "vote not verified" in got.problems[0]
     with pytest.raises(DocumentError):
         ca.strip_annotation(b"@type network-status-vote-3 7.1\nnetwork-status-version 3\n", "x")
+
+
+@pytest.mark.parametrize("mode, suffix", [("w:xz", ".tar.xz"), ("w:gz", ".tar.gz"), ("w:bz2", ".tar.bz2")])
+def test_truncated_compressed_tarball_keeps_what_was_read(tmp_path, authorities, mode, suffix):
+    pins = [k.v3ident for k in authorities]
+    path = tmp_path / f"consensuses-2024-01{suffix}"
+    with tarfile.open(path, mode) as tar:
+        certs = "".join(k.certificate_text for k in authorities).encode()
+        for name, data in [("certs", certs)] + [
+                (f"c{h}", _hour(authorities, T0 + dt.timedelta(hours=h), (2, 2, 2))[1].encode()) for h in range(3)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    whole = ca.read_archive(path, trusted=pins)
+    assert len(whole.consensuses) == 3 and whole.problems == ()
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    got = ca.read_archive(cut, trusted=pins)
+    assert len(got.consensuses) < 3
+    assert any("unreadable tar archive" in p for p in got.problems)

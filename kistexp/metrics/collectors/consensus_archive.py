@@ -17,8 +17,10 @@ reported and not stored. Trust is today's nine authorities unless given otherwis
 from __future__ import annotations
 
 import datetime as dt
+import lzma
 import re
 import tarfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -146,7 +148,7 @@ def _tar_members(path: Path, limits: Limits, problems: list[str]) -> Iterator[tu
                     continue
                 fh = tar.extractfile(m)
                 yield (where, fh.read() if fh is not None else b"")
-    except (tarfile.TarError, EOFError, OSError) as exc:
+    except (tarfile.TarError, EOFError, OSError, lzma.LZMAError, zlib.error) as exc:
         problems.append(f"{path}: unreadable tar archive ({exc}); later members not read")
 
 
