@@ -78,6 +78,9 @@ def test_real_consensus_in_a_collector_tarball_with_annotation(tmp_path, consens
     assert c.location.endswith(":consensuses-2022-11/19/2022-11-19-10-00-00-consensus")
     assert any("leaves the archive" in p for p in got.problems)
     assert any("links and special files" in p for p in got.problems)
+    # the consensus waits for the certificates at the end of the tarball, within a bound
+    with pytest.raises(ca.ArchiveError, match="1 consensuses and no authority key certificate yet"):
+        ca.read_archive(tar_path, trusted=PINNED_2022, limits=ca.Limits(max_pending=1_000_000))
 
 
 def test_newer_annotation_and_no_certificates(tmp_path, consensus_path):

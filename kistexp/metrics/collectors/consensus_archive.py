@@ -46,6 +46,7 @@ _TAR_SUFFIXES = (".tar", ".tar.xz", ".tar.bz2", ".tar.gz")
 class Limits:
     max_document: int = 16 * MiB
     max_member: int = 64 * MiB
+    max_pending: int = 256 * MiB  # consensuses held while no certificate has been seen
 
 
 class ArchiveError(KistexpError):
@@ -98,12 +99,21 @@ def _kind(head: bytes) -> str | None:
     return None
 
 
+def _is_certificate_file(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+        return _kind(strip_annotation(head, str(path))) == "certs"
+    except (OSError, DocumentError):
+        return False
+
+
 def _members(path: Path, limits: Limits, problems: list[str]) -> Iterator[tuple[str, bytes]]:
     """(location, bytes) of every candidate document under ``path``."""
     if path.is_dir():
-        for p in sorted(path.rglob("*")):
-            if p.is_symlink() or not p.is_file():
-                continue
+        files = [p for p in sorted(path.rglob("*")) if p.is_file() and not p.is_symlink()]
+        # certificate files first, so that every consensus can be checked as it is read
+        for p in sorted(files, key=lambda p: not _is_certificate_file(p)):
             yield from _members(p, limits, problems)
         return
     if path.name.endswith(_TAR_SUFFIXES):
@@ -179,8 +189,37 @@ def read_archive(path: str | Path, *, certificates: Sequence[KeyCertificate] = (
     n_auth = n_authorities or len(pins)
     problems: list[str] = []
     certs = list(certificates)
-    docs: list[tuple[str, bytes]] = []
+    consensuses: list[ConsensusRecord] = []
+    votes: list[VoteRecord] = []
+    # Consensuses met before any certificate (a tarball with its certs at the end) wait,
+    # within a bound; everything else is checked and dropped as it streams past.
+    pending: list[tuple[str, bytes]] = []
+    pending_bytes = 0
     skipped = 0
+
+    def handle(where: str, body: bytes) -> None:
+        try:
+            doc = documents.parse_network_status(body, where)
+        except DocumentError as exc:
+            problems.append(str(exc))
+            return
+        if doc.is_consensus:
+            check = _verify(doc, certs, pins, n_auth)
+            if not check.ok:
+                problems.append(f"{where}: consensus not verified ({check.summary()}); not imported")
+                return
+            consensuses.append(ConsensusRecord(doc.valid_after, doc.flavor, doc.digest, doc.relay_count,
+                                               check.total, check.valid, True, where, dict(doc.params)))
+            return
+        src = doc.authorities[0] if doc.authorities else None
+        embedded = [doc.key_certificate] if doc.key_certificate is not None else []
+        check = _verify(doc, certs + embedded, pins, 1)
+        if src is None or not check.ok:
+            problems.append(f"{where}: vote not verified ({check.summary()}); not imported")
+            return
+        votes.append(VoteRecord(doc.valid_after, src.v3ident, src.nickname, doc.digest, True, where,
+                                dict(doc.params)))
+
     for n, (where, data) in enumerate(_members(path, limits, problems), 1):
         if progress:
             progress(n, where)
@@ -189,6 +228,7 @@ def read_archive(path: str | Path, *, certificates: Sequence[KeyCertificate] = (
         except DocumentError as exc:
             problems.append(str(exc))
             continue
+        del data
         kind = _kind(body[:64])
         if kind is None:
             skipped += 1
@@ -197,34 +237,21 @@ def read_archive(path: str | Path, *, certificates: Sequence[KeyCertificate] = (
                 certs.extend(documents.parse_key_certificates(body, where))
             except DocumentError as exc:
                 problems.append(str(exc))
+            for item in pending:
+                handle(*item)
+            pending.clear()
+            pending_bytes = 0
+        elif certs or b"\nvote-status vote" in body[:512]:
+            handle(where, body)  # votes carry their own certificate
         else:
-            docs.append((where, body))
-    consensuses, votes = [], []
-    for where, body in docs:
-        try:
-            doc = documents.parse_network_status(body, where)
-        except DocumentError as exc:
-            problems.append(str(exc))
-            continue
-        if doc.is_consensus:
-            if not certs:
-                raise ArchiveError(f"{where}: no authority key certificates to check its signatures "
+            pending.append((where, body))
+            pending_bytes += len(body)
+            if pending_bytes > limits.max_pending:
+                raise ArchiveError(f"{where}: {len(pending)} consensuses and no authority key certificate yet "
                                    "(pass --certs FILE, e.g. tor's cached-certs)")
-            check = _verify(doc, certs, pins, n_auth)
-            if not check.ok:
-                problems.append(f"{where}: consensus not verified ({check.summary()}); not imported")
-                continue
-            consensuses.append(ConsensusRecord(doc.valid_after, doc.flavor, doc.digest, doc.relay_count,
-                                               check.total, check.valid, True, where, dict(doc.params)))
-        else:
-            src = doc.authorities[0] if doc.authorities else None
-            embedded = [doc.key_certificate] if doc.key_certificate is not None else []
-            check = _verify(doc, certs + embedded, pins, 1)
-            if src is None or not check.ok:
-                problems.append(f"{where}: vote not verified ({check.summary()}); not imported")
-                continue
-            votes.append(VoteRecord(doc.valid_after, src.v3ident, src.nickname, doc.digest, True, where,
-                                    dict(doc.params)))
+    if pending:
+        raise ArchiveError(f"{pending[0][0]}: no authority key certificates to check its signatures "
+                           "(pass --certs FILE, e.g. tor's cached-certs)")
     consensuses.sort(key=lambda c: (c.valid_after, c.flavour))
     votes.sort(key=lambda v: (v.valid_after, v.nickname))
     return Imported(str(path), tuple(consensuses), tuple(votes), tuple(problems), skipped)
