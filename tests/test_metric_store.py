@@ -253,3 +253,19 @@ def test_window_over_thousands_of_relays(store):
     assert len(exits) == 300 and all(s.labels["relay_class"] == "exit" and s.time == at(10) for s in exits)
     one = store.values("relay_bandwidth_bytes_per_s", labels={"relay": fprs[7]})
     assert one == [7.0, 7.0]
+
+
+def test_two_processes_creating_one_database(tmp_path):
+    # both open a new experiment database at once: one migrates, the other waits and sees it done
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from pathlib import Path; from kistexp.store.schema import open_db; "
+            "c = open_db(Path(sys.argv[1])); print(c.execute('PRAGMA user_version').fetchone()[0])")
+    env_path = str(Path(__file__).resolve().parent.parent)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "x.db")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": env_path})
+             for _ in range(4)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [o[0].strip() for o in outs] == [str(len(schema.MIGRATIONS))] * 4, outs
