@@ -51,6 +51,9 @@ def test_import_list_show_params(tmp_path, onionperf_hk5, onionperf_hk6a, consen
     window = json.loads(_ok(["show", "client_ttlb_5mib_s", "--dir", str(exp), "--from", "2021-06-01T00:00:00Z",
                              "--to", "2021-06-01T01:00:00Z", "--samples", "--json"]).stdout)
     assert [round(s["value"], 6) for s in window["samples"]] == [9.095904, 10.992984, 20.517444, 10.787324]
+    png = tmp_path / "ttlb.png"
+    _ok(["show", "circuit_build_time_s", "--dir", str(exp), "--plot", str(png), "--json"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     none = json.loads(_ok(["show", "client_ttlb_5mib_s", "--dir", str(exp), "--param-value", "3",
                            "--json"]).stdout)
     assert none["series"] == []

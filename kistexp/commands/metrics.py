@@ -168,6 +168,8 @@ def show_cmd(
     param_value: int | None = typer.Option(None, "--param-value", help="Only samples taken while this "
                                            "consensus value was in effect."),
     samples: bool = typer.Option(False, "--samples", help="List every sample, not only per-series figures."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a plot of the samples over time, one "
+                                     "colour per consensus value in effect (PNG, SVG, PDF by suffix)."),
     as_json: bool = _JSON,
 ) -> None:
     """Per-series figures (count, quantiles) of one metric in a window."""
@@ -180,6 +182,10 @@ def show_cmd(
     with ExperimentDir.open(exp_dir) as exp:
         got = MetricStore(exp.db).select(metric, _time(start, "--from"), _time(end, "--to"),
                                          _labels(label, "--label"), param_value)
+    if plot is not None:
+        from kistexp.metrics.plot import plot_samples
+
+        plot_samples(metric, got, plot)
     groups: dict[tuple, list] = {}
     for s in got:
         groups.setdefault(tuple(sorted(s.labels.items())), []).append(s)
