@@ -4,7 +4,6 @@ loopback, and servers that hang, drip or answer without end."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import socket
 import subprocess
 import threading
@@ -304,7 +303,12 @@ def test_scrape_a_real_relay(relay):
     # the same tor's CPU and memory from /proc
     snap = pr.read_proc(proc.pid)
     assert snap.rss_bytes > 5_000_000 and snap.threads >= 1 and snap.cpu_s > 0
-    assert os.path.exists(f"/proc/{proc.pid}")
+    sampler = pr.ProcessSampler(proc.pid, {"relay": fingerprint})
+    sampler.poll()
+    time.sleep(0.5)
+    figures = dict(sampler.poll())
+    assert 0.0 <= figures["relay_cpu_utilization"].value < 2.0  # an idle relay, at most a core or two
+    assert figures["relay_rss_bytes"].value == pytest.approx(snap.rss_bytes, rel=0.5)
 
 
 NODE = """# TYPE node_cpu_seconds_total counter
