@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -93,17 +94,21 @@ def test_create_refuses_file_existing_and_unwritable(tmp_path):
 
 
 def test_unwritable_directory(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
+    import os
+
+    if os.geteuid() == 0:
+        # root writes through file modes; a directory of the kernel's proc filesystem refuses it
+        ro = Path("/proc/self")
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
     try:
-        import os
-        if os.geteuid() == 0:
-            pytest.skip("root writes into read-only directories")
-        with pytest.raises(StoreError, match="not writable"):
+        with pytest.raises(StoreError, match=f"{ro}: experiment directory is not writable"):
             ExperimentDir.create(ro)
     finally:
-        ro.chmod(0o700)
+        if ro != Path("/proc/self"):
+            ro.chmod(0o700)
 
 
 # --- samples ------------------------------------------------------------------------
