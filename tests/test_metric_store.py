@@ -236,7 +236,6 @@ def test_consensus_and_vote_records(store):
 
 
 def test_docs_list_every_catalogue_metric_with_its_unit():
-    from pathlib import Path
 
     from kistexp.metrics import catalogue
 
@@ -264,7 +263,6 @@ def test_two_processes_creating_one_database(tmp_path):
     # both open a new experiment database at once: one migrates, the other waits and sees it done
     import subprocess
     import sys
-    from pathlib import Path
 
     code = ("import sys; from pathlib import Path; from kistexp.store.schema import open_db; "
             "c = open_db(Path(sys.argv[1])); print(c.execute('PRAGMA user_version').fetchone()[0])")
