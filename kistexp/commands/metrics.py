@@ -19,6 +19,8 @@ metrics_app = typer.Typer(help="Collect measurements (OnionPerf, MetricsPort, co
 
 _DIR = typer.Option(..., "--dir", help="Experiment directory (created by import if it does not exist).")
 _JSON = typer.Option(False, "--json", help="Machine-readable output.")
+# Problems printed one per line; a file with 100,000 bad rows gets the first ones and a count.
+_MAX_WARNINGS = 50
 
 
 def register(app: typer.Typer) -> None:
@@ -118,8 +120,11 @@ def import_cmd(
     # One line per failed source or record left out, never wrapped: scripts grep these.
     # The first becomes the error the command ends with, the others are warnings.
     messages = errors + problems
-    for m in messages[1:]:
+    for m in messages[1:_MAX_WARNINGS + 1]:
         print(f"kistexp: warning: {m}", file=sys.stderr)
+    if len(messages) > _MAX_WARNINGS + 1:
+        print(f"kistexp: warning: ... and {len(messages) - _MAX_WARNINGS - 1} more (all are kept with the source: "
+              "kistexp metrics list --json)", file=sys.stderr)
     if messages:
         more = len(messages) - 1
         kept = sum(r.n_samples for r in results)
