@@ -18,8 +18,8 @@ def consensus_relays(consensus_path):
 
 def test_known_relays_from_the_real_consensus(consensus_relays):
     assert len(consensus_relays) == 6088
-    assert consensus_relays["000A10D43011EA4928A35F610405F92B4433B4DC"] in {"exit", "guard", "middle"}
-    assert {"exit", "guard", "middle"} == set(consensus_relays.values())
+    assert consensus_relays["000A10D43011EA4928A35F610405F92B4433B4DC"] in {"exit", "guard", "middle", "guard+exit"}
+    assert {"exit", "guard", "middle", "guard+exit"} == set(consensus_relays.values())
 
 
 def test_good_rows(tmp_path, consensus_relays):
@@ -37,7 +37,7 @@ def test_good_rows(tmp_path, consensus_relays):
     assert [s.param_value for s in cpu] == [2, 3]
     assert cpu[1].time.isoformat() == "2026-03-01T01:00:00+00:00"
     assert dict(cpu[0].labels) == {"relay": fpr, "source": "op.csv", "phase": "baseline",
-                                   "relay_class": consensus_relays[fpr]}
+                                   "position": consensus_relays[fpr]}
     assert [s.value for s in got.samples["relay_rss_bytes"]] == [1536 * 1024 * 1024]
     assert [s.value for s in got.samples["relay_bandwidth_bytes_per_s"]] == [238e6 / 8, 40e6 / 8]
 

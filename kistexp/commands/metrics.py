@@ -72,7 +72,7 @@ def import_cmd(
     trust: list[str] = typer.Option(None, "--trust", help="Consensus archives: a trusted authority v3ident "
                                     "(repeatable; default: today's nine authorities)."),
     consensus: Path | None = typer.Option(None, "--consensus", help="Operator reports: refuse relays not in "
-                                          "this consensus and label rows with their relay class."),
+                                          "this consensus and label rows with their position (guard, exit, ...)."),
     scrapes: int = typer.Option(2, "--scrapes", help="Live sources: number of scrapes (samples are changes "
                                 "between two)."),
     interval: float = typer.Option(10.0, "--interval", help="Live sources: seconds between scrapes."),

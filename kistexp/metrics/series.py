@@ -4,7 +4,9 @@ simulator-predicted distribution (Prediction).
 A series is a catalogue metric plus a set of labels. Common label keys:
 
 - ``relay``: relay identity fingerprint (40 uppercase hex), for relay metrics;
-- ``relay_class``: the plan's relay class (e.g. "guard", "exit", "middle");
+- ``relay_class``: the relay class of the plan or population model;
+- ``position``: the relay's position from its consensus flags (guard+exit, guard, exit,
+  middle);
 - ``source``: where the sample came from (OnionPerf source name, scrape URL, report file);
 - ``size``: transfer size in bytes, for client transfer metrics;
 - ``server``: "onion" or "public" (OnionPerf's server kind);

@@ -75,17 +75,18 @@ def _number(text: str, column: str) -> float | None:
     return value
 
 
-def relay_class_from_flags(flags: tuple[str, ...]) -> str:
-    """exit, guard or middle, as the consensus flags say (Exit wins over Guard)."""
-    if "Exit" in flags and "BadExit" not in flags:
-        return "exit"
-    return "guard" if "Guard" in flags else "middle"
+def position_from_flags(flags: tuple[str, ...]) -> str:
+    """guard+exit, guard, exit or middle, as the consensus flags say (the position names
+    of the population model); a BadExit is no exit."""
+    exit_ = "Exit" in flags and "BadExit" not in flags
+    guard = "Guard" in flags
+    return "guard+exit" if exit_ and guard else "exit" if exit_ else "guard" if guard else "middle"
 
 
 def parse(data: bytes, location: str, *, known: Mapping[str, str] | None = None, limits: Limits = Limits(),
           now: dt.datetime | None = None, sha256: str | None = None) -> Collected:
-    """Parse a report. ``known`` maps the fingerprints of a consensus to their relay
-    class: rows naming another relay are refused (and the class becomes a label)."""
+    """Parse a report. ``known`` maps the fingerprints of a consensus to their position:
+    rows naming another relay are refused (and the position becomes a label)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     if len(data) > limits.max_bytes:
         raise CorruptSource(f"{location}: {len(data)} bytes is over the {limits.max_bytes}-byte limit")
@@ -173,7 +174,7 @@ def _row(row: list[str], header: list[str], location: str, line: int, known: Map
     if phase:
         labels["phase"] = phase
     if known is not None and known[fpr]:
-        labels["relay_class"] = known[fpr]
+        labels["position"] = known[fpr]
     out = []
     if values.get("cpu_pct_core_mean") is not None:
         out.append(("relay_cpu_utilization", Sample(start, values["cpu_pct_core_mean"] / 100.0, labels, pv)))
@@ -187,13 +188,14 @@ def _row(row: list[str], header: list[str], location: str, line: int, known: Map
 
 
 def known_relays(consensus_path: str | Path) -> dict[str, str]:
-    """Fingerprint -> relay class of every relay in a consensus (ns or microdesc)."""
+    """Fingerprint -> position (guard+exit, guard, exit, middle) of every relay in a
+    consensus (ns or microdesc)."""
     from kistexp.dirauth.netstatus import parse_network_status
 
     path = Path(consensus_path)
     data, _ = read_bounded(path, max_compressed=64 * MiB, max_raw=64 * MiB)
     doc = parse_network_status(data, str(path))
-    return {r.identity: relay_class_from_flags(r.flags) for r in doc.routers}
+    return {r.identity: position_from_flags(r.flags) for r in doc.routers}
 
 
 def collect(path: str | Path, *, known: Mapping[str, str] | None = None, limits: Limits = Limits(),
