@@ -59,7 +59,7 @@ def import_cmd(
     kind: str | None = typer.Option(None, "--kind", help="Source kind if not detected: onionperf, "
                                     "operator-report, consensus-archive, metricsport, prometheus, proc."),
     label: list[str] = typer.Option(None, "--label", help="KEY=VALUE added to every sample (e.g. relay=FPR, "
-                                    "relay_class=guard); repeatable."),
+                                    "position=guard); repeatable."),
     param_value: int | None = typer.Option(None, "--param-value", help="Consensus value in effect for every "
                                            "imported sample, if known."),
     param: str | None = typer.Option(None, "--param", help="Consensus parameter whose value in effect each "
