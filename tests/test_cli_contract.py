@@ -70,6 +70,11 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "localnet down": (["localnet", "down", str(saved), "--json"], "json"),
         "sim experiment": (["sim", "experiment", "ceiling", "--interval-ms", "1000", "--json"], "error"),
         "fidelity": (["fidelity", "--no-real", "--no-sim", "--json"], "json"),
+        # a consensus without --certs cannot be verified: refused, and the experiment directory is created
+        "metrics import": (["metrics", "import", str(microdesc), "--dir", str(tmp_path / "exp"), "--json"], "error"),
+        "metrics list": (["metrics", "list", "--dir", str(tmp_path / "exp"), "--json"], "json"),
+        "metrics show": (["metrics", "show", "client_ttlb_1mib_s", "--dir", str(tmp_path / "exp"), "--json"], "json"),
+        "metrics params": (["metrics", "params", "--dir", str(tmp_path / "exp"), "--json"], "json"),
     }
 
 
