@@ -6,15 +6,24 @@ import argparse
 import sys
 
 from fake_authorities.serve import describe, parse_population, serve
+from kistexp.asciinum import ascii_uint
 from kistexp.errors import KistexpError
 from kistexp.output import error_line, visible
+
+
+def _ascii_int(text: str) -> int:
+    """argparse's ``int`` takes "١٢" (Arabic-Indic) and "1_0"; ports and counts take ASCII digits only."""
+    value = ascii_uint(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number in ASCII digits")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fake_authorities",
                                 description="Fake v3 directory authorities on loopback (see docs/fake-authorities.md).")
-    p.add_argument("--count", type=int, default=9, help="number of authorities (default 9)")
-    p.add_argument("--port", type=int, default=7000,
+    p.add_argument("--count", type=_ascii_int, default=9, help="number of authorities (default 9)")
+    p.add_argument("--port", type=_ascii_int, default=7000,
                    help="operator API port; authority i listens on port+i (default 7000)")
     p.add_argument("--interval", default="10s", help='one voting "hour" (default 10s)')
     p.add_argument("--token", default=None, help="operator API token (default: random, printed)")

@@ -50,11 +50,13 @@ class Fault:
         unknown = set(data) - {"kind", "delay_s", "mode"}
         if unknown:
             raise FaultError(f"unknown fault field(s): {', '.join(sorted(unknown))}")
-        try:
-            delay = float(data.get("delay_s", 0.0))
-        except (TypeError, ValueError):
-            raise FaultError(f"delay_s must be a number, got {data.get('delay_s')!r}") from None
-        return cls(data["kind"], delay, str(data.get("mode", "refuse")))
+        delay = data.get("delay_s", 0.0)
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay != delay:
+            raise FaultError(f"delay_s must be a number of seconds, got {str(delay)[:40]!r}")
+        mode = data.get("mode", "refuse")
+        if not isinstance(mode, str):
+            raise FaultError(f"fault down mode must be one of {', '.join(DOWN_MODES)}, got {str(mode)[:40]!r}")
+        return cls(data["kind"], float(delay) if abs(delay) < 1e9 else 1e9, mode)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}

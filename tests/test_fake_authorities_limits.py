@@ -283,3 +283,12 @@ def test_operator_api_never_answers_5xx_to_any_body(net, method, path, body):
         if net.population is not None:
             net.population.stop()
             net.population = None
+
+
+@pytest.mark.parametrize("fault", [{"kind": "slow", "delay_s": True}, {"kind": "slow", "delay_s": "5"},
+                                   {"kind": "slow", "delay_s": 10**400}, {"kind": "down", "mode": ["hang"]},
+                                   {"kind": "slow", "delay_s": 601}, {"kind": 5}])
+def test_bad_faults_are_a_400(net, fault):
+    status, reply = _api(net, "POST", "authorities/moria1/faults", fault)
+    assert status == 400 and reply["error"], reply
+    assert not net.authority("moria1").faults

@@ -178,3 +178,12 @@ def test_linter_rejects_a_plan_that_sets_auth_dir_max_servers_per_addr(tmp_path)
     assert "torrc option AuthDirMaxServersPerAddr" in message
     result = CliRunner().invoke(app, ["lint", str(path), "--now", "2029-01-01T00:00:00Z"])
     assert result.exit_code == 1 and "KX105" in result.output
+
+
+@pytest.mark.parametrize("argv", [["--port", "٧٠٠٠"], ["--count", "²"], ["--count", "9" * 5000]])
+def test_python_m_fake_authorities_takes_ascii_numbers(argv, capsys):
+    from fake_authorities.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and "not a whole number in ASCII digits" in capsys.readouterr().err

@@ -9,11 +9,15 @@ from plan_helpers import VALID_PLAN
 from kistexp.errors import PlanError
 from kistexp.plan import parse_plan
 from kistexp.plan.lint import _Collector, check_plan
+from kistexp.plan.timeline import build_timeline
 
 NOW = dt.datetime(2029, 12, 1, tzinfo=dt.timezone.utc)
 LINES = VALID_PLAN.splitlines()
 TOKENS = ["-", "0", "1", "2147483648", "-1", '"x"', "[", "]", "{", "}", "=", "true", "1.5", '"unset"', "\"\"",
-          "[[stages]]", "[switchback]", "nan", "inf", '"-3d"', '"0s"', "1979-05-27T07:32:00Z", "[]", "'", "\\"]
+          "[[stages]]", "[switchback]", "nan", "inf", '"-3d"', '"0s"', "1979-05-27T07:32:00Z", "[]", "'", "\\",
+          # the ends of the calendar and of Python's numbers (issue 7)
+          "9999-12-31T23:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:00:00-05:00", "1" + "0" * 400,
+          "9" * 4400, '"\u0661\u0664d"', '"3650d"', '"[/red]\u001b]0;x\u0007"']
 
 
 def _load_and_lint(text: str) -> None:
@@ -23,6 +27,7 @@ def _load_and_lint(text: str) -> None:
         assert str(exc) and "\n" not in str(exc)
         return
     check_plan(plan, _Collector(plan, text), NOW)
+    build_timeline(plan).to_dict()  # what `show` prints: every derived date must be computable
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
