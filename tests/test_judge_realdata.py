@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import lzma
-
 import numpy as np
 import pytest
 
 from kistexp.judge import CriterionSpec, Window, judge
+from kistexp.judge.inputs import read_samples
 
 HK6A = "onionperf/2021-06-01.op-hk6a.onionperf.analysis.json.xz"
 
 
 @pytest.fixture(scope="module")
 def build_times(shared_data):
-    with lzma.open(shared_data / HK6A) as fh:
-        doc = json.load(fh)
-    (source,) = doc["data"].values()
-    rows = sorted((c["unix_ts_start"], c["buildtime_seconds"]) for c in source["tor"]["circuits"].values()
-                  if "buildtime_seconds" in c)
-    times, values = np.array(rows).T
+    window = read_samples(f"{shared_data / HK6A}@build-time")
+    order = np.argsort(window.times, kind="stable")
+    times, values = window.times[order], window.values[order]
     assert values.size == 5841 and np.median(values) == pytest.approx(0.88, abs=0.005)
     return times, values
 
