@@ -90,7 +90,22 @@ def test_kx201_names_propagation_and_samples(tmp_path):
     # clients need about 1h52m after the first consensus; 100 OnionPerf samples take 8h20m
     assert "until all clients run the value" in message and "for 100 samples" in message
     enough = VALID_PLAN.replace('duration = "14d"', 'duration = "11h"', 1)
-    assert "KX201" not in _codes(_lint(tmp_path, enough))
+    findings = [f for f in _lint(tmp_path, enough).findings if f.code == "KX201"]
+    # long enough for the samples, too short for 80 % power: a warning naming the duration that would
+    assert [f.severity for f in findings] == ["warning"]
+    assert "would reach 80 %" in findings[0].message
+
+
+def test_kx201_power_warning_names_a_duration_that_lints_clean(tmp_path):
+    import re
+
+    short = VALID_PLAN.replace('duration = "14d"', 'duration = "2d"', 1)
+    (finding,) = [f for f in _lint(tmp_path, short).findings if f.code == "KX201"]
+    assert finding.severity == "warning" and finding.key == "stages[0].duration"
+    assert "median(client_ttlb_1mib_s) relative-increase 10 % reaches" in finding.message
+    need = re.search(r"; (\S+) would reach 80 %", finding.message).group(1)
+    fixed = VALID_PLAN.replace('duration = "14d"', f'duration = "{need}"', 1)
+    assert "KX201" not in _codes(_lint(tmp_path, fixed))
 
 
 def test_kx202_switchback_washout(tmp_path):
@@ -100,7 +115,9 @@ def test_kx202_switchback_washout(tmp_path):
           'period = "24h"\nwashout = "WASH"\ncycles = 3\n')
     base = head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
     assert "KX202" in _codes(_lint(tmp_path, base.replace("WASH", "30m")))
-    assert _lint(tmp_path, base.replace("WASH", "2h")).findings == ()
+    findings = _lint(tmp_path, base.replace("WASH", "2h")).findings
+    assert [f.code for f in findings] == ["KX201"]  # 3 cycles are underpowered, the washout is fine
+    assert findings[0].severity == "warning" and "6 cycles (12d) would reach 80 %" in findings[0].message
 
 
 def test_kx302_no_criteria(tmp_path):
