@@ -146,3 +146,51 @@ def test_judge_plan_sequential_replay_and_table(tmp_path):
     r = runner.invoke(app, ["judge", "plan", plan, "--dir", exp, "--now", "2030-01-21T12:00:00Z", "--sequential"])
     assert r.exit_code == 0, r.output
     assert "two" in r.output and "PASS" in r.output
+
+
+CPU_CRITERION = """
+[[criteria]]
+name = "relay CPU"
+metric = "relay_cpu_utilization"
+statistic = "mean"
+comparison = "relative-increase"
+threshold = 0.25
+min_samples = 500
+on_fail = "step-back"
+"""
+
+
+def test_judge_plan_pairs_relays_by_value_in_effect(tmp_path):
+    from kistexp.judge.plan import judge_plan
+    from kistexp.plan import load_plan
+
+    plan_path = tmp_path / "plan.toml"
+    plan_path.write_text(VALID_PLAN + CPU_CRITERION)
+    plan = load_plan(str(plan_path))
+    exp = ExperimentDir.create(tmp_path / "exp")
+    store = MetricStore(exp.db)
+    rng = np.random.default_rng(21)
+    samples = []
+    for r in range(20):
+        fpr = f"{r:040X}"
+        level = float(np.exp(rng.normal(np.log(0.3), 1.15)))
+        for minutes in range(-7 * 24 * 60, 2 * 24 * 60, 30):
+            t = plan.start + dt.timedelta(minutes=minutes)
+            propagating = 0 <= minutes < 90 + 3 * r  # relays pick the new value up one by one
+            value_in_effect = 3 if minutes < 0 or propagating else 2
+            value = level * float(np.exp(rng.normal(0, 0.3)))
+            if value_in_effect == 2:
+                value *= 1.6
+            elif minutes >= 0:
+                value *= 50.0  # junk while propagating: counted for the old value, never for the stage
+            samples.append(Sample(t, value, {"relay": fpr}, param_value=value_in_effect))
+    store.add_samples("relay_cpu_utilization", samples)
+    now = plan.start + dt.timedelta(days=2)
+    results = [r for r in judge_plan(plan, store, now=now) if r.metric == "relay_cpu_utilization"]
+    (first,) = [r for r in results if r.stage == "two"]
+    v = first.verdict
+    assert v.outcome == "fail" and "paired per-relay" in v.method and "20 relays" in v.detail
+    assert 1.5 < v.effect < 1.7 and v.excluded == 0
+    # the FAIL error is split over the plan's two criteria (Bonferroni)
+    assert v.c_fail == pytest.approx(norm.isf(0.025)) and v.c_pass == pytest.approx(norm.isf(0.05))
+    exp.close()

@@ -51,3 +51,13 @@ def test_design_effect_from_hourly_blocks_widens_the_interval(build_times):
     without = judge(crit, values[0::2], values[1::2])
     assert "design effect" in with_times.detail
     assert (with_times.ci_high - with_times.ci_low) > 2 * (without.ci_high - without.ci_low)
+
+
+def test_hour_block_bootstrap_on_real_build_times(build_times):
+    times, values = build_times
+    crit = CriterionSpec("p90", "relative-increase", 0.10, 200)
+    base = Window(values[0::2], times[0::2])
+    same = judge(crit, base, Window(values[1::2], times[1::2]), estimator="bootstrap")
+    risen = judge(crit, base, Window(values[1::2] * 1.2, times[1::2]), estimator="bootstrap")
+    assert same.outcome == "pass" and risen.outcome == "fail"
+    assert same.method == "hour-block bootstrap SE of the p90"

@@ -70,6 +70,8 @@ def compare(
                                     help="Sequential state file: read if present, written after the look."),
     final: bool = typer.Option(False, "--final", help="This is the planned last look: spend all that is left."),
     alpha: float = typer.Option(0.05, "--alpha", help="Error per direction (FAIL and PASS)."),
+    estimator: str = typer.Option("default", "--estimator",
+                                  help="default (order statistics) or bootstrap (bootstrap SEs)."),
     as_json: bool = typer.Option(False, "--json", help="The verdict as JSON."),
 ) -> None:
     """Compare a stage window with a baseline window for one criterion."""
@@ -85,7 +87,8 @@ def compare(
     elif sequential or state_file is not None:
         n_plan = planned or (base.n if base is not None else stage_w.n)
         state = SequentialState.plan(planned_stage=n_plan, method=method, alpha_fail=alpha, alpha_pass=alpha)
-    v = judge(crit, base, stage_w, sequential_state=state, alpha_fail=alpha, alpha_pass=alpha, final=final)
+    v = judge(crit, base, stage_w, sequential_state=state, alpha_fail=alpha, alpha_pass=alpha, final=final,
+              estimator=estimator)
     if state_file is not None and v.state is not None:
         state_file.write_text(json.dumps(v.to_dict()["state"], indent=2) + "\n")
     if as_json:

@@ -34,6 +34,7 @@ MIN_EVENTS = 30
 MIN_RELAYS = 10
 MAX_RELAY_CHURN = 0.20
 HOURS_OF_DAY = 24
+ESTIMATORS = ("default", "bootstrap")
 
 
 class JudgeError(KistexpError):
@@ -66,7 +67,9 @@ class _Orientation:
             self.b = threshold if comparison == "absolute-increase" else -threshold
 
     def to_effect(self, theta: float) -> float:
-        return math.exp(theta) if self.relative else theta
+        if not self.relative:
+            return theta
+        return math.exp(theta) if theta < 700 else math.inf
 
     @property
     def effect_name(self) -> str:
@@ -93,8 +96,8 @@ def _criterion(criterion: Any) -> CriterionSpec:
     except AttributeError as exc:
         raise JudgeError(f"not a criterion: {exc}") from None
     if spec.statistic in ("min", "max"):
-        raise JudgeError(f"statistic {spec.statistic!r} has no sampling interval; judge p01/p99-style "
-                         "quantiles (p10, p90, p99) instead")
+        raise JudgeError(f"statistic {spec.statistic!r} has no sampling interval; use a quantile such as "
+                         "p99 or p10 instead")
     if spec.statistic not in STATISTICS:
         raise JudgeError(f"statistic {spec.statistic!r} is not one of {', '.join(STATISTICS)}")
     return spec
@@ -149,7 +152,7 @@ class _Look:
 def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: SequentialState | None = None,
           alpha_fail: float = 0.05, alpha_pass: float = 0.05, now: float | None = None,
           stale_after: float | None = None, washout_until: float | None = None, final: bool = False,
-          min_relays: int = MIN_RELAYS) -> Verdict:
+          min_relays: int = MIN_RELAYS, estimator: str = "default") -> Verdict:
     """Judge one criterion at one look.
 
     ``criterion``: anything with statistic, comparison, threshold, min_samples (a plan
@@ -162,14 +165,18 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
     SequentialState.plan() or the previous verdict (its alphas override the keywords).
     ``now``, ``stale_after``, ``washout_until``: epoch seconds; staleness defaults to
     3 x the metric's nominal sample interval when the criterion names a catalogue metric.
+    ``estimator``: "default" (order statistics, spec §2) or "bootstrap" (bootstrap SEs of
+    the mean or quantile, hour blocks when times are known).
     """
+    if estimator not in ESTIMATORS:
+        raise JudgeError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
     spec = _criterion(criterion)
     orient = _Orientation(spec.comparison, spec.threshold)
     if sequential_state is not None:
         alpha_fail, alpha_pass = sequential_state.alpha_fail, sequential_state.alpha_pass
     if stale_after is None and spec.metric and (metric := catalogue.get(spec.metric)) is not None:
         stale_after = 3.0 * 3600.0 / metric.samples_per_hour
-    ctx = _Context(spec, orient, sequential_state, alpha_fail, alpha_pass, now, stale_after, final)
+    ctx = _Context(spec, orient, sequential_state, alpha_fail, alpha_pass, now, stale_after, final, estimator)
     if isinstance(stage, Counts) or isinstance(baseline, Counts):
         return ctx.counts(baseline, stage)
     if isinstance(stage, Mapping) or isinstance(baseline, Mapping):
@@ -184,8 +191,9 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
 class _Context:
     def __init__(self, spec: CriterionSpec, orient: _Orientation, state: SequentialState | None,
                  alpha_fail: float, alpha_pass: float, now: float | None, stale_after: float | None,
-                 final: bool) -> None:
+                 final: bool, estimator: str = "default") -> None:
         self.spec, self.orient, self.state = spec, orient, state
+        self.estimator = estimator
         self.alpha_fail, self.alpha_pass = alpha_fail, alpha_pass
         self.now, self.stale_after, self.final = now, stale_after, final
         self.warnings: list[str] = []
@@ -222,8 +230,16 @@ class _Context:
                scale: float = 1.0, extra: str = "", fail_pass: tuple[bool, bool] | None = None) -> Verdict:
         """Bounds at both levels, then the three-way rule. ``scale`` widens for the design effect."""
         o = self.orient
-        lo_f, hi_f = e.bounds(look.c_fail * scale)
-        lo_p, hi_p = e.bounds(look.c_pass * scale)
+        c_fail, c_pass = look.c_fail, look.c_pass
+        if look.kind != "fixed" and math.isfinite(e.df):
+            # Group-sequential t-tests (Jennison & Turnbull 2000, ch. 11): an estimated SE
+            # takes the t quantile at each boundary's own tail probability. Far-out early
+            # boundaries are where a noisy SE would otherwise leak error.
+            c_fail, c_pass = t_boundary(c_fail, e.df), t_boundary(c_pass, e.df)
+            extra = (extra + "; " if extra else "") + (f"t boundaries (df {e.df:.0f}): c_fail {c_fail:.3f}, "
+                                                       f"c_pass {c_pass:.3f}")
+        lo_f, hi_f = e.bounds(c_fail * scale)
+        lo_p, hi_p = e.bounds(c_pass * scale)
         theta = e.theta
         if o.mirror:
             # bad = low: FAIL on the upper bound at the FAIL level; PASS on the lower at the PASS level
@@ -343,8 +359,14 @@ class _Context:
                 if s.values[0] != b.values[0]:
                     self.warnings.append("constant_series: both windows are constant")
                 e = est.Estimate(e.theta, 0.0, lambda c, t=e.theta: (t, t), e.method)
+        blocks = False
+        if self.estimator == "bootstrap" and spec.statistic != "shift":
+            blocks = s.times is not None and (b is None or b.times is not None)
+            e = est.bootstrap_two_sample(s.values, b.values if b is not None else None, spec.statistic, log_scale,
+                                         s.times if blocks else None, b.times if blocks and b else None,
+                                         seed=n_s * 1_000_003 + n_b)
         scale = 1.0
-        if b is not None and b.times is not None and s.times is not None:
+        if b is not None and b.times is not None and s.times is not None and not blocks:
             deff = est.design_effect(b.values, b.times, log_scale)
             scale = math.sqrt(deff)
         gate = ""
@@ -465,6 +487,12 @@ class _Context:
                  f"[{o.to_effect(tmean - look.c_fail * tse):.4g}, {o.to_effect(tmean + look.c_pass * tse):.4g}]; "
                  f"Wilcoxon signed-rank p = {p:.3g} beyond the bound")
         return self.decide(e, look, n_b, n_s, extra=extra)
+
+
+def t_boundary(c: float, df: float) -> float:
+    """The t_df quantile with the tail probability of the normal boundary c (at most 1e6:
+    early looks spend almost nothing and their bounds are effectively unbounded)."""
+    return float(min(stats.t.isf(stats.norm.sf(c), df), 1e6))
 
 
 def pass_gate_text(reason: str) -> str:

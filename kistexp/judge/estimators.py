@@ -29,6 +29,7 @@ class Estimate:
     bounds: Callable[[float], tuple[float, float]] = attrs.field(eq=False, repr=False)
     method: str = ""
     notes: tuple[str, ...] = ()
+    df: float = math.inf  # degrees of freedom of the estimated SE (inf: rank-based or exact bounds)
 
 
 def _normal_bounds(theta: float, se: float) -> Callable[[float], tuple[float, float]]:
@@ -114,6 +115,26 @@ def quantile_level(statistic: str) -> float:
     raise ValueError(f"statistic {statistic!r} is not a quantile")
 
 
+def side_df(statistic: str, n: int | np.ndarray) -> float | np.ndarray:
+    """Degrees of freedom of one side's SE: n − 1 for a mean; for an order-statistic SE
+    (Bonett–Price, Maritz–Jarrett) 1.5·√(n·min(p, 1 − p)), measured: the SE's relative
+    spread 1/√(2ν) over 3,000 log-normal samples gives ν = 17, 35, 67 for medians at
+    n = 200, 1,000, 4,032 and 18, 34 for p90 at 1,000, 4,032 (docs/judge.md)."""
+    n = np.asarray(n, dtype=float)
+    if statistic == "mean":
+        return np.maximum(n - 1.0, 1.0)
+    p = quantile_level(statistic)
+    return 1.5 * np.sqrt(n * min(p, 1.0 - p))
+
+
+def satterthwaite(se_a, df_a, se_b, df_b):
+    """Welch–Satterthwaite degrees of freedom of se² = se_a² + se_b²."""
+    va, vb = np.square(se_a), np.square(se_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = (va + vb) ** 2 / (va * va / df_a + vb * vb / df_b)
+    return np.where(np.isfinite(df), df, np.minimum(df_a, df_b))
+
+
 def tail_share(x: np.ndarray) -> float:
     """Share of the sum carried by the top 1 % of samples (heavy tails make means fragile)."""
     x = np.sort(np.asarray(x, dtype=float))
@@ -127,14 +148,65 @@ def tail_share(x: np.ndarray) -> float:
 def two_sample(stage: np.ndarray, baseline: np.ndarray | None, statistic: str, log_scale: bool) -> Estimate:
     """θ̂ = stat_S − stat_B (on logs: the log ratio), se² = se_S² + se_B²; one-sample without a baseline."""
     s_val, s_se = side_statistic(stage, statistic, log_scale)
+    s_df = float(side_df(statistic, np.shape(stage)[-1]))
     if baseline is None:
-        theta, se = float(s_val), float(s_se)
+        theta, se, df = float(s_val), float(s_se), s_df
     else:
         b_val, b_se = side_statistic(baseline, statistic, log_scale)
         theta, se = float(s_val - b_val), float(math.hypot(s_se, b_se))
+        df = float(satterthwaite(s_se, s_df, b_se, float(side_df(statistic, np.shape(baseline)[-1]))))
     method = {"mean": "delta-method mean" if log_scale else "Welch mean",
               "median": "Bonett-Price median"}.get(statistic, f"Maritz-Jarrett {statistic}")
-    return Estimate(theta, se, _normal_bounds(theta, se), method)
+    return Estimate(theta, se, _normal_bounds(theta, se), method, df=df)
+
+
+def _statistic_fn(statistic: str, log_scale: bool):
+    if statistic == "mean":
+        if log_scale:
+            return lambda x, axis=-1: np.log(np.mean(x, axis=axis))
+        return lambda x, axis=-1: np.mean(x, axis=axis)
+    p = quantile_level(statistic)
+    if log_scale:
+        return lambda x, axis=-1: np.log(np.quantile(x, p, axis=axis))
+    return lambda x, axis=-1: np.quantile(x, p, axis=axis)
+
+
+def bootstrap_side(x: np.ndarray, statistic: str, log_scale: bool, times: np.ndarray | None = None,
+                   resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """(statistic, bootstrap SE) of one window.
+
+    Without times: ``scipy.stats.bootstrap`` (percentile resampling of samples). With
+    times: whole UTC hours are resampled, so the SE keeps the time correlation (spec
+    §2.1: bootstrap for SEs only, hour blocks, 2,000 resamples, a fixed seed).
+    """
+    x = np.asarray(x, dtype=float)
+    fn = _statistic_fn(statistic, log_scale)
+    value = float(fn(x))
+    rng = np.random.default_rng(seed)
+    if times is None:
+        res = stats.bootstrap((x,), fn, n_resamples=resamples, vectorized=True, method="percentile",
+                              random_state=rng)
+        return value, float(res.standard_error)
+    hours = np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64)
+    order = np.argsort(hours, kind="stable")
+    _, starts, counts = np.unique(hours[order], return_index=True, return_counts=True)
+    blocks = [x[order[a:a + c]] for a, c in zip(starts, counts, strict=True)]
+    picks = rng.integers(0, len(blocks), (resamples, len(blocks)))
+    draws = np.array([float(fn(np.concatenate([blocks[i] for i in row]))) for row in picks])
+    return value, float(np.std(draws, ddof=1))
+
+
+def bootstrap_two_sample(stage: np.ndarray, baseline: np.ndarray | None, statistic: str, log_scale: bool,
+                         stage_times: np.ndarray | None = None, baseline_times: np.ndarray | None = None,
+                         seed: int = 0) -> Estimate:
+    s_val, s_se = bootstrap_side(stage, statistic, log_scale, stage_times, seed=seed)
+    if baseline is None:
+        theta, se = s_val, s_se
+    else:
+        b_val, b_se = bootstrap_side(baseline, statistic, log_scale, baseline_times, seed=seed + 1)
+        theta, se = s_val - b_val, math.hypot(s_se, b_se)
+    blocks = "hour-block " if stage_times is not None else ""
+    return Estimate(theta, se, _normal_bounds(theta, se), f"{blocks}bootstrap SE of the {statistic}")
 
 
 def welch_df(stage: np.ndarray, baseline: np.ndarray) -> float:

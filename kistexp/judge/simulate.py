@@ -13,6 +13,7 @@ import math
 
 import attrs
 import numpy as np
+from scipy import stats
 
 from kistexp.judge import estimators as est
 from kistexp.stats import sequential as seq
@@ -20,7 +21,7 @@ from kistexp.stats import sequential as seq
 FAIL, PASS, UNDECIDED = 1, 2, 0
 
 
-def classify(theta: np.ndarray, se: np.ndarray, bound: float, c_fail: float, c_pass: float,
+def classify(theta: np.ndarray, se: np.ndarray, bound: float, c_fail, c_pass,
              can_pass: bool = True) -> np.ndarray:
     """The decision rule of kistexp.judge.core for "increase is bad", on arrays."""
     out = np.full(np.shape(theta), UNDECIDED, dtype=np.int8)
@@ -54,16 +55,22 @@ def _two_sample(stage: np.ndarray, base: np.ndarray, statistic: str) -> tuple[np
 
 def paired_relays(rng: np.random.Generator, reps: int, relays: int, per_relay: int, ratio: float,
                   threshold: float, spread: float = 0.2, level_sd: float = 1.15, noise_sd: float = 0.3,
-                  alpha: float = 0.05) -> tuple[float, float]:
+                  alpha: float = 0.05, pooled: bool = False) -> tuple[float, float]:
     """(P(FAIL), P(PASS)) of the paired per-relay comparison of mean CPU, one look.
 
     Relay levels are log-normal with SD ``level_sd`` (≈100x apart, spec §2.5); each
     relay's true change is ratio·exp(N(0, spread²)); per-sample noise log-SD ``noise_sd``.
+    ``pooled`` instead compares the pooled samples' means (what the pairing avoids).
     """
     levels = lognormal(rng, (reps, relays, 1), level_sd)
     change = ratio * lognormal(rng, (reps, relays, 1), spread)
     base = levels * lognormal(rng, (reps, relays, per_relay), noise_sd)
     stage = levels * change * lognormal(rng, (reps, relays, per_relay), noise_sd)
+    if pooled:
+        theta, se = _two_sample(stage.reshape(reps, -1), base.reshape(reps, -1), "mean")
+        c = seq.fixed_boundary(alpha)
+        out = classify(theta, se, math.log1p(threshold), c, c)
+        return float(np.mean(out == FAIL)), float(np.mean(out == PASS))
     y = np.log(stage.mean(axis=-1) / base.mean(axis=-1))  # each relay against its own baseline
     i, j = np.triu_indices(relays)
     walsh = np.sort((y[:, i] + y[:, j]) / 2.0, axis=-1)
@@ -92,7 +99,7 @@ class SequentialResult:
 
 def sequential_looks(rng: np.random.Generator, reps: int, *, hours: int = 336, per_hour: int = 12,
                      baseline_n: int = 4032, sigma: float = 0.6, min_samples: int = 200,
-                     ratios: tuple[float, ...] = (1.0,), threshold: float = 0.10,
+                     ratios: tuple[float, ...] = (1.0,), threshold: float | tuple[float, ...] = 0.10,
                      methods: tuple[str, ...] = ("obf", "mixture", "naive"), alpha: float = 0.05,
                      pass_from_hour: int = 24, keep_outcomes: bool = False, progress=None
                      ) -> list[SequentialResult]:
@@ -101,8 +108,10 @@ def sequential_looks(rng: np.random.Generator, reps: int, *, hours: int = 336, p
     A stage ends at its first FAIL or PASS. Looks with fewer than ``min_samples`` stage
     samples do not test (and spend no error), as in judge(). PASS waits for
     ``pass_from_hour`` (the judge's every-hour-of-day gate). The order statistics of
-    log(stage) shift exactly with log(ratio), so one pass over the looks serves every ratio.
+    log(stage) shift exactly with log(ratio), so one pass over the looks serves every
+    ratio and threshold.
     """
+    thresholds = (threshold,) if isinstance(threshold, (int, float)) else tuple(threshold)
     planned = hours * per_hour
     z_base = rng.normal(0.0, sigma, (reps, baseline_n))
     z_stage = rng.normal(0.0, sigma, (reps, planned))
@@ -125,32 +134,34 @@ def sequential_looks(rng: np.random.Generator, reps: int, *, hours: int = 336, p
             crit[m] = (cn, cn)
         else:
             raise ValueError(f"unknown method {m!r}")
-    b = math.log1p(threshold)
-    first = {(m, r): np.zeros(reps, dtype=np.int8) for m in methods for r in ratios}
-    when = {(m, r): np.zeros(reps, dtype=np.int32) for m in methods for r in ratios}
+    cases = [(m, r, thr) for m in methods for thr in thresholds for r in ratios]
+    first = {c: np.zeros(reps, dtype=np.int8) for c in cases}
+    when = {c: np.zeros(reps, dtype=np.int32) for c in cases}
+    b_df = est.side_df("median", baseline_n)
     for li, h in enumerate(look_hours):
         s_med, s_se = est.bonett_price_median(z_stage[:, : h * per_hour])
         theta0 = s_med - b_med
         se = np.hypot(s_se, b_se)
-        for m in methods:
-            cf, cp = crit[m]
-            for r in ratios:
-                out = classify(theta0 + math.log(r), se, b, float(cf[li]), float(cp[li]), h >= pass_from_hour)
-                f, w = first[(m, r)], when[(m, r)]
-                new = (f == UNDECIDED) & (out != UNDECIDED)
-                f[new] = out[new]
-                w[new] = h
+        df = est.satterthwaite(s_se, est.side_df("median", h * per_hour), b_se, b_df)
+        for m, r, thr in cases:
+            cf, cp = float(crit[m][0][li]), float(crit[m][1][li])
+            if m != "naive":  # the judge's sequential looks use t quantiles (core.t_boundary)
+                cf = np.minimum(stats.t.isf(stats.norm.sf(cf), df), 1e6)
+                cp = np.minimum(stats.t.isf(stats.norm.sf(cp), df), 1e6)
+            out = classify(theta0 + math.log(r), se, math.log1p(thr), cf, cp, h >= pass_from_hour)
+            f, w = first[(m, r, thr)], when[(m, r, thr)]
+            new = (f == UNDECIDED) & (out != UNDECIDED)
+            f[new] = out[new]
+            w[new] = h
         if progress is not None:
             progress(li + 1, len(look_hours))
     results = []
-    for m in methods:
-        for r in ratios:
-            f, w = first[(m, r)], when[(m, r)]
-            results.append(SequentialResult(
-                m, r, threshold, float(np.mean(f == FAIL)), float(np.mean(f == PASS)),
-                float(np.mean(f == UNDECIDED)),
-                float(np.median(w[f == FAIL])) if (f == FAIL).any() else None,
-                float(np.median(w[f == PASS])) if (f == PASS).any() else None,
-                tuple((int(a), int(h) if a != UNDECIDED else None) for a, h in zip(f, w, strict=True))
-                if keep_outcomes else ()))
+    for m, r, thr in cases:
+        f, w = first[(m, r, thr)], when[(m, r, thr)]
+        results.append(SequentialResult(
+            m, r, thr, float(np.mean(f == FAIL)), float(np.mean(f == PASS)), float(np.mean(f == UNDECIDED)),
+            float(np.median(w[f == FAIL])) if (f == FAIL).any() else None,
+            float(np.median(w[f == PASS])) if (f == PASS).any() else None,
+            tuple((int(a), int(h) if a != UNDECIDED else None) for a, h in zip(f, w, strict=True))
+            if keep_outcomes else ()))
     return results
