@@ -4,7 +4,6 @@ loopback, and servers that hang, drip or answer without end."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import socket
 import subprocess
 import threading
@@ -12,6 +11,8 @@ import time
 
 import pytest
 from conftest import free_port, have_real_tor
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kistexp.metrics.collectors import CorruptSource, SourceTooLarge
 from kistexp.metrics.collectors import metricsport as mp
@@ -302,4 +303,48 @@ def test_scrape_a_real_relay(relay):
     # the same tor's CPU and memory from /proc
     snap = pr.read_proc(proc.pid)
     assert snap.rss_bytes > 5_000_000 and snap.threads >= 1 and snap.cpu_s > 0
-    assert os.path.exists(f"/proc/{proc.pid}")
+    sampler = pr.ProcessSampler(proc.pid, {"relay": fingerprint})
+    sampler.poll()
+    time.sleep(0.5)
+    figures = dict(sampler.poll())
+    assert 0.0 <= figures["relay_cpu_utilization"].value < 2.0  # an idle relay, at most a core or two
+    assert figures["relay_rss_bytes"].value == pytest.approx(snap.rss_bytes, rel=0.5)
+
+
+NODE = """# TYPE node_cpu_seconds_total counter
+node_cpu_seconds_total{cpu="0",mode="idle"} {idle}
+node_cpu_seconds_total{cpu="0",mode="user"} {user}
+node_cpu_seconds_total{cpu="0",mode="system"} 5
+node_cpu_seconds_total{cpu="1",mode="idle"} {idle}
+node_cpu_seconds_total{cpu="1",mode="user"} {user}
+node_cpu_seconds_total{cpu="1",mode="system"} 5
+# TYPE node_network_receive_bytes_total counter
+node_network_receive_bytes_total{device="eth0"} {rx}
+node_network_receive_bytes_total{device="lo"} 999999999
+# TYPE node_network_transmit_bytes_total counter
+node_network_transmit_bytes_total{device="eth0"} {rx}
+"""
+
+
+def test_node_exporter_host_figures():
+    def expo(idle, user, rx, sec):
+        text = NODE.replace("{idle}", str(idle)).replace("{user}", str(user)).replace("{rx}", str(rx))
+        return prom.parse(text, "ne", time=T + dt.timedelta(seconds=sec))
+    a, b = expo(1000, 100, 10**9, 0), expo(1030, 130, 10**9 + 6 * 10**6, 60)
+    got = dict(pr.exporter_samples(a, b, "tor", {"relay": "A" * 40}))
+    assert got["relay_cpu_utilization"].value == pytest.approx(1.0)  # 2 x 30 s of user time in 60 s
+    assert got["relay_bandwidth_bytes_per_s"].value == pytest.approx(200_000)  # (6 + 6) MB / 60 s, lo excluded
+    assert got["relay_cpu_utilization"].labels["scope"] == "host"
+    assert pr.exporter_samples(None, b, "tor", {}) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(REAL_LINES.splitlines()), st.text(max_size=40)), max_size=25))
+def test_any_text_is_parsed_or_refused_in_one_line(lines):
+    text = "\n".join(lines) + "\n"
+    try:
+        e = prom.parse(text, "fuzz", time=T)
+    except CorruptSource as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz: ")
+        return
+    assert all(p.startswith("fuzz:") and "\n" not in p for p in e.problems)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -93,17 +94,21 @@ def test_create_refuses_file_existing_and_unwritable(tmp_path):
 
 
 def test_unwritable_directory(tmp_path):
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o500)
+    import os
+
+    if os.geteuid() == 0:
+        # root writes through file modes; a directory of the kernel's proc filesystem refuses it
+        ro = Path("/proc/self")
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
     try:
-        import os
-        if os.geteuid() == 0:
-            pytest.skip("root writes into read-only directories")
-        with pytest.raises(StoreError, match="not writable"):
+        with pytest.raises(StoreError, match=f"{ro}: experiment directory is not writable"):
             ExperimentDir.create(ro)
     finally:
-        ro.chmod(0o700)
+        if ro != Path("/proc/self"):
+            ro.chmod(0o700)
 
 
 # --- samples ------------------------------------------------------------------------
@@ -228,3 +233,42 @@ def test_consensus_and_vote_records(store):
     assert c.params == {"KISTSchedRunInterval": 2, "cc_alg": 2} and c.n_relays == 6088 and c.verified
     (v,) = store.votes(va)
     assert v.nickname == "moria1" and v.params == {"KISTSchedRunInterval": 3}
+
+
+def test_docs_list_every_catalogue_metric_with_its_unit():
+
+    from kistexp.metrics import catalogue
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[2].strip()
+            for line in text.splitlines() if line.startswith("| `")}
+    for m in catalogue.METRICS:
+        assert rows.get(m.name) == m.unit, m.name
+
+
+def test_window_over_thousands_of_relays(store):
+    # one series per relay, as a network-wide MetricsPort collection has
+    fprs = [f"{i:040X}" for i in range(1200)]
+    store.add_samples("relay_bandwidth_bytes_per_s",
+                      [Sample(at(m), i, {"relay": f, "relay_class": "exit" if i % 4 == 0 else "guard"}, 2)
+                       for i, f in enumerate(fprs) for m in (0, 10)])
+    assert len(store.select("relay_bandwidth_bytes_per_s", at(0), at(5))) == 1200
+    exits = store.select("relay_bandwidth_bytes_per_s", at(5), at(20), {"relay_class": "exit"}, 2)
+    assert len(exits) == 300 and all(s.labels["relay_class"] == "exit" and s.time == at(10) for s in exits)
+    one = store.values("relay_bandwidth_bytes_per_s", labels={"relay": fprs[7]})
+    assert one == [7.0, 7.0]
+
+
+def test_two_processes_creating_one_database(tmp_path):
+    # both open a new experiment database at once: one migrates, the other waits and sees it done
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from kistexp.store.schema import open_db; "
+            "c = open_db(Path(sys.argv[1])); print(c.execute('PRAGMA user_version').fetchone()[0])")
+    env_path = str(Path(__file__).resolve().parent.parent)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "x.db")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": env_path})
+             for _ in range(4)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [o[0].strip() for o in outs] == [str(len(schema.MIGRATIONS))] * 4, outs

@@ -4,7 +4,9 @@ simulator-predicted distribution (Prediction).
 A series is a catalogue metric plus a set of labels. Common label keys:
 
 - ``relay``: relay identity fingerprint (40 uppercase hex), for relay metrics;
-- ``relay_class``: the plan's relay class (e.g. "guard", "exit", "middle");
+- ``relay_class``: the relay class of the plan or population model;
+- ``position``: the relay's position from its consensus flags (guard+exit, guard, exit,
+  middle);
 - ``source``: where the sample came from (OnionPerf source name, scrape URL, report file);
 - ``size``: transfer size in bytes, for client transfer metrics;
 - ``server``: "onion" or "public" (OnionPerf's server kind);
@@ -45,14 +47,30 @@ def from_unix(seconds: float) -> dt.datetime:
     return _EPOCH + dt.timedelta(microseconds=round(float(seconds) * 1_000_000))
 
 
+# Validated label sets, shared between samples: a store select builds thousands of
+# samples per series, and re-validating the same labels for each dominated its cost.
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+_MAX_LABEL_SETS = 100_000
+
+
 def _labels(value: Mapping[str, str] | None) -> Mapping[str, str]:
+    if type(value) is MappingProxyType:
+        known = _LABEL_SETS.get(tuple(value.items()))
+        if known is not None:
+            return known
     items = dict(value or {})
     for k, v in items.items():
         if not isinstance(k, str) or not _LABEL_KEY.match(k):
             raise ValueError(f"label key {k!r} is not a lowercase identifier")
         if not isinstance(v, str):
             raise ValueError(f"label {k}={v!r} is not a string")
-    return MappingProxyType(dict(sorted(items.items())))
+    key = tuple(sorted(items.items()))
+    known = _LABEL_SETS.get(key)
+    if known is None:
+        if len(_LABEL_SETS) >= _MAX_LABEL_SETS:
+            _LABEL_SETS.clear()
+        known = _LABEL_SETS[key] = MappingProxyType(dict(key))
+    return known
 
 
 def _utc(value: dt.datetime) -> dt.datetime:

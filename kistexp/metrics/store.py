@@ -18,6 +18,9 @@ from kistexp.errors import KistexpError
 from kistexp.metrics import catalogue
 from kistexp.metrics.series import Prediction, Sample, from_us, to_us
 
+_EPOCH_SAMPLE_TIME = from_us(0)
+# Series named one by one in a window query; beyond this, the query joins on the metric.
+_MAX_IN = 500
 # Rows per executemany batch: bounds memory when a collector streams millions of samples.
 _BATCH = 5_000
 
@@ -103,17 +106,19 @@ class MetricStore:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self._series_ids: dict[tuple[str, str], int] = {}
+        self._series_ids: dict[tuple, int] = {}
 
     # --- samples --------------------------------------------------------------------
 
     def _series_id(self, metric: str, labels: Mapping[str, str]) -> int:
-        key = (metric, _labels_key(labels))
-        sid = self._series_ids.get(key)
+        # Sample labels are sorted already; the JSON text is only built for a new series.
+        cache_key = (metric, tuple(labels.items()))
+        sid = self._series_ids.get(cache_key)
         if sid is None:
+            key = (metric, _labels_key(labels))
             self.conn.execute("INSERT OR IGNORE INTO series (metric, labels) VALUES (?, ?)", key)
             sid = self.conn.execute("SELECT id FROM series WHERE metric = ? AND labels = ?", key).fetchone()[0]
-            self._series_ids[key] = sid
+            self._series_ids[cache_key] = sid
         return sid
 
     def add_samples(self, metric: str, samples: Iterable[Sample], *, source_id: int | None = None) -> int:
@@ -162,24 +167,30 @@ class MetricStore:
         for sid, text in self.conn.execute("SELECT id, labels FROM series WHERE metric = ?", (metric,)):
             lab = json.loads(text)
             if all(lab.get(k) == v for k, v in want.items()):
-                series[sid] = lab
+                series[sid] = Sample(_EPOCH_SAMPLE_TIME, 0.0, lab).labels  # validated once per series
         if not series:
             return []
-        where = [f"series_id IN ({','.join('?' * len(series))})"]
-        args: list = list(series)
+        # A few series: name them (each uses the (series_id, t_us) index). Many (one per
+        # relay): join on the metric instead of binding thousands of parameters.
+        if len(series) <= _MAX_IN:
+            where = [f"x.series_id IN ({','.join('?' * len(series))})"]
+            args: list = list(series)
+        else:
+            where = ["s.metric = ?"]
+            args = [metric]
         if t0 is not None:
-            where.append("t_us >= ?")
+            where.append("x.t_us >= ?")
             args.append(to_us(t0))
         if t1 is not None:
-            where.append("t_us < ?")
+            where.append("x.t_us < ?")
             args.append(to_us(t1))
         if param_value is not None:
-            where.append("param_value = ?")
+            where.append("x.param_value = ?")
             args.append(int(param_value))
         rows = self.conn.execute(
-            f"SELECT series_id, t_us, value, param_value FROM samples WHERE {' AND '.join(where)} "
-            "ORDER BY t_us, series_id", args)
-        return [Sample(from_us(t), v, series[sid], pv) for sid, t, v, pv in rows]
+            "SELECT x.series_id, x.t_us, x.value, x.param_value FROM samples x JOIN series s ON s.id = x.series_id "
+            f"WHERE {' AND '.join(where)} ORDER BY x.t_us, x.series_id", args)
+        return [Sample(from_us(t), v, series[sid], pv) for sid, t, v, pv in rows if sid in series]
 
     def values(self, metric: str, t0: dt.datetime | None = None, t1: dt.datetime | None = None,
                labels: Mapping[str, str] | None = None, param_value: int | None = None) -> list[float]:

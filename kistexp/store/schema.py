@@ -170,8 +170,12 @@ def open_db(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _version(conn: sqlite3.Connection) -> int:
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    version = _version(conn)
     if version > SCHEMA_VERSION:
         raise StoreError(
             f"{path}: database schema version {version} is newer than this kistexp understands "
@@ -179,8 +183,12 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     for number in range(version + 1, SCHEMA_VERSION + 1):
         script = MIGRATIONS[number - 1]
         try:
-            conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+            # BEGIN IMMEDIATE takes the write lock first: a second process opening the same
+            # new database waits here instead of interleaving with this migration.
+            conn.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.rollback()
+            if _version(conn) >= number:
+                continue  # another process applied it while this one waited for the lock
             raise StoreError(f"{path}: schema migration {number} failed: {exc}") from None

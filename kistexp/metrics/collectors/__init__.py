@@ -38,6 +38,11 @@ class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    def sleep_until(self, t: dt.datetime) -> None:
+        delay = (t - self.now()).total_seconds()
+        if delay > 0:
+            time.sleep(delay)
+
 
 class CorruptSource(KistexpError):
     """A source that cannot be read at all: nothing of it is imported."""

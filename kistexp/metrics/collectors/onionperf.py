@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,8 @@ TTLB_METRICS = {51200: "client_ttlb_50kib_s", 1048576: "client_ttlb_1mib_s", 524
 # metrics-sources.md §1.6: a tgen stream and a tor stream are the same if their end times
 # are within this many seconds (and the tgen local port is the tor stream's source port).
 JOIN_WINDOW_S = 150.0
+# What a damaged record raises while being read (int(inf) is an OverflowError).
+_BAD_RECORD = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
 
 
@@ -119,6 +122,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), now: dt.datetime | None
         raise CorruptSource(f"{path}: not UTF-8 JSON: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
         raise CorruptSource(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except RecursionError:
+        raise CorruptSource(f"{path}: JSON nested too deeply to be an analysis file") from None
     del raw
     return parse(doc, str(path), limits=limits, now=now, sha256=digest)
 
@@ -132,9 +137,9 @@ def parse(doc: object, location: str, *, limits: Limits = Limits(), now: dt.date
     version = parse_version(doc.get("version"), f"{location}: key 'version'")
     if kind == "onionperf":
         # 3.0/3.1/4.0 and develop's short-lived 5.0 (= 3.1, §1.1); 1.0/2.0 use tgen.transfers
-        if version[0] not in (3, 4, 5):
+        if version[0] not in (1, 2, 3, 4, 5):
             raise CorruptSource(f"{location}: OnionPerf analysis version {version[0]}.{version[1]} is not supported "
-                                "(kistexp reads 3.x, 4.x and 5.0)")
+                                "(kistexp reads 1.x to 5.x)")
     elif kind == "tgen":
         if version[0] != 1:
             raise CorruptSource(f"{location}: tgen analysis version {version[0]}.{version[1]} is not supported "
@@ -144,7 +149,7 @@ def parse(doc: object, location: str, *, limits: Limits = Limits(), now: dt.date
     data = doc.get("data")
     if not isinstance(data, dict):
         raise CorruptSource(f"{location}: key 'data' is missing or not an object")
-    has_filters = kind == "onionperf" and isinstance(doc.get("filters"), dict)
+    has_filters = kind == "onionperf" and isinstance(doc.get("filters"), dict) and bool(doc["filters"])
     problems: list[str] = []
     transfers: list[Transfer] = []
     circuits: list[Circuit] = []
@@ -157,33 +162,40 @@ def parse(doc: object, location: str, *, limits: Limits = Limits(), now: dt.date
             continue
         ips[source] = str(body.get("measurement_ip", "unknown"))
         tgen = body.get("tgen")
-        streams = tgen.get("streams") if isinstance(tgen, dict) else None
+        legacy = kind == "onionperf" and version[0] <= 2
+        section = "transfers" if legacy else "streams"
+        streams = tgen.get(section) if isinstance(tgen, dict) else None
         if not isinstance(streams, dict):
             # metrics-lib skips a source without tgen data (§5.1)
-            problems.append(f"{where}: no tgen.streams; source skipped")
+            problems.append(f"{where}: no tgen.{section}; source skipped")
             continue
         if len(streams) > limits.max_streams:
             raise CorruptSource(f"{where}.tgen.streams: {len(streams)} streams is over the limit of "
                                 f"{limits.max_streams}")
         src_transfers = []
+        read = _legacy_transfer if legacy else _transfer
         for key, stream in streams.items():
             try:
-                src_transfers.append(_transfer(source, key, stream, now))
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                problems.append(f"{where}.tgen.streams[{key!r}]: {_why(exc)}; stream skipped")
+                src_transfers.append(read(source, key, stream, now))
+            except _BAD_RECORD as exc:
+                problems.append(f"{where}.tgen.{section}[{key!r}]: {_why(exc)}; record skipped")
         transfers.extend(src_transfers)
         tor = body.get("tor")
         if kind == "onionperf" and isinstance(tor, dict):
             circ_raw = tor.get("circuits") or {}
+            if not isinstance(circ_raw, dict):
+                problems.append(f"{where}.tor.circuits: not an object; circuits skipped")
+                circ_raw = {}
             if len(circ_raw) > limits.max_circuits:
                 raise CorruptSource(f"{where}.tor.circuits: {len(circ_raw)} circuits is over the limit of "
                                     f"{limits.max_circuits}")
             for key, circ in circ_raw.items():
                 try:
                     circuits.append(_circuit(source, circ, now))
-                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                except _BAD_RECORD as exc:
                     problems.append(f"{where}.tor.circuits[{key!r}]: {_why(exc)}; circuit skipped")
-            joined.update(_join(source, src_transfers, tor.get("streams") or {}))
+            tor_streams = tor.get("streams") or {}
+            joined.update(_join(source, src_transfers, tor_streams if isinstance(tor_streams, dict) else {}))
     transfers.sort(key=lambda t: (t.start, t.source, t.stream_id))
     circuits.sort(key=lambda c: (c.launched, c.source, c.circuit_id))
     return Analysis(location, kind, version, has_filters, ips, tuple(transfers), tuple(circuits), tuple(problems),
@@ -196,6 +208,22 @@ def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _num(value: object, what: str) -> float:
+    """A finite, non-negative number of the file (numbers may be JSON numbers or strings)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what} is {value!r}, not a number")
+    x = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(x) or x < 0:
+        raise ValueError(f"{what} {value!r} is not a finite non-negative number")
+    return x
+
+
+def _start(value: object, now: dt.datetime) -> dt.datetime:
+    t = from_unix(_num(value, "unix_ts_start"))
+    check_time(t, "unix_ts_start", now)
+    return t
+
+
 def _usecs(info: Mapping, key: str) -> float | None:
     value = int(info[key])
     return None if value < 0 else value / 1e6
@@ -203,13 +231,13 @@ def _usecs(info: Mapping, key: str) -> float | None:
 
 def _transfer(source: str, key: str, s: Mapping, now: dt.datetime) -> Transfer:
     info, times, trans = s["stream_info"], s["time_info"], s["transport_info"]
-    start = from_unix(float(s["unix_ts_start"]))
-    check_time(start, "unix_ts_start", now)
+    start = _start(s["unix_ts_start"], now)
     success = bool(s["is_success"]) and not bool(s.get("is_error", False))
     ttfb = _usecs(times, "usecs-to-first-byte-recv")
     last = _usecs(times, "usecs-to-last-byte-recv")
     elapsed = s.get("elapsed_seconds") or {}
-    partial = {int(k): float(v) for k, v in (elapsed.get("payload_bytes_recv") or {}).items()}
+    marks = elapsed.get("payload_bytes_recv") or {}
+    partial = {int(k): _num(v, f"payload_bytes_recv[{k}]") for k, v in marks.items()}
     remote = str(trans.get("remote", ""))
     local = str(trans.get("local", "")).split(":")
     port = int(local[2]) if len(local) >= 3 and local[2].isdigit() else None
@@ -219,29 +247,56 @@ def _transfer(source: str, key: str, s: Mapping, now: dt.datetime) -> Transfer:
         ttfb_s=ttfb if success else None, ttlb_s=last if success else None, last_byte_s=last,
         command_s=_usecs(times, "usecs-to-command"),
         partial_s=partial, read_bytes=int(s["byte_info"]["total-bytes-recv"]), local_port=port,
-        end_unix=float(s["unix_ts_end"]))
+        end_unix=_num(s["unix_ts_end"], "unix_ts_end"))
+
+
+def _legacy_transfer(source: str, key: str, s: Mapping, now: dt.datetime) -> Transfer:
+    """A 1.0/2.0 ``tgen.transfers`` record (README_JSON.md): times already in seconds."""
+    start = _start(s["unix_ts_start"], now)
+    success = bool(s["is_success"]) and not bool(s.get("is_error", False))
+    el = s["elapsed_seconds"]
+
+    def secs(name: str) -> float | None:
+        v = el.get(name)
+        return None if v is None or _num(v, name) == 0 else float(v)
+
+    last = secs("last_byte")
+    local = str(s.get("endpoint_local", "")).split(":")
+    return Transfer(
+        source=source, stream_id=str(key), start=start, size=int(s["filesize_bytes"]),
+        server="onion" if ".onion:" in str(s.get("endpoint_remote", "")) else "public", success=success,
+        error=str(s.get("error_code", "")), ttfb_s=secs("first_byte") if success else None,
+        ttlb_s=last if success else None, last_byte_s=last, command_s=secs("command"),
+        partial_s={int(k): _num(v, f"payload_bytes[{k}]") for k, v in (el.get("payload_bytes") or {}).items()},
+        read_bytes=int(s.get("total_bytes_read", 0)),
+        local_port=int(local[2]) if len(local) >= 3 and local[2].isdigit() else None,
+        end_unix=_num(s["unix_ts_end"], "unix_ts_end"))
 
 
 def _circuit(source: str, c: Mapping, now: dt.datetime) -> Circuit:
-    launched = from_unix(float(c["unix_ts_start"]))
-    check_time(launched, "unix_ts_start", now)
+    launched = _start(c["unix_ts_start"], now)
     bt = c.get("buildtime_seconds")
     timeout = c.get("build_timeout")
-    return Circuit(source, int(c["circuit_id"]), launched, None if bt is None else float(bt),
+    return Circuit(source, int(c["circuit_id"]), launched, None if bt is None else _num(bt, "buildtime_seconds"),
                    None if timeout is None else int(timeout), c.get("failure_reason_local"),
                    c.get("failure_reason_remote"), bool(c.get("filtered_out", False)))
 
 
 def _join(source: str, transfers: Sequence[Transfer], tor_streams: Mapping) -> dict[tuple[str, int], int | None]:
     """tgen local port -> tor stream's circuit (metrics-sources.md §1.6)."""
-    by_port: dict[int, list[tuple[float, object]]] = {}
+    by_port: dict[int, list[tuple[float, int | None]]] = {}
     for ts in tor_streams.values():
         src = ts.get("source") if isinstance(ts, dict) else None
         if not isinstance(src, str) or ":" not in src:
             continue  # DIR_FETCH streams have no source
-        port = src.rsplit(":", 1)[1]
+        port, circ = src.rsplit(":", 1)[1], ts.get("circuit_id")
+        try:
+            end = float(ts.get("unix_ts_end", 0.0))
+            circ = None if circ is None else int(circ)  # a string in the file, or null (§5.1)
+        except (TypeError, ValueError, OverflowError):
+            continue
         if port.isdigit():
-            by_port.setdefault(int(port), []).append((float(ts.get("unix_ts_end", 0.0)), ts.get("circuit_id")))
+            by_port.setdefault(int(port), []).append((end, circ))
     out = {}
     for t in transfers:
         if t.local_port is None:
@@ -252,7 +307,7 @@ def _join(source: str, transfers: Sequence[Transfer], tor_streams: Mapping) -> d
             if gap <= JOIN_WINDOW_S and (best is None or gap < best[0]):
                 best = (gap, circ)
         if best is not None:
-            out[(source, t.local_port)] = None if best[1] is None else int(best[1])
+            out[(source, t.local_port)] = best[1]
     return out
 
 

@@ -1,5 +1,6 @@
 """CPU and resident memory of a tor process: from /proc/PID of a local tor, or from a
-process-exporter endpoint beside a remote relay (metrics-sources.md §2.6).
+process-exporter endpoint beside a remote relay; host CPU and traffic from node_exporter
+(metrics-sources.md §2.6).
 
 relay_cpu_utilization = Δ(utime + stime) / CLK_TCK / Δwall (1.0 = one core), all
 threads; relay_rss_bytes = VmRSS. A changed process start time means tor restarted:
@@ -111,8 +112,55 @@ def exporter_between(prev: Exposition | None, cur: Exposition, groupname: str, l
     return out
 
 
+# --- node_exporter (whole host) --------------------------------------------------------
+
+NODE_CPU = "node_cpu_seconds_total"
+NODE_RX = "node_network_receive_bytes_total"
+NODE_TX = "node_network_transmit_bytes_total"
+
+
+def node_between(prev: Exposition | None, cur: Exposition, labels: Mapping[str, str],
+                 param_value: int | None = None) -> list[tuple[str, Sample]]:
+    """Host-wide figures from node_exporter, labelled ``scope=host``: CPU = non-idle
+    CPU seconds of all cores per wall second (a dedicated relay host's tor, plus the
+    rest of the system), bandwidth = bytes received + sent on every interface but lo."""
+    if prev is None:
+        return []
+    wall = (cur.time - prev.time).total_seconds()
+    if wall <= 0:
+        return []
+    host = {**labels, "scope": "host"}
+    out = []
+
+    def busy(e: Exposition) -> float | None:
+        rows = [v for lab, v in e.labelled(NODE_CPU) if lab.get("mode") not in ("idle", "iowait", "steal")]
+        return sum(rows) if rows else None
+
+    cpu = counter_delta(busy(prev), busy(cur))
+    if cpu is not None:
+        out.append(("relay_cpu_utilization", Sample(cur.time, cpu / wall, host, param_value)))
+
+    def traffic(e: Exposition) -> float | None:
+        rows = [v for name in (NODE_RX, NODE_TX) for lab, v in e.labelled(name) if lab.get("device") != "lo"]
+        return sum(rows) if rows else None
+
+    moved = counter_delta(traffic(prev), traffic(cur))
+    if moved is not None:
+        out.append(("relay_bandwidth_bytes_per_s", Sample(cur.time, moved / wall, host, param_value)))
+    return out
+
+
+def exporter_samples(prev: Exposition | None, cur: Exposition, groupname: str, labels: Mapping[str, str],
+                     param_value: int | None = None) -> list[tuple[str, Sample]]:
+    """process-exporter figures of ``groupname`` if the endpoint has them, else
+    node_exporter's host-wide ones."""
+    if CPU in cur.samples or MEMORY in cur.samples:
+        return exporter_between(prev, cur, groupname, labels, param_value)
+    return node_between(prev, cur, labels, param_value)
+
+
 class ExporterCollector:
-    """Polls a process-exporter endpoint for one process group."""
+    """Polls a process-exporter (or node_exporter) endpoint for one process group."""
 
     def __init__(self, url: str, groupname: str, labels: Mapping[str, str], *, limits: Limits = Limits(),
                  clock=None, transport: httpx.BaseTransport | None = None) -> None:
@@ -121,4 +169,4 @@ class ExporterCollector:
 
     def poll(self, param_value: int | None = None) -> list[tuple[str, Sample]]:
         prev, cur = self.poller.next()
-        return exporter_between(prev, cur, self.groupname, self.labels, param_value)
+        return exporter_samples(prev, cur, self.groupname, self.labels, param_value)
