@@ -141,6 +141,7 @@ def test_judge_plan_on_stored_metrics(tmp_path):
     assert second["stage"] == "five" and second["n_stage"] < first["n_stage"]
 
 
+@pytest.mark.slow
 def test_judge_plan_sequential_replay_and_table(tmp_path):
     plan, exp = _stored_experiment(tmp_path, 1.0)
     r = runner.invoke(app, ["judge", "plan", plan, "--dir", exp, "--now", "2030-01-21T12:00:00Z", "--sequential"])

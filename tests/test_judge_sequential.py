@@ -49,6 +49,7 @@ def test_mixture_boundary_at_target():
     assert seq.mixture_log_factor(0.05) == pytest.approx(7.936, abs=0.001)
 
 
+@pytest.mark.slow
 def test_simulation_matches_judge_look_by_look():
     """The vectorised Monte Carlo and judge() reach the same first decision at the same look."""
     hours, per_hour, n_b, reps = 60, 12, 720, 4

@@ -10,6 +10,7 @@
 | KX201 | error    | stage shorter than consensus propagation plus the criteria's minimum sample time |
 |       | warning  | ... or too short to reach 80 % power for a criterion's threshold (names the duration that would) |
 | KX202 | warning  | switchback washout shorter than propagation to the criteria's population |
+| KX203 | error    | switchback periods that lock each arm to the same hours of the day |
 | KX301 | error    | criterion on a metric no collector provides |
 | KX302 | error    | plan without any rollback criterion |
 | KX401 | error    | overlapping experiments on the same parameter across the files given |
@@ -44,6 +45,7 @@ RULES = {
     "KX104": "stage repeats the previous values",
     "KX201": "stage too short for propagation and samples",
     "KX202": "switchback washout shorter than propagation",
+    "KX203": "switchback arms aliased with the time of day",
     "KX301": "criterion on a metric no collector provides",
     "KX302": "no rollback criterion",
     "KX401": "overlapping experiments on one parameter",
@@ -120,6 +122,7 @@ def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
     _check_parameters(plan, out)
     _check_criteria(plan, out)
     _check_stage_lengths(plan, out)
+    _check_switchback_aliasing(plan, out)
     _check_start(plan, out, now)
     _check_authorities(plan, out)
 
@@ -338,6 +341,25 @@ def _check_switchback_power(plan: Plan, out: _Collector, judged) -> None:
         out.add("KX201", "switchback.cycles",
                 f"{sb.cycles} cycles of {format_duration(sb.period)}: {_power_text(criterion, p_pass, p_fail)}; {why}",
                 "warning")
+
+
+def _check_switchback_aliasing(plan: Plan, out: _Collector) -> None:
+    """KX203: with a treatment-control cycle that divides a day (12 h periods, 6 h, ...)
+    each arm sees the same hours every day, and transfer times drift 10 % within a day
+    (spec judge.md §5.4 and §6: in simulation the 90 % interval then covers the truth
+    about 0 % of the time). Periods of whole days, or cycles that rotate through the
+    day, are fine."""
+    sb = plan.switchback
+    if sb is None:
+        return
+    cycle = 2 * int(sb.period.total_seconds())
+    day = 86400
+    if cycle <= day and day % cycle == 0:
+        out.add("KX203", "switchback.period",
+                f"period {format_duration(sb.period)} alternates treatment and control every "
+                f"{format_duration(sb.period)}: each arm sees the same {format_duration(sb.period)} of every day, "
+                "so the daily cycle of transfer times is counted as an effect; use whole days (24h) or a period "
+                "that rotates through the day")
 
 
 def _check_start(plan: Plan, out: _Collector, now: dt.datetime) -> None:
