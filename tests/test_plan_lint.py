@@ -108,14 +108,18 @@ def test_kx201_power_warning_names_a_duration_that_lints_clean(tmp_path):
     assert "KX201" not in _codes(_lint(tmp_path, fixed))
 
 
-def test_kx202_switchback_washout(tmp_path):
+def _switchback(period: str, washout: str, cycles: int) -> str:
+    """VALID_PLAN turned into a switchback between 2 ms and 3 ms."""
     head, _, rest = VALID_PLAN.partition("[[stages]]")
     _, _, tail = rest.partition("[authorities]")
     sb = ("[switchback]\ntreatment = { KISTSchedRunInterval = 2 }\ncontrol = { KISTSchedRunInterval = 3 }\n"
-          'period = "24h"\nwashout = "WASH"\ncycles = 3\n')
-    base = head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
-    assert "KX202" in _codes(_lint(tmp_path, base.replace("WASH", "30m")))
-    findings = _lint(tmp_path, base.replace("WASH", "2h")).findings
+          f'period = "{period}"\nwashout = "{washout}"\ncycles = {cycles}\n')
+    return head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
+
+
+def test_kx202_switchback_washout(tmp_path):
+    assert "KX202" in _codes(_lint(tmp_path, _switchback("24h", "30m", 3)))
+    findings = _lint(tmp_path, _switchback("24h", "2h", 3)).findings
     assert [f.code for f in findings] == ["KX201"]  # 3 cycles are underpowered, the washout is fine
     assert findings[0].severity == "warning" and "6 cycles (12d) would reach 80 %" in findings[0].message
 
@@ -147,16 +151,11 @@ def test_kx601_silent_others_need_three(tmp_path):
 
 def test_kx203_switchback_aliased_with_time_of_day(tmp_path):
     # spec judge.md §8 oracle O18: a 12 h alternating switchback is an error
-    head, _, rest = VALID_PLAN.partition("[[stages]]")
-    _, _, tail = rest.partition("[authorities]")
-    sb = ("[switchback]\ntreatment = { KISTSchedRunInterval = 2 }\ncontrol = { KISTSchedRunInterval = 3 }\n"
-          'period = "PERIOD"\nwashout = "2h"\ncycles = 14\n')
-    base = head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
-    findings = [f for f in _lint(tmp_path, base.replace("PERIOD", "12h")).findings if f.code == "KX203"]
+    findings = [f for f in _lint(tmp_path, _switchback("12h", "2h", 14)).findings if f.code == "KX203"]
     assert [(f.severity, f.key) for f in findings] == [("error", "switchback.period")]
     assert "each arm sees the same 12h of every day" in findings[0].message
     for fine in ("24h", "8h", "2d"):
-        assert "KX203" not in _codes(_lint(tmp_path, base.replace("PERIOD", fine)))
+        assert "KX203" not in _codes(_lint(tmp_path, _switchback(fine, "2h", 14)))
 
 
 def test_every_rule_is_tested():
