@@ -195,3 +195,13 @@ def test_judge_plan_pairs_relays_by_value_in_effect(tmp_path):
     # the FAIL error is split over the plan's two criteria (Bonferroni)
     assert v.c_fail == pytest.approx(norm.isf(0.025)) and v.c_pass == pytest.approx(norm.isf(0.05))
     exp.close()
+
+
+def test_compare_above_a_level_needs_no_baseline(tmp_path):
+    stage = _write(tmp_path / "s.txt", quantile_sample(500))
+    r = _compare("--stage", stage, "--statistic", "p90", "--comparison", "above", "--threshold", "2.5", "--json")
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.output)
+    assert v["outcome"] == "pass" and v["n_baseline"] == 0 and v["effect"] == pytest.approx(2.16, abs=0.01)
+    r = _compare("--stage", stage, *CRIT)
+    assert r.exit_code == 1 and "--baseline is needed" in str(r.exception)

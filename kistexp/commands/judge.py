@@ -52,7 +52,8 @@ def _outcome(v) -> str:
 
 @judge_app.command("compare")
 def compare(
-    baseline: str = typer.Option(..., "--baseline", help="Baseline samples: FILE, FILE:COLUMN or FILE@METRIC."),
+    baseline: str = typer.Option(None, "--baseline",
+                                 help="Baseline samples: FILE, FILE:COLUMN or FILE@METRIC (not for above/below)."),
     stage: str = typer.Option(..., "--stage", help="Stage samples: FILE, FILE:COLUMN or FILE@METRIC."),
     statistic: str = typer.Option(..., "--statistic",
                                   help="mean, median, p10, p25, p75, p90, p95, p99 or shift (Hodges-Lehmann)."),
@@ -78,6 +79,8 @@ def compare(
     from kistexp.judge import CriterionSpec, SequentialState, judge
     from kistexp.judge.inputs import metric_of, read_samples
 
+    if baseline is None and comparison not in ("above", "below"):
+        raise KistexpError(f"--baseline is needed for {comparison} (only above/below compare with a level)")
     base = None if comparison in ("above", "below") else read_samples(baseline)
     stage_w = read_samples(stage)
     crit = CriterionSpec(statistic, comparison, threshold, min_samples, metric_of(stage))
