@@ -58,6 +58,14 @@ def test_compare_table_and_csv_column(tmp_path):
     assert "INCONCLUSIVE" in r.output and "[0.9619, 1.146]" in r.output and "400" in r.output
 
 
+def test_csv_with_byte_order_mark(tmp_path):
+    from kistexp.judge.inputs import read_samples
+
+    f = tmp_path / "sheet.csv"
+    f.write_bytes("\ufeffttlb,other\n1.5,x\n2.5,y\n".encode())
+    assert list(read_samples(f"{f}:ttlb").values) == [1.5, 2.5]
+
+
 def test_compare_onionperf_build_times(shared_data, tmp_path):
     path = shared_data / HK6A
     r = _compare("--baseline", f"{path}@build-time", "--stage", f"{path}@build-time", *CRIT, "--json")

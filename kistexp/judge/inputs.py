@@ -55,7 +55,7 @@ def _open_text(path: Path):
     if path.stat().st_size > _MAX_BYTES:
         raise SampleFileError(f"{path}: larger than {_MAX_BYTES // (1024 * 1024)} MiB")
     try:
-        return path.open(encoding="utf-8", newline="")
+        return path.open(encoding="utf-8-sig", newline="")  # spreadsheets write a BOM
     except OSError as exc:
         raise SampleFileError(f"{path}: {exc.strerror}") from None
 
