@@ -75,6 +75,10 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "metrics list": (["metrics", "list", "--dir", str(tmp_path / "exp"), "--json"], "json"),
         "metrics show": (["metrics", "show", "client_ttlb_1mib_s", "--dir", str(tmp_path / "exp"), "--json"], "json"),
         "metrics params": (["metrics", "params", "--dir", str(tmp_path / "exp"), "--json"], "json"),
+        # a file with no numbers is refused with its name
+        "judge compare": (["judge", "compare", "--baseline", plan, "--stage", plan, "--statistic", "median",
+                           "--comparison", "relative-increase", "--threshold", "0.1", "--json"], "error"),
+        "judge plan": (["judge", "plan", plan, "--dir", str(tmp_path / "exp"), "--json"], "json|error"),
     }
 
 

@@ -90,17 +90,38 @@ def test_kx201_names_propagation_and_samples(tmp_path):
     # clients need about 1h52m after the first consensus; 100 OnionPerf samples take 8h20m
     assert "until all clients run the value" in message and "for 100 samples" in message
     enough = VALID_PLAN.replace('duration = "14d"', 'duration = "11h"', 1)
-    assert "KX201" not in _codes(_lint(tmp_path, enough))
+    findings = [f for f in _lint(tmp_path, enough).findings if f.code == "KX201"]
+    # long enough for the samples, too short for 80 % power: a warning naming the duration that would
+    assert [f.severity for f in findings] == ["warning"]
+    assert "would reach 80 %" in findings[0].message
 
 
-def test_kx202_switchback_washout(tmp_path):
+def test_kx201_power_warning_names_a_duration_that_lints_clean(tmp_path):
+    import re
+
+    short = VALID_PLAN.replace('duration = "14d"', 'duration = "2d"', 1)
+    (finding,) = [f for f in _lint(tmp_path, short).findings if f.code == "KX201"]
+    assert finding.severity == "warning" and finding.key == "stages[0].duration"
+    assert "median(client_ttlb_1mib_s) relative-increase 10 % reaches" in finding.message
+    need = re.search(r"; (\S+) would reach 80 %", finding.message).group(1)
+    fixed = VALID_PLAN.replace('duration = "14d"', f'duration = "{need}"', 1)
+    assert "KX201" not in _codes(_lint(tmp_path, fixed))
+
+
+def _switchback(period: str, washout: str, cycles: int) -> str:
+    """VALID_PLAN turned into a switchback between 2 ms and 3 ms."""
     head, _, rest = VALID_PLAN.partition("[[stages]]")
     _, _, tail = rest.partition("[authorities]")
     sb = ("[switchback]\ntreatment = { KISTSchedRunInterval = 2 }\ncontrol = { KISTSchedRunInterval = 3 }\n"
-          'period = "24h"\nwashout = "WASH"\ncycles = 3\n')
-    base = head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
-    assert "KX202" in _codes(_lint(tmp_path, base.replace("WASH", "30m")))
-    assert _lint(tmp_path, base.replace("WASH", "2h")).findings == ()
+          f'period = "{period}"\nwashout = "{washout}"\ncycles = {cycles}\n')
+    return head.replace('kind = "staged"', 'kind = "switchback"') + sb + "[authorities]" + tail
+
+
+def test_kx202_switchback_washout(tmp_path):
+    assert "KX202" in _codes(_lint(tmp_path, _switchback("24h", "30m", 3)))
+    findings = _lint(tmp_path, _switchback("24h", "2h", 3)).findings
+    assert [f.code for f in findings] == ["KX201"]  # 3 cycles are underpowered, the washout is fine
+    assert findings[0].severity == "warning" and "6 cycles (12d) would reach 80 %" in findings[0].message
 
 
 def test_kx302_no_criteria(tmp_path):
@@ -128,8 +149,17 @@ def test_kx601_silent_others_need_three(tmp_path):
     assert _lint(tmp_path, text).findings == ()
 
 
+def test_kx203_switchback_aliased_with_time_of_day(tmp_path):
+    # spec judge.md §8 oracle O18: a 12 h alternating switchback is an error
+    findings = [f for f in _lint(tmp_path, _switchback("12h", "2h", 14)).findings if f.code == "KX203"]
+    assert [(f.severity, f.key) for f in findings] == [("error", "switchback.period")]
+    assert "each arm sees the same 12h of every day" in findings[0].message
+    for fine in ("24h", "8h", "2d"):
+        assert "KX203" not in _codes(_lint(tmp_path, _switchback(fine, "2h", 14)))
+
+
 def test_every_rule_is_tested():
-    tested = set(CASES) | {"KX202", "KX302", "KX401", "KX105"}  # KX105: tests/test_input_limits.py
+    tested = set(CASES) | {"KX202", "KX203", "KX302", "KX401", "KX105"}  # KX105: tests/test_input_limits.py
     assert tested == set(RULES)
 
 

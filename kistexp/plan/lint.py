@@ -9,7 +9,9 @@
 | KX104 | warning  | a stage repeats the previous stage's values (no change reaches relays) |
 | KX105 | error    | values an authority could not vote with (AuthDirMaxServersPerAddr, which tor appends itself) |
 | KX201 | error    | stage shorter than consensus propagation plus the criteria's minimum sample time |
+|       | warning  | ... or too short to reach 80 % power for a criterion's threshold (names the duration that would) |
 | KX202 | warning  | switchback washout shorter than propagation to the criteria's population |
+| KX203 | error    | switchback periods that lock each arm to the same hours of the day |
 | KX301 | error    | criterion on a metric no collector provides |
 | KX302 | error    | plan without any rollback criterion |
 | KX401 | error    | overlapping experiments on the same parameter across the files given |
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import math
 from collections.abc import Sequence
 
 import attrs
@@ -34,6 +37,7 @@ from kistexp.plan.loader import parse_plan, read_plan_text
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, propagation_delay, sample_time
+from kistexp.stats import power
 
 RULES = {
     "KX001": "the plan does not load",
@@ -44,6 +48,7 @@ RULES = {
     "KX105": "values tor cannot vote with",
     "KX201": "stage too short for propagation and samples",
     "KX202": "switchback washout shorter than propagation",
+    "KX203": "switchback arms aliased with the time of day",
     "KX301": "criterion on a metric no collector provides",
     "KX302": "no rollback criterion",
     "KX401": "overlapping experiments on one parameter",
@@ -120,6 +125,7 @@ def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
     _check_parameters(plan, out)
     _check_criteria(plan, out)
     _check_stage_lengths(plan, out)
+    _check_switchback_aliasing(plan, out)
     _check_start(plan, out, now)
     _check_authorities(plan, out)
     _check_votable(plan, out)
@@ -229,6 +235,8 @@ def _check_stage_lengths(plan: Plan, out: _Collector) -> None:
                 worst = (need, criterion, metric, delay)
         assert worst is not None
         need, criterion, metric, delay = worst
+        if stage.duration >= need and plan.switchback is None:
+            _check_power(plan, out, i, stage, delay, judged)
         if stage.duration < need:
             key = f"stages[{i}].duration" if plan.switchback is None else "switchback.period"
             out.add("KX201", key,
@@ -239,6 +247,7 @@ def _check_stage_lengths(plan: Plan, out: _Collector) -> None:
             if plan.switchback is not None:
                 break  # every period has the same length: one finding is enough
     if plan.switchback is not None:
+        _check_switchback_power(plan, out, judged)
         populations = {m.population for _, m in judged}
         for population in sorted(populations):
             delay = propagation_delay(plan.start, population)
@@ -246,6 +255,135 @@ def _check_stage_lengths(plan: Plan, out: _Collector) -> None:
                 out.add("KX202", "switchback.washout",
                         f"washout {format_duration(plan.switchback.washout)} is shorter than the "
                         f"{format_duration(delay)} until all {population} run a switched value", "warning")
+
+
+# The judge leaves out this much of a stage while clients pick up the new value
+# (spec judge.md §5.3); OnionPerf samples cannot say which value was in effect.
+_WASHOUT = dt.timedelta(hours=3)
+_MAX_FORECAST = dt.timedelta(days=120)
+
+
+def _power_at(criterion, metric, var, stage_hours: float, baseline_hours: float, looks: int,
+              c_end: float | None = None) -> tuple[float, float, float]:
+    scale = var.relays if var.kind == "relay" else 1
+    n_s = metric.samples_per_hour * scale * max(stage_hours, 0.0)
+    n_b = metric.samples_per_hour * scale * baseline_hours
+    if c_end is None:
+        c_end = power.final_boundary(looks, n_s, n_b)
+    p_pass, p_fail = power.decision_power(criterion.statistic, criterion.comparison, criterion.threshold, var,
+                                          n_s, n_b, c_end)
+    return p_pass, p_fail, c_end
+
+
+def _judgeable(criterion) -> bool:
+    return criterion.statistic not in ("min", "max")
+
+
+def _power_text(criterion, p_pass: float, p_fail: float) -> str:
+    twice = f"{2 * criterion.threshold * 100:g} %" if criterion.comparison.startswith("relative") \
+        else f"{2 * criterion.threshold:g}"
+    return (f"{criterion.statistic}({criterion.metric}) {criterion.comparison} "
+            f"{criterion.threshold * 100 if criterion.comparison.startswith('relative') else criterion.threshold:g}"
+            f"{' %' if criterion.comparison.startswith('relative') else ''} reaches "
+            f"{p_pass:.0%} power to PASS at no change and {p_fail:.0%} to FAIL at {twice}")
+
+
+def _hours_needed(criterion, metric, var, hours: float, baseline_h: float, c_end: float) -> int | None:
+    """Whole usable stage hours that reach 80 % power, or None within _MAX_FORECAST.
+
+    Bisection with the final boundary held fixed; more looks raise the boundary a
+    little, so repeat with the boundary of the length found until that length holds.
+    """
+    top = _MAX_FORECAST.total_seconds() / 3600
+
+    def ok(h: float, c: float) -> bool:
+        return min(_power_at(criterion, metric, var, h, baseline_h, 1, c)[:2]) >= power.TARGET_POWER
+
+    found = None
+    for _ in range(6):
+        if not ok(top, c_end):
+            return None
+        lo, hi = hours, top
+        while hi - lo > 0.5:
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if ok(mid, c_end) else (mid, hi)
+        found = math.ceil(hi)
+        c_end = _power_at(criterion, metric, var, found, baseline_h, max(1, found))[2]
+        if ok(found, c_end):
+            return found
+    return found
+
+
+def _check_power(plan: Plan, out: _Collector, i: int, stage, delay: dt.timedelta, judged) -> None:
+    """KX201 warning: the stage cannot reach 80 % power (spec judge.md §4.4)."""
+    settle = max(delay, _WASHOUT)
+    baseline_h = plan.baseline.duration.total_seconds() / 3600
+    for criterion, metric in judged:
+        if not _judgeable(criterion):
+            continue
+        var = power.METRIC_VARIABILITY.get(criterion.metric, power.DEFAULT_VARIABILITY)
+        hours = (stage.duration - settle).total_seconds() / 3600
+        looks = max(1, int(hours))
+        p_pass, p_fail, c_end = _power_at(criterion, metric, var, hours, baseline_h, looks)
+        if min(p_pass, p_fail) >= power.TARGET_POWER:
+            continue
+        need_h = _hours_needed(criterion, metric, var, hours, baseline_h, c_end)
+        if need_h is None:
+            why = (f"no stage up to {format_duration(_MAX_FORECAST)} would reach 80 %"
+                   + (f" with {var.relays} relays at a relay-to-relay spread of {var.spread:g}: measure more relays"
+                      if var.kind == "relay" else ": lengthen the baseline or widen the threshold"))
+        else:
+            why = f"{format_duration(dt.timedelta(hours=need_h) + settle)} would reach 80 %"
+        out.add("KX201", f"stages[{i}].duration",
+                f"stage {stage.name!r} ({format_duration(stage.duration)}, {metric.samples_per_hour:g} samples/h"
+                f"{' per relay' if var.kind == 'relay' else ''}): {_power_text(criterion, p_pass, p_fail)}; {why}",
+                "warning")
+
+
+def _check_switchback_power(plan: Plan, out: _Collector, judged) -> None:
+    """Switchback: treatment periods against control periods plus the baseline."""
+    sb = plan.switchback
+    assert sb is not None
+    usable_h = (sb.period - sb.washout).total_seconds() / 3600
+    baseline_h = plan.baseline.duration.total_seconds() / 3600
+    for criterion, metric in judged:
+        if not _judgeable(criterion):
+            continue
+        var = power.METRIC_VARIABILITY.get(criterion.metric, power.DEFAULT_VARIABILITY)
+
+        def at(cycles: int, c_end: float | None = None, criterion=criterion, metric=metric, var=var):
+            return _power_at(criterion, metric, var, cycles * usable_h, baseline_h + cycles * usable_h,
+                             cycles, c_end)
+
+        p_pass, p_fail, c_end = at(sb.cycles)
+        if min(p_pass, p_fail) >= power.TARGET_POWER:
+            continue
+        need = next((k for k in range(sb.cycles + 1, 10 * sb.cycles + 1)
+                     if min(at(k, c_end)[:2]) >= power.TARGET_POWER), None)
+        why = (f"{need} cycles ({format_duration(2 * need * sb.period)}) would reach 80 %" if need
+               else f"even {10 * sb.cycles} cycles would not reach 80 %")
+        out.add("KX201", "switchback.cycles",
+                f"{sb.cycles} cycles of {format_duration(sb.period)}: {_power_text(criterion, p_pass, p_fail)}; {why}",
+                "warning")
+
+
+def _check_switchback_aliasing(plan: Plan, out: _Collector) -> None:
+    """KX203: with a treatment-control cycle that divides a day (12 h periods, 6 h, ...)
+    each arm sees the same hours every day, and transfer times drift 10 % within a day
+    (spec judge.md §5.4 and §6: in simulation the 90 % interval then covers the truth
+    about 0 % of the time). Periods of whole days, or cycles that rotate through the
+    day, are fine."""
+    sb = plan.switchback
+    if sb is None:
+        return
+    cycle = 2 * int(sb.period.total_seconds())
+    day = 86400
+    if cycle <= day and day % cycle == 0:
+        out.add("KX203", "switchback.period",
+                f"period {format_duration(sb.period)} alternates treatment and control every "
+                f"{format_duration(sb.period)}: each arm sees the same {format_duration(sb.period)} of every day, "
+                "so the daily cycle of transfer times is counted as an effect; use whole days (24h) or a period "
+                "that rotates through the day")
 
 
 def _check_start(plan: Plan, out: _Collector, now: dt.datetime) -> None:

@@ -1,0 +1,165 @@
+"""`kistexp judge`: PASS / FAIL / INCONCLUSIVE for rollback criteria (docs/judge.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import typer
+from rich.table import Table
+from typer.core import TyperGroup
+
+from kistexp.errors import KistexpError
+from kistexp.output import console, emit_json
+
+_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
+
+
+class _PlanDefaultGroup(TyperGroup):
+    """`kistexp judge PLAN --dir EXP` without a subcommand name runs `judge plan`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args.insert(0, "plan")
+        return super().resolve_command(ctx, args)
+
+
+judge_app = typer.Typer(
+    cls=_PlanDefaultGroup,
+    help="Judge rollback criteria: `judge PLAN --dir EXP` for a plan's stored metrics, "
+         "`judge compare` for two sample files.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(judge_app, name="judge")
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _interval(v) -> str:
+    return "-" if v.ci_low is None else f"[{_fmt(v.ci_low)}, {_fmt(v.ci_high)}]"
+
+
+def _outcome(v) -> str:
+    text = v.outcome.upper() + (f" ({v.reason})" if v.reason and v.reason != "undecided" else "")
+    return f"[{_STYLE[v.outcome]}]{text}[/{_STYLE[v.outcome]}]"
+
+
+@judge_app.command("compare")
+def compare(
+    baseline: str = typer.Option(None, "--baseline",
+                                 help="Baseline samples: FILE, FILE:COLUMN or FILE@METRIC (not for above/below)."),
+    stage: str = typer.Option(..., "--stage", help="Stage samples: FILE, FILE:COLUMN or FILE@METRIC."),
+    statistic: str = typer.Option(..., "--statistic",
+                                  help="mean, median, p10, p25, p75, p90, p95, p99 or shift (Hodges-Lehmann)."),
+    comparison: str = typer.Option(..., "--comparison",
+                                   help="relative-increase, relative-decrease, absolute-increase, "
+                                        "absolute-decrease, above or below."),
+    threshold: float = typer.Option(..., "--threshold", help="Fraction for relative (0.10 = 10 %), else units."),
+    min_samples: int = typer.Option(200, "--min-samples", help="Fewer per side: INCONCLUSIVE."),
+    sequential: bool = typer.Option(False, "--sequential",
+                                    help="Judge as one look of an always-valid sequential analysis."),
+    method: str = typer.Option("obf", "--method", help="Sequential method: obf (alpha spending) or mixture."),
+    planned: int = typer.Option(0, "--planned-samples",
+                                help="Stage samples expected at the planned end (default: the baseline's size)."),
+    state_file: Path = typer.Option(None, "--state",
+                                    help="Sequential state file: read if present, written after the look."),
+    final: bool = typer.Option(False, "--final", help="This is the planned last look: spend all that is left."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Error per direction (FAIL and PASS)."),
+    estimator: str = typer.Option("default", "--estimator",
+                                  help="default (order statistics) or bootstrap (bootstrap SEs)."),
+    as_json: bool = typer.Option(False, "--json", help="The verdict as JSON."),
+) -> None:
+    """Compare a stage window with a baseline window for one criterion."""
+    from kistexp.judge import CriterionSpec, SequentialState, judge
+    from kistexp.judge.inputs import metric_of, read_samples
+
+    if baseline is None and comparison not in ("above", "below"):
+        raise KistexpError(f"--baseline is needed for {comparison} (only above/below compare with a level)")
+    base = None if comparison in ("above", "below") else read_samples(baseline)
+    stage_w = read_samples(stage)
+    crit = CriterionSpec(statistic, comparison, threshold, min_samples, metric_of(stage))
+    state = None
+    if state_file is not None and state_file.is_file():
+        state = _load_state(state_file)
+    elif sequential or state_file is not None:
+        n_plan = planned or (base.n if base is not None else stage_w.n)
+        state = SequentialState.plan(planned_stage=n_plan, method=method, alpha_fail=alpha, alpha_pass=alpha)
+    v = judge(crit, base, stage_w, sequential_state=state, alpha_fail=alpha, alpha_pass=alpha, final=final,
+              estimator=estimator)
+    if state_file is not None and v.state is not None:
+        state_file.write_text(json.dumps(v.to_dict()["state"], indent=2) + "\n")
+    if as_json:
+        emit_json(v.to_dict())
+        return
+    table = Table(title=f"{statistic} {comparison} {threshold:g}")
+    for col in ("verdict", "effect", "interval", "bound", "n baseline", "n stage", "excluded"):
+        table.add_column(col)
+    table.add_row(_outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound), str(v.n_baseline), str(v.n_stage),
+                  str(v.excluded))
+    console.print(table)
+    console.print(f"rule: {v.rule}", highlight=False, soft_wrap=True)
+    console.print(f"detail: {v.detail}", highlight=False, soft_wrap=True)
+    for w in v.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+
+
+def _load_state(path: Path):
+    from kistexp.judge import SequentialState
+
+    try:
+        data = json.loads(path.read_text())
+        return SequentialState(data["method"], float(data["planned_stage"]), float(data["alpha_fail"]),
+                               float(data["alpha_pass"]), float(data["target_stage"]),
+                               tuple(float(t) for t in data["fractions"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KistexpError(f"{path}: not a sequential state file ({exc})") from None
+
+
+@judge_app.command("plan")
+def judge_plan_cmd(
+    plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file whose criteria to judge."),
+    exp_dir: Path = typer.Option(..., "--dir", help="Experiment directory with the stored metrics."),
+    now: str = typer.Option(None, "--now", help="Judge as of this UTC time (default: now)."),
+    sequential: bool = typer.Option(False, "--sequential",
+                                    help="Replay the hourly looks of an always-valid sequential analysis."),
+    as_json: bool = typer.Option(False, "--json", help="Verdicts as JSON."),
+) -> None:
+    """Judge every criterion of PLAN: baseline window vs each stage window, by value in effect."""
+    from rich.progress import Progress
+
+    from kistexp.commands.plan_cmds import _parse_now
+    from kistexp.expdir import ExperimentDir
+    from kistexp.judge.plan import judge_plan
+    from kistexp.metrics.store import MetricStore
+    from kistexp.plan import load_plan
+
+    plan = load_plan(plan_path)
+    exp = ExperimentDir.open(exp_dir)
+    store = MetricStore(exp.db)
+    with Progress(console=console, transient=True, disable=as_json) as bar:
+        task = bar.add_task("judging", total=None)
+        results = judge_plan(plan, store, now=_parse_now(now), sequential=sequential,
+                             progress=lambda i, n: bar.update(task, completed=i, total=n))
+    exp.close()
+    if as_json:
+        emit_json({"plan": plan.name, "verdicts": [
+            {"stage": r.stage, "criterion": r.criterion, "metric": r.metric,
+             "window_start": r.window_start, "window_end": r.window_end, **r.verdict.to_dict()}
+            for r in results]})
+        return
+    table = Table(title=f"{plan.name}: criteria judged")
+    for col in ("stage", "criterion", "verdict", "effect", "interval", "bound", "n baseline", "n stage", "excluded"):
+        table.add_column(col)
+    for r in results:
+        v = r.verdict
+        table.add_row(r.stage, r.criterion, _outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound),
+                      str(v.n_baseline), str(v.n_stage), str(v.excluded))
+    console.print(table)
+    if not results:
+        console.print("no stage has begun yet", highlight=False)

@@ -1,0 +1,28 @@
+"""The rollback judge: PASS / FAIL / INCONCLUSIVE for a plan criterion (docs/judge.md).
+
+Public API (stable):
+
+    judge(criterion, baseline, stage, *, sequential_state=None, alpha_fail=0.05, alpha_pass=0.05,
+          now=None, stale_after=None, washout_until=None, final=False, min_relays=10) -> Verdict
+
+* ``criterion``: a kistexp.plan.model.Criterion or a CriterionSpec (statistic, comparison,
+  threshold, min_samples[, metric, name]). Statistics: mean, median, p10..p99, shift
+  (Hodges–Lehmann); comparisons: relative-/absolute-increase/-decrease, above, below.
+* ``baseline`` / ``stage``: sequences of floats or Window(values, times=epoch s, excluded);
+  Counts(events, exposure[, dispersion, newest]) for rare events; or mappings
+  relay fingerprint -> samples for per-relay paired comparisons.
+* ``sequential_state``: None = one fixed-horizon look (90 % interval, 5 % per direction);
+  SequentialState.plan(planned_stage=N, method="obf"|"mixture") for hourly looks, then
+  ``verdict.state`` of the previous look.
+* Verdict (frozen): outcome, reason, effect, ci_low, ci_high, bound, n_baseline, n_stage,
+  rule, detail, statistic, comparison, threshold, method, sequential, look, information,
+  c_fail, c_pass, excluded, warnings, state, criterion; ``to_dict()`` for JSON.
+"""
+
+from kistexp.judge.core import COMPARISONS, MIN_EVENTS, MIN_RELAYS, STATISTICS, JudgeError, judge
+from kistexp.judge.model import OUTCOMES, REASONS, Counts, CriterionSpec, SequentialState, Verdict, Window
+
+__all__ = [
+    "COMPARISONS", "MIN_EVENTS", "MIN_RELAYS", "OUTCOMES", "REASONS", "STATISTICS",
+    "Counts", "CriterionSpec", "JudgeError", "SequentialState", "Verdict", "Window", "judge",
+]

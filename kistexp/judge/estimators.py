@@ -1,0 +1,334 @@
+"""Estimators of one criterion's effect and their intervals (spec judge.md §2).
+
+Each side estimator works along the last axis, so the error-rate benchmark can run
+thousands of seeded windows through the very code the judge uses. The two-sample
+estimators (Hodges–Lehmann, rate ratio, paired relays) return an interval for any
+critical value c, so fixed-horizon and sequential looks share them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+from scipy import stats
+
+# Above this many stage x baseline pairs the Hodges–Lehmann differences are subsampled
+# (spec §2.2 allows it beyond n = 5,000 per side); the seed keeps verdicts reproducible.
+_HL_MAX_PAIRS = 4_000_000
+
+
+@attrs.frozen
+class Estimate:
+    """θ̂ with a standard error and a way to get the (lower, upper) bound for a critical value c."""
+
+    theta: float
+    se: float
+    bounds: Callable[[float], tuple[float, float]] = attrs.field(eq=False, repr=False)
+    method: str = ""
+    notes: tuple[str, ...] = ()
+    df: float = math.inf  # degrees of freedom of the estimated SE (inf: rank-based or exact bounds)
+
+
+def _normal_bounds(theta: float, se: float) -> Callable[[float], tuple[float, float]]:
+    return lambda c: (theta - c * se, theta + c * se)
+
+
+# --- one side: a statistic and its standard error ------------------------------------------
+
+def bonett_price_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and its Bonett–Price standard error along the last axis.
+
+    a = max(1, round(n/2 − √n)); SE = (y₍ₙ₋ₐ₊₁₎ − y₍ₐ₎)/(2z₀) with
+    z₀ = Φ⁻¹(1 − P(Bin(n, ½) ≤ a − 1)) (Bonett & Price 2002; statpsych ``ci.ratio.median2``).
+    Pass logs for a ratio of medians: the median commutes with the log.
+    """
+    x = np.asarray(x, dtype=float)
+    n = x.shape[-1]
+    a = max(1, int(round(n / 2 - math.sqrt(n))))
+    z0 = float(stats.norm.isf(stats.binom.cdf(a - 1, n, 0.5)))
+    mid = [(n - 1) // 2, n // 2]
+    kth = sorted({a - 1, n - a, *mid})
+    part = np.partition(x, kth, axis=-1)
+    median = 0.5 * (part[..., mid[0]] + part[..., mid[1]])
+    se = (part[..., n - a] - part[..., a - 1]) / (2.0 * z0)
+    return median, se
+
+
+def maritz_jarrett_weights(n: int, p: float) -> np.ndarray:
+    """Maritz–Jarrett weights W_i = I_{i/n}(m−1, n−m) − I_{(i−1)/n}(m−1, n−m), m = ⌊pn + ½⌋.
+
+    The same weights as ``scipy.stats.mstats.mjci``; built once per (n, p) so the
+    standard error of many sorted samples is one matrix product.
+    """
+    m = int(p * n + 0.5)
+    m = min(max(m, 2), n - 1)
+    grid = np.arange(0, n + 1, dtype=float) / n
+    cdf = stats.beta.cdf(grid, m - 1, n - m)
+    return np.diff(cdf)
+
+
+def quantile_mj(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile p (linear interpolation) and its Maritz–Jarrett standard error along the last axis."""
+    x = np.sort(np.asarray(x, dtype=float), axis=-1)
+    n = x.shape[-1]
+    w = maritz_jarrett_weights(n, p)
+    c1 = x @ w
+    c2 = (x * x) @ w
+    se = np.sqrt(np.maximum(c2 - c1 * c1, 0.0))
+    return np.quantile(x, p, axis=-1), se
+
+
+def mean_and_se(x: np.ndarray, log_scale: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Arithmetic mean with its SE; on log scale ln x̄ with the delta-method SE s/(√n·x̄) (spec §2.3)."""
+    x = np.asarray(x, dtype=float)
+    n = x.shape[-1]
+    m = x.mean(axis=-1)
+    s = x.std(axis=-1, ddof=1) if n > 1 else np.zeros_like(m)
+    if not log_scale:
+        return m, s / math.sqrt(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(m), s / (math.sqrt(n) * m)
+
+
+def side_statistic(x: np.ndarray, statistic: str, log_scale: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(statistic, SE) of one window for a plan statistic; on logs when ``log_scale``."""
+    if statistic == "mean":
+        return mean_and_se(x, log_scale)
+    y = np.log(x) if log_scale else np.asarray(x, dtype=float)
+    if statistic == "median":
+        median, se = bonett_price_median(y)
+        if log_scale and np.shape(x)[-1] % 2 == 0:
+            # ln of the median, not the mean of the two middle logs (as statpsych)
+            median = np.log(np.median(x, axis=-1))
+        return median, se
+    return quantile_mj(y, quantile_level(statistic))
+
+
+def quantile_level(statistic: str) -> float:
+    if statistic == "median":
+        return 0.5
+    if len(statistic) == 3 and statistic[0] == "p" and statistic[1:].isdigit():
+        return int(statistic[1:]) / 100.0
+    raise ValueError(f"statistic {statistic!r} is not a quantile")
+
+
+def side_df(statistic: str, n: int | np.ndarray) -> float | np.ndarray:
+    """Degrees of freedom of one side's SE: n − 1 for a mean; for an order-statistic SE
+    (Bonett–Price, Maritz–Jarrett) 1.5·√(n·min(p, 1 − p)), measured: the SE's relative
+    spread 1/√(2ν) over 3,000 log-normal samples gives ν = 17, 35, 67 for medians at
+    n = 200, 1,000, 4,032 and 18, 34 for p90 at 1,000, 4,032 (docs/judge.md)."""
+    n = np.asarray(n, dtype=float)
+    if statistic == "mean":
+        return np.maximum(n - 1.0, 1.0)
+    p = quantile_level(statistic)
+    return 1.5 * np.sqrt(n * min(p, 1.0 - p))
+
+
+def satterthwaite(se_a, df_a, se_b, df_b):
+    """Welch–Satterthwaite degrees of freedom of se² = se_a² + se_b²."""
+    va, vb = np.square(se_a), np.square(se_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = (va + vb) ** 2 / (va * va / df_a + vb * vb / df_b)
+    return np.where(np.isfinite(df), df, np.minimum(df_a, df_b))
+
+
+def tail_share(x: np.ndarray) -> float:
+    """Share of the sum carried by the top 1 % of samples (heavy tails make means fragile)."""
+    x = np.sort(np.asarray(x, dtype=float))
+    k = max(1, int(math.ceil(0.01 * x.size)))
+    total = float(x.sum())
+    return float(x[-k:].sum() / total) if total > 0 else 0.0
+
+
+# --- two samples ------------------------------------------------------------------------
+
+def two_sample(stage: np.ndarray, baseline: np.ndarray | None, statistic: str, log_scale: bool) -> Estimate:
+    """θ̂ = stat_S − stat_B (on logs: the log ratio), se² = se_S² + se_B²; one-sample without a baseline."""
+    s_val, s_se = side_statistic(stage, statistic, log_scale)
+    s_df = float(side_df(statistic, np.shape(stage)[-1]))
+    if baseline is None:
+        theta, se, df = float(s_val), float(s_se), s_df
+    else:
+        b_val, b_se = side_statistic(baseline, statistic, log_scale)
+        theta, se = float(s_val - b_val), float(math.hypot(s_se, b_se))
+        df = float(satterthwaite(s_se, s_df, b_se, float(side_df(statistic, np.shape(baseline)[-1]))))
+    method = {"mean": "delta-method mean" if log_scale else "Welch mean",
+              "median": "Bonett-Price median"}.get(statistic, f"Maritz-Jarrett {statistic}")
+    return Estimate(theta, se, _normal_bounds(theta, se), method, df=df)
+
+
+def _statistic_fn(statistic: str, log_scale: bool):
+    if statistic == "mean":
+        if log_scale:
+            return lambda x, axis=-1: np.log(np.mean(x, axis=axis))
+        return lambda x, axis=-1: np.mean(x, axis=axis)
+    p = quantile_level(statistic)
+    if log_scale:
+        return lambda x, axis=-1: np.log(np.quantile(x, p, axis=axis))
+    return lambda x, axis=-1: np.quantile(x, p, axis=axis)
+
+
+def bootstrap_side(x: np.ndarray, statistic: str, log_scale: bool, times: np.ndarray | None = None,
+                   resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """(statistic, bootstrap SE) of one window.
+
+    Without times: ``scipy.stats.bootstrap`` (percentile resampling of samples). With
+    times: whole UTC hours are resampled, so the SE keeps the time correlation (spec
+    §2.1: bootstrap for SEs only, hour blocks, 2,000 resamples, a fixed seed).
+    """
+    x = np.asarray(x, dtype=float)
+    fn = _statistic_fn(statistic, log_scale)
+    value = float(fn(x))
+    rng = np.random.default_rng(seed)
+    if times is None:
+        res = stats.bootstrap((x,), fn, n_resamples=resamples, vectorized=True, method="percentile",
+                              random_state=rng)
+        return value, float(res.standard_error)
+    hours = np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64)
+    order = np.argsort(hours, kind="stable")
+    _, starts, counts = np.unique(hours[order], return_index=True, return_counts=True)
+    blocks = [x[order[a:a + c]] for a, c in zip(starts, counts, strict=True)]
+    picks = rng.integers(0, len(blocks), (resamples, len(blocks)))
+    draws = np.array([float(fn(np.concatenate([blocks[i] for i in row]))) for row in picks])
+    return value, float(np.std(draws, ddof=1))
+
+
+def bootstrap_two_sample(stage: np.ndarray, baseline: np.ndarray | None, statistic: str, log_scale: bool,
+                         stage_times: np.ndarray | None = None, baseline_times: np.ndarray | None = None,
+                         seed: int = 0) -> Estimate:
+    s_val, s_se = bootstrap_side(stage, statistic, log_scale, stage_times, seed=seed)
+    if baseline is None:
+        theta, se = s_val, s_se
+    else:
+        b_val, b_se = bootstrap_side(baseline, statistic, log_scale, baseline_times, seed=seed + 1)
+        theta, se = s_val - b_val, math.hypot(s_se, b_se)
+    blocks = "hour-block " if stage_times is not None else ""
+    return Estimate(theta, se, _normal_bounds(theta, se), f"{blocks}bootstrap SE of the {statistic}")
+
+
+def welch_df(stage: np.ndarray, baseline: np.ndarray) -> float:
+    """Welch–Satterthwaite degrees of freedom of a difference of means."""
+    vs = np.var(stage, ddof=1) / stage.size
+    vb = np.var(baseline, ddof=1) / baseline.size
+    den = vs * vs / max(stage.size - 1, 1) + vb * vb / max(baseline.size - 1, 1)
+    return float((vs + vb) ** 2 / den) if den > 0 else float("inf")
+
+
+def hodges_lehmann(stage: np.ndarray, baseline: np.ndarray, log_scale: bool,
+                   seed: int = 0) -> Estimate:
+    """Hodges–Lehmann shift (median of all stage − baseline differences) with the
+    Mann–Whitney interval: the k-th smallest and largest differences, k from the
+    tie-corrected normal approximation of U (Hodges & Lehmann 1963; Bauer 1972)."""
+    xs = np.log(stage) if log_scale else np.asarray(stage, dtype=float)
+    xb = np.log(baseline) if log_scale else np.asarray(baseline, dtype=float)
+    n, m = xs.size, xb.size
+    notes: list[str] = []
+    if n * m <= _HL_MAX_PAIRS:
+        diffs = (xs[:, None] - xb[None, :]).ravel()
+    else:
+        rng = np.random.default_rng(seed)
+        diffs = xs[rng.integers(0, n, _HL_MAX_PAIRS)] - xb[rng.integers(0, m, _HL_MAX_PAIRS)]
+        notes.append(f"Hodges-Lehmann from {_HL_MAX_PAIRS:,} random pairs of {n * m:,}")
+    diffs.sort()
+    total = n + m
+    _, counts = np.unique(np.concatenate([xs, xb]), return_counts=True)
+    tie = float(np.sum(counts.astype(float) ** 3 - counts)) / (total * (total - 1))
+    sigma_u = math.sqrt(n * m / 12.0 * ((total + 1) - tie))
+    scale = diffs.size / (n * m)  # subsampled: order statistics scale with the sample
+    theta = float(np.median(diffs))
+
+    def bounds(c: float) -> tuple[float, float]:
+        k = int(math.floor((n * m / 2.0 - c * sigma_u) * scale))
+        if k < 1:
+            return (-math.inf, math.inf)
+        return float(diffs[k - 1]), float(diffs[diffs.size - k])
+
+    lo, hi = bounds(1.0)
+    return Estimate(theta, (hi - lo) / 2.0, bounds, "Hodges-Lehmann / Mann-Whitney", tuple(notes))
+
+
+def rate_ratio(k_stage: float, e_stage: float, k_base: float, e_base: float) -> Estimate:
+    """ln of the rate ratio R = (k_S/E_S)/(k_B/E_B), exact conditional binomial interval.
+
+    Given K = k_S + k_B, k_S ~ Bin(K, π) with π = R·E_S/(R·E_S + E_B); Clopper–Pearson
+    bounds on π (scipy ``binomtest(...).proportion_ci(method="exact")``) map to
+    R = π/(1 − π)·E_B/E_S (spec §2.4).
+    """
+    ks, kb = int(round(k_stage)), int(round(k_base))
+    total = ks + kb
+    ratio = e_base / e_stage
+    test = stats.binomtest(ks, total, 0.5) if total > 0 else None
+
+    def to_log_r(p: float) -> float:
+        if p <= 0.0:
+            return -math.inf
+        if p >= 1.0:
+            return math.inf
+        return math.log(p / (1.0 - p) * ratio)
+
+    def bounds(c: float) -> tuple[float, float]:
+        if test is None:
+            return (-math.inf, math.inf)
+        one_side = float(stats.norm.sf(c))
+        ci = test.proportion_ci(confidence_level=1.0 - 2.0 * one_side, method="exact")
+        return to_log_r(ci.low), to_log_r(ci.high)
+
+    if ks > 0 and kb > 0:
+        theta, se = math.log((ks / e_stage) / (kb / e_base)), math.sqrt(1.0 / ks + 1.0 / kb)
+    else:
+        theta, se = to_log_r(ks / total if total else 0.5), math.inf
+    return Estimate(theta, se, bounds, "exact conditional binomial rate ratio")
+
+
+def rate_difference(k_stage: float, e_stage: float, k_base: float, e_base: float) -> Estimate:
+    """Rate difference k_S/E_S − k_B/E_B with a Wald interval (the decision uses the E-test)."""
+    d = k_stage / e_stage - k_base / e_base
+    se = math.sqrt(k_stage / e_stage**2 + k_base / e_base**2)
+    return Estimate(d, se, _normal_bounds(d, se), "Krishnamoorthy-Thomson E-test on the rate difference")
+
+
+def walsh_hodges_lehmann(y: np.ndarray) -> Estimate:
+    """One-sample Hodges–Lehmann (median of Walsh averages) with the signed-rank interval.
+
+    Used across relays: y_r is each relay's log ratio against its own baseline
+    (spec §2.5); k = ⌊R(R+1)/4 − c·√(R(R+1)(2R+1)/24)⌋.
+    """
+    y = np.asarray(y, dtype=float)
+    r = y.size
+    i, j = np.triu_indices(r)
+    walsh = np.sort((y[i] + y[j]) / 2.0)
+    sigma = math.sqrt(r * (r + 1) * (2 * r + 1) / 24.0)
+    theta = float(np.median(walsh))
+
+    def bounds(c: float) -> tuple[float, float]:
+        k = int(math.floor(r * (r + 1) / 4.0 - c * sigma))
+        if k < 1:
+            return (-math.inf, math.inf)
+        return float(walsh[k - 1]), float(walsh[walsh.size - k])
+
+    lo, hi = bounds(1.0)
+    return Estimate(theta, (hi - lo) / 2.0, bounds, "paired per-relay Wilcoxon / Hodges-Lehmann")
+
+
+def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_s: float = 3600.0) -> float:
+    """Variance inflation from time correlation: hourly batch means vs iid (spec §5.4 rule 3).
+
+    DEFF = n̄_h · Var(hourly means) / Var(samples), at least 1; 1 when fewer than 6
+    hours have two or more samples (too little to estimate it).
+    """
+    y = np.log(values) if log_scale else np.asarray(values, dtype=float)
+    blocks = np.floor(np.asarray(times, dtype=float) / block_s).astype(np.int64)
+    _, inverse, counts = np.unique(blocks, return_inverse=True, return_counts=True)
+    keep = counts >= 2
+    if keep.sum() < 6:
+        return 1.0
+    sums = np.bincount(inverse, weights=y)
+    means = sums / counts
+    var_all = float(np.var(y, ddof=1))
+    if var_all <= 0:
+        return 1.0
+    deff = float(np.mean(counts[keep])) * float(np.var(means[keep], ddof=1)) / var_all
+    return max(1.0, deff)
