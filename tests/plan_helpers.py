@@ -13,7 +13,7 @@ parameters = ["KISTSchedRunInterval"]
 
 [baseline]
 duration = "7d"
-values = { KISTSchedRunInterval = 3 }
+values = { KISTSchedRunInterval = 10 }
 
 [[stages]]
 name = "two"
