@@ -351,7 +351,8 @@ BAD_CLASSES = [
     ("[os]\nlinux = 1.0\n[hz.linux]\n250 = 1.0\n[hardware.linux]\nxeon-d2123it-skylake = 1.0\n"
      "[torrc]\noverride_shares = 0.1\n", r"torrc.override_shares: unknown key"),
     ("[os]\nlinux = 1.2\nbsd = -0.2\n", r"os.bsd: must not be negative"),
-    ("[os]\nlinux = 1.0\n[hz.linux]\n250 = 1.0\n[hardware.linux]\nfast-box = 1.0\n", r"hardware.linux.fast-box: no such"),
+    ("[os]\nlinux = 1.0\n[hz.linux]\n250 = 1.0\n[hardware.linux]\nfast-box = 1.0\n",
+     r"hardware.linux.fast-box: no such"),
     ("[os]\nlinux = 1.0\n", r"hz.linux: missing"),
     ("[os\n", r"not valid TOML"),
 ]
