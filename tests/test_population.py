@@ -314,10 +314,13 @@ def test_bundled_profiles_carry_the_bench_figures():
 
 
 def test_tick_quantises_the_run_interval():
-    assert kernels.effective_interval_ms(2, 250) == kernels.effective_interval_ms(3, 250) == 4.0
-    assert kernels.effective_interval_ms(2, 1000) == 2.0 and kernels.effective_interval_ms(3, 1000) == 3.0
-    assert kernels.effective_interval_ms(3, 300) == pytest.approx(10 / 3)
-    assert kernels.effective_interval_ms(10, 100) == 10.0 and kernels.effective_interval_ms(11, 100) == 20.0
+    """kist-ewma.md §5.2: J = 4 ms: 10 -> 12 ms, 2, 3 and 5 -> 4 ms (measured 12.08 and 3.98 ms)."""
+    run = kernels.effective_interval_ms
+    assert run(2, 250) == run(3, 250) == run(5, 250) == 4.0 and run(6, 250) == 8.0 and run(10, 250) == 12.0
+    assert run(2, 1000) == 1.0 and run(3, 1000) == 2.0
+    assert run(4, 300) == pytest.approx(10 / 3) and run(5, 300) == pytest.approx(20 / 3)
+    assert run(11, 100) == 10.0 and run(12, 100) == 20.0
+    assert run(1, 250) == 0.0  # no timer: back-to-back runs
     shares = kernels.tick_shares()
     assert sum(shares.values()) == pytest.approx(1.0)
     assert kernels.alike_share(2, 3, shares) == pytest.approx(1 - shares[1000])
@@ -328,8 +331,8 @@ def test_class_run_interval_uses_version_clamp_and_torrc():
     new = RelayClass("linux", 1000, "0.4.8.9", "xeon-d2123it-skylake")
     assert old.run_interval_ms(None) == 12.0  # compiled default 10 ms, three 4 ms ticks
     assert old.run_interval_ms(2) == 4.0
-    assert new.run_interval_ms(None) == 2.0 and new.run_interval_ms(1) == 2.0  # clamped to [2, 100]
-    assert RelayClass("linux", 1000, "0.4.8.9", "x", torrc_interval=7).run_interval_ms(2) == 7.0
+    assert new.run_interval_ms(None) == 1.0 and new.run_interval_ms(1) == 1.0  # clamped to 2: 2 - 1 ms
+    assert RelayClass("linux", 1000, "0.4.8.9", "x", torrc_interval=7).run_interval_ms(2) == 6.0
     assert RelayClass("bsd", 100, "0.4.8.9", "x").scheduler == "KISTLite"
 
 

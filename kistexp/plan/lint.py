@@ -226,7 +226,7 @@ def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
             tellers = ", ".join(f"HZ={hz}" for hz in differ) or "no kernel"
             out.add("KX105", f"{key}.{name}",
                     f"{name} {lo} and {hi} ms run at the same interval on {alike:.0%} of relays "
-                    f"(kernels with HZ={', '.join(str(h) for h in same)} round both up to one tick); only "
+                    f"(kernels with HZ={', '.join(str(h) for h in same)} run both on the same tick multiple); only "
                     f"{tellers} ({1 - alike:.0%}) can tell them apart. Pairs that differ: "
                     + "; ".join(hints[:3]) + f"; {lo} vs {every} ms differs on every kernel", "warning")
 

@@ -1,10 +1,16 @@
-"""Kernel timer ticks and what they do to KISTSchedRunInterval (population.md §3.2, spec §5.2).
+"""Kernel timer ticks and what they do to KISTSchedRunInterval (population.md §3.2, kist-ewma.md §5.2).
 
-tor schedules the KIST run with a libevent timer; the kernel wakes the process on its tick, so the run
-interval a relay actually gets is the requested one rounded **up** to a whole number of ticks (at least
-one): on a 4 ms-tick kernel (CONFIG_HZ=250) 2 ms and 3 ms both run every 4 ms. (On tickless hrtimer
-kernels the tick mostly sets timer slack, §3.2: the quantisation is this model's assumption, reported as a
-per-class parameter.)
+After each KIST run tor re-arms its timer for ``interval - 1`` ms, and libevent measures that against its
+coarse clock, which advances once per kernel tick J (``CLOCK_MONOTONIC_COARSE``; 4 ms at CONFIG_HZ=250).
+Under a continuous backlog the run period is therefore (kist-ewma.md §5.2)::
+
+    P = J * ceil((interval - 1) / J)        (at least one tick; interval 1: back to back)
+
+J = 4 ms: 10 -> 12 ms, 2, 3, 4 and 5 -> 4 ms; J = 1 ms: 2 -> 1 ms, 3 -> 2 ms (real tors add up to ~1 ms of
+epoll wake-up granularity, the same for every value). So on a 4 ms-tick kernel 2 and 3 ms run alike.
+The pass's own work can lengthen P on a busy relay; that is the simulator's business, not this module's.
+(On tickless hrtimer kernels the tick mostly sets timer slack, population.md §3.2; the coarse clock is what
+libevent reads, which is why the tick shows in tor's period: measured 12.08 ms at 10 ms on HZ=250.)
 
 Small and low-level on purpose: the plan linter uses it; it imports nothing from the simulator.
 """
@@ -21,12 +27,14 @@ def tick_ms(hz: int) -> float:
 
 
 def effective_interval_ms(interval_ms: float, hz: int) -> float:
-    """The interval a tor asking for ``interval_ms`` runs at on a ``hz`` kernel (0 stays 0: no timer)."""
-    if interval_ms <= 0:
+    """The run period of a tor asking for ``interval_ms`` on a ``hz`` kernel under backlog (see above).
+
+    0 and 1 ms give 0: no timer, the scheduler re-runs back to back (kist-ewma.md §5.2)."""
+    if interval_ms <= 1:
         return 0.0
     tick = tick_ms(hz)
-    # a tiny tolerance: 3 ms on a 300 Hz kernel (3.33 ms tick) is one tick, 10 ms on 100 Hz is one tick
-    return max(1, math.ceil(interval_ms / tick - 1e-9)) * tick
+    # the tolerance keeps exact multiples on one tick (4 ms on a 300 Hz kernel: 3 / 3.33 -> 1 tick)
+    return max(1, math.ceil((interval_ms - 1) / tick - 1e-9)) * tick
 
 
 def tick_shares(path: str | Path | None = None) -> dict[int, float]:
