@@ -21,10 +21,10 @@ duration = "14d"
 values = { KISTSchedRunInterval = 2 }
 
 [[stages]]
-name = "five"
+name = "eight"
 duration = "14d"
 gate = "manual"
-values = { KISTSchedRunInterval = 5 }
+values = { KISTSchedRunInterval = 8 }
 
 [authorities]
 participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]

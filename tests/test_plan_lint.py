@@ -38,8 +38,8 @@ CASES = {
     "KX101": ("KISTSchedRunInterval", "KISTSchedRunIntrval"),
     "KX102": ("values = { KISTSchedRunInterval = 2 }", "values = { KISTSchedRunInterval = 1 }"),
     "KX103": ('tor_versions = ">=0.4.8.2"', 'tor_versions = ">=0.4.7.1"'),
-    "KX104": ("values = { KISTSchedRunInterval = 5 }", "values = { KISTSchedRunInterval = 2 }"),
-    "KX105": ("values = { KISTSchedRunInterval = 5 }", "values = { KISTSchedRunInterval = 3 }"),
+    "KX104": ("values = { KISTSchedRunInterval = 8 }", "values = { KISTSchedRunInterval = 2 }"),
+    "KX105": ("values = { KISTSchedRunInterval = 8 }", "values = { KISTSchedRunInterval = 3 }"),
     "KX201": ('duration = "14d"', 'duration = "2h"'),
     "KX301": ('metric = "client_ttlb_1mib_s"', 'metric = "client_ttlb_2mib_s"'),
     "KX501": ("start = 2030-01-07T12:00:00Z", "start = 2029-01-07T12:00:00Z"),
@@ -80,7 +80,7 @@ def test_kx102_says_what_tor_clamps_to(tmp_path):
 
 
 def test_kx102_above_maximum(tmp_path):
-    text = VALID_PLAN.replace("KISTSchedRunInterval = 5 }", "KISTSchedRunInterval = 500 }")
+    text = VALID_PLAN.replace("KISTSchedRunInterval = 8 }", "KISTSchedRunInterval = 500 }")
     message = next(f for f in _lint(tmp_path, text).findings if f.code == "KX102").message
     assert "above tor's maximum of 100" in message and "clamp it to 100" in message
 
@@ -174,6 +174,6 @@ def test_cli_lint_exit_codes_and_json(tmp_path):
     assert data["findings"][0]["key"] == "stages[0].values.KISTSchedRunInterval"
     # warnings only -> exit 0
     warn = tmp_path / "warn.toml"
-    warn.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 5 }", "KISTSchedRunInterval = 2 }"))
+    warn.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 8 }", "KISTSchedRunInterval = 2 }"))
     result = runner.invoke(app, ["lint", str(warn), "--now", "2029-12-01T00:00:00Z"])
     assert result.exit_code == 0 and "KX104" in result.output
