@@ -18,6 +18,7 @@ _MODULES = (
     "sim",
     "fidelity",
     "population",
+    "simulate",
 )
 
 
