@@ -136,7 +136,8 @@ def simulate(
     header = (f"[bold]{p.name}[/bold]: {result.networks} networks of {', '.join(map(str, result.relays_per_network))} "
               f"relays and {result.clients_per_network[0]} client processes, scale "
               f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
-              f"{load:g}, NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s; "
+              f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
+              f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s; "
               f"{len(result.predictions)} predicted quantiles saved in {path}")
     _print(p.name, order, result.figures, header, classes)
 

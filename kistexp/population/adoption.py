@@ -50,3 +50,38 @@ def compress(times: np.ndarray, span_s: float, t0: float, t1: float) -> np.ndarr
     if span_s <= 0:
         return np.full(len(times), t0)
     return t0 + np.clip(times / span_s, 0.0, 1.0) * (t1 - t0) * (1 - 1e-9)
+
+
+@attrs.frozen(eq=False)
+class SwitchSchedule:
+    """Simulated switch times of nodes, in time order; ``apply_until`` hands each node its new values
+    through the simulation's ``apply`` as the run reaches its time (``Simulation.advance_to``/``apply``)."""
+
+    times: np.ndarray  # simulated seconds, sorted
+    nodes: np.ndarray  # node ids, same order
+    params: tuple[tuple[str, int], ...]
+    _next: list = attrs.field(factory=lambda: [0], alias="_next")
+
+    @classmethod
+    def build(cls, times_by_node: dict[int, float], params: tuple[tuple[str, int], ...]) -> SwitchSchedule:
+        order = sorted(times_by_node.items(), key=lambda kv: (kv[1], kv[0]))
+        return cls(np.array([t for _, t in order]), np.array([n for n, _ in order], dtype=np.int64), params)
+
+    @property
+    def applied(self) -> int:
+        return self._next[0]
+
+    def apply_until(self, sim, t_s: float) -> None:
+        """Advance ``sim`` to ``t_s``, switching every node whose time is <= t_s on the way."""
+        i = self._next[0]
+        values = dict(self.params)
+        while i < len(self.times) and self.times[i] <= t_s:
+            when = float(self.times[i])
+            j = i
+            while j < len(self.times) and self.times[j] == when:
+                j += 1
+            sim.advance_to(max(when, sim.now_s))
+            sim.apply([int(n) for n in self.nodes[i:j]], values)
+            i = j
+        self._next[0] = i
+        sim.advance_to(max(t_s, sim.now_s))

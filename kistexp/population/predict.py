@@ -39,7 +39,7 @@ from kistexp.errors import PopulationError
 from kistexp.metrics.series import Prediction
 from kistexp.plan.model import UNSET, Plan
 from kistexp.population import costs
-from kistexp.population.adoption import adoption_times, compress
+from kistexp.population.adoption import SwitchSchedule, adoption_times, compress
 from kistexp.population.classes import ClassShares, load_class_shares, load_profiles
 from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
@@ -104,7 +104,8 @@ class PlanPrediction:
     relays_per_network: tuple[int, ...]
     clients_per_network: tuple[int, ...]
     bandwidth_scale: tuple[float, ...]
-    expected_utilisation: tuple[float, ...]
+    expected_utilisation: tuple[float, ...]  # offered, from the drawn paths and rates
+    achieved_utilisation: tuple[float, ...]  # measured in the baseline window
     duration_s: float
     windows_s: tuple[tuple[str, float, float], ...]
     predictions: tuple[Prediction, ...] = attrs.field(repr=False)
@@ -145,6 +146,13 @@ def _relay_metrics(sn: SimNetwork, window, profiles) -> dict[str, np.ndarray]:
         kq.append(float(kern[:, node].mean()) if len(kern) else float("nan"))
     return {"relay_cpu_utilization": np.array(cpu), "relay_rss_bytes": np.array(rss),
             "relay_bandwidth_bytes_per_s": np.array(bw), "relay_kernel_queue_bytes": np.array(kq)}
+
+
+def achieved_utilisation(sn: SimNetwork, window) -> float:
+    """Mean over relays of wire bytes (read + written) per second over twice the NIC rate."""
+    scale = sn.traffic.bandwidth_scale
+    return float(np.mean([window.node_bytes_per_s(n) / (2 * r.capacity * scale)
+                          for n, r in zip(sn.relay_nodes, sn.population.relays, strict=True)]))
 
 
 def _quantile_rows(stage: str, metric: str, relay_class: str, network: int, values: np.ndarray):
@@ -196,7 +204,7 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, traffic: T
     geoip = load_geoip()
     full = load_population(consensus)
     rows: list[Prediction] = []
-    relays_n, clients_n, scales, utils = [], [], [], []
+    relays_n, clients_n, scales, utils, achieved = [], [], [], [], []
     total = len(sim_cfg.seeds) * len(transitions)
     done = 0
     for net_i, seed in enumerate(sim_cfg.seeds):
@@ -229,26 +237,17 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, traffic: T
             is_cache = np.array(["V2Dir" in r.flags for r in pop.relays])
             clients = list(sn.client_nodes) + list(sn.perf_nodes)
             adopt = adoption_times(is_cache, len(clients), seed * 1000 + done)
-            span = adopt.span_s
-            events = sorted([(float(x), n) for x, n in zip(compress(adopt.relays, span, a, b), sn.relay_nodes,
-                                                           strict=True)]
-                            + [(float(x), n) for x, n in zip(compress(adopt.clients, span, a, b), clients,
-                                                             strict=True)])
-            params = dict(t.to_values)
-            i = 0
-            while i < len(events):
-                when = events[i][0]
-                batch = []
-                while i < len(events) and events[i][0] == when:
-                    batch.append(events[i][1])
-                    i += 1
-                sim.advance_to(max(when, sim.now_s))
-                sim.apply(batch, params)
+            when = dict(zip(sn.relay_nodes, compress(adopt.relays, adopt.span_s, a, b).tolist(), strict=True))
+            when.update(zip(clients, compress(adopt.clients, adopt.span_s, a, b).tolist(), strict=True))
+            SwitchSchedule.build(when, t.to_values).apply_until(sim, b)
             sim.advance_to(b)
             step(b / duration)
             sim.advance_to(duration, progress=lambda f: step((b + f * (duration - b)) / duration))
             rows += _window_predictions(sn, sim.window(a, b), f"transition:{t.to_stage}", net_i, profiles, labels)
-            rows += _window_predictions(sn, sim.window(b, duration), t.to_stage, net_i, profiles, labels)
+            stage_window = sim.window(b, duration)
+            rows += _window_predictions(sn, stage_window, t.to_stage, net_i, profiles, labels)
+            if t is transitions[0]:
+                achieved.append(achieved_utilisation(sn, stage_window))
             done += 1
             step(0.0)
     stages = [t.to_stage for t in transitions]
@@ -256,6 +255,7 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, traffic: T
     return PlanPrediction(
         plan=plan.name, stages=tuple(stages), networks=len(sim_cfg.seeds), relays_per_network=tuple(relays_n),
         clients_per_network=tuple(clients_n), bandwidth_scale=tuple(scales), expected_utilisation=tuple(utils),
+        achieved_utilisation=tuple(achieved),
         duration_s=duration, windows_s=(("warm-up", 0.0, w0), ("from", w0, a), ("transition", a, b),
                                         ("stage", b, duration)),
         predictions=tuple(rows), figures=tuple(figures), wall_s=time.perf_counter() - wall0)
