@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from plan_helpers import VALID_PLAN
 from typer.testing import CliRunner
 
 from kistexp.cli import app
@@ -118,38 +119,18 @@ def _tiny_plan(tmp_path, text: str):
     return load_plan(path)
 
 
-SWITCHBACK = """
-[experiment]
-name = "tiny-switchback"
-kind = "switchback"
-owner = "t"
-contact = "t@example.org"
-start = 2030-01-07T12:00:00Z
-tor_versions = ">=0.4.8.2"
-parameters = ["KISTSchedRunInterval"]
-[baseline]
-duration = "1d"
-values = { KISTSchedRunInterval = 3 }
-[switchback]
-treatment = { KISTSchedRunInterval = 2 }
-control = { KISTSchedRunInterval = 3 }
-period = "24h"
-washout = "2h"
-cycles = 2
-[authorities]
-participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]
-[[criteria]]
-metric = "client_ttlb_1mib_s"
-statistic = "median"
-comparison = "relative-increase"
-threshold = 0.1
-min_samples = 10
-on_fail = "hold"
-[simulation]
-population_scale = 0.005
-seeds = [1, 2]
-duration = "16s"
-"""
+def _switchback_text() -> str:
+    """The shared valid plan as a 3 ms / 2 ms switchback with a tiny [simulation] table."""
+    head, _, rest = VALID_PLAN.partition("[[stages]]")
+    _, _, tail = rest.partition("[authorities]")
+    head = head.replace('kind = "staged"', 'kind = "switchback"').replace("= 10 }", "= 3 }")
+    sb = ("[switchback]\ntreatment = { KISTSchedRunInterval = 2 }\ncontrol = { KISTSchedRunInterval = 3 }\n"
+          'period = "24h"\nwashout = "2h"\ncycles = 2\n\n')
+    sim = '\n[simulation]\npopulation_scale = 0.005\nseeds = [1, 2]\nduration = "16s"\n'
+    return head + sb + "[authorities]" + tail + sim
+
+
+SWITCHBACK = _switchback_text()
 
 
 def test_switchback_runs_treatment_and_control(tmp_path):
