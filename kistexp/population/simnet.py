@@ -105,8 +105,12 @@ def _poisson_starts(rng: np.random.Generator, rate: float, t0: float, t1: float)
 def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms: int,
                   traffic: TrafficModel = TrafficModel(), shares: ClassShares | None = None,
                   geoip: GeoIP | None = None, scale: float | None = None,
-                  model: latency.LatencyModel = latency.LatencyModel()) -> SimNetwork:
-    """The simulator network of ``pop`` with every relay starting at ``interval_ms``."""
+                  model: latency.LatencyModel = latency.LatencyModel(),
+                  scheduler: str | None = None) -> SimNetwork:
+    """The simulator network of ``pop`` with every relay starting at ``interval_ms``.
+
+    ``scheduler`` (kist, kistlite, vanilla) puts every relay and client on that scheduler instead of
+    its class's (for scheduler comparisons such as docs/validation.md)."""
     traffic.validate()
     rng = np.random.default_rng(seed)
     shares = shares or load_class_shares()
@@ -118,7 +122,7 @@ def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms:
     for r, cls in zip(pop.relays, classes, strict=True):
         interval = cls.torrc_interval or interval_ms
         relay_nodes.append(net.add_node(NodeConfig(
-            role="relay", scheduler="kist" if cls.scheduler == "KIST" else "kistlite",
+            role="relay", scheduler=scheduler or ("kist" if cls.scheduler == "KIST" else "kistlite"),
             kist_interval_ms=int(interval), kernel_tick_ms=1000.0 / cls.hz,
             nic_rate_bytes_per_s=r.capacity * traffic.bandwidth_scale, tor_version=cls.tor_version,
             torrc_overrides=("KISTSchedRunInterval",) if cls.torrc_interval else (),
@@ -132,11 +136,11 @@ def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms:
     kinds = rng.choice(3, size=n_clients, p=[traffic.web_share, traffic.bulk_share, traffic.interactive_share])
     client_nodes, perf_nodes = [], []
     for i in range(n_clients):
-        client_nodes.append(net.add_node(NodeConfig(role="client", scheduler="kist", kist_interval_ms=2,
+        client_nodes.append(net.add_node(NodeConfig(role="client", scheduler=scheduler or "kist", kist_interval_ms=2,
                                                     nic_rate_bytes_per_s=CLIENT_LINK_BYTES_PER_S),
                                          name=f"c{i}-{('web', 'bulk', 'interactive')[kinds[i]]}"))
     for i in range(traffic.perf_clients):
-        perf_nodes.append(net.add_node(NodeConfig(role="client", scheduler="kist", kist_interval_ms=2,
+        perf_nodes.append(net.add_node(NodeConfig(role="client", scheduler=scheduler or "kist", kist_interval_ms=2,
                                                   nic_rate_bytes_per_s=CLIENT_LINK_BYTES_PER_S),
                                        name=f"perf{i}"))
     all_clients = client_nodes + perf_nodes
