@@ -79,6 +79,11 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "judge compare": (["judge", "compare", "--baseline", plan, "--stage", plan, "--statistic", "median",
                            "--comparison", "relative-increase", "--threshold", "0.1", "--json"], "error"),
         "judge plan": (["judge", "plan", plan, "--dir", str(tmp_path / "exp"), "--json"], "json|error"),
+        "population paths": (["population", "paths", str(microdesc), "--circuits", "200", "--seed", "1",
+                              "--json"], "json"),
+        "population summary": (["population", "summary", str(microdesc), "--scale", "0.01", "--json"], "json"),
+        # a load of 0 is refused before anything runs
+        "simulate": (["simulate", plan, "--load", "0", "--dir", str(tmp_path / "sim"), "--json"], "error"),
     }
 
 

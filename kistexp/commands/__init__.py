@@ -19,6 +19,8 @@ _MODULES = (
     "fidelity",
     "metrics",
     "judge",
+    "population",
+    "simulate",
 )
 
 
