@@ -23,7 +23,7 @@ from kistexp.sim.events import (
     record_delay,
 )
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
-from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kernel
+from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
 
 PREFETCH_AHEAD = 8
 
@@ -284,6 +284,7 @@ def _run_kernel(S):
         g[L.G_NOW] = t
         g[L.G_EVENTS] += 1
         if kind == L.EV_ARRIVAL:
+            rcv_segments(S, a, b, t)
             node = S.ci[L.CI_PEER, a]
             cost = S.ni[L.NI_CELL_CPU_NS, node]
             if cost > 0:
@@ -296,8 +297,12 @@ def _run_kernel(S):
                 ev_push(S, done, L.EV_DELIVER, a, b, c)
             else:
                 on_arrival(S, a, b, c, t)
+                rcv_read(S, a, t)
         elif kind == L.EV_DELIVER:
             on_arrival(S, a, b, c, t)
+            rcv_read(S, a, t)
+        elif kind == L.EV_DELACK:
+            on_delack(S, a, b, t)
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)
         elif kind == L.EV_SCHED:

@@ -287,17 +287,19 @@ def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_m
             transfer_bytes: int = 20 * wl.MIB, streams: int = 1, cc_alg: int | None = None,
             flow_control: str | None = None, kernel_tick_ms: float = 4.0,
             rtt_ms: float = LOOPBACK_LINK.rtt_ms, max_duration_s: float = 60.0, seed: int = 1,
-            progress: Progress | None = None, _runs: _Runs | None = None) -> CircuitResult:
+            nagle: bool = False, progress: Progress | None = None, _runs: _Runs | None = None) -> CircuitResult:
     """One bulk download over client-guard-middle-exit, loopback-like (0.1 ms RTT, 64 KiB mss, no
     NIC limit), split over `streams` streams of the one circuit: every node runs `scheduler`,
     relays at `interval_ms`, the client at `client_interval_ms` (``KISTSchedRunIntervalClient``,
     default: the same). Congestion control is Vegas (``cc_alg=2``) by default, as in tor 0.4.8+
-    (§13.2); ``cc_alg=0`` (or ``flow_control="sendme"``) uses the fixed SENDME windows."""
+    (§13.2); ``cc_alg=0`` (or ``flow_control="sendme"``) uses the fixed SENDME windows. ``nagle``
+    models Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``)."""
     runs = _runs if _runs is not None else _Runs(progress, 1)
     alg = _cc_alg(flow_control, cc_alg)
     scenario = PathScenario(scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_interval_ms,
                             circuits=1, streams=streams, cc_alg=alg, transfer_bytes=transfer_bytes,
-                            kernel_tick_ms=kernel_tick_ms, rtt_ms=rtt_ms, max_duration_s=max_duration_s, seed=seed)
+                            kernel_tick_ms=kernel_tick_ms, rtt_ms=rtt_ms, max_duration_s=max_duration_s, seed=seed,
+                            nagle=nagle)
     fig, res, _topo = _path_run("circuit", scenario, runs)
     ttlb = float(np.nanmax(res.transfer_ttlb_s)) if fig.finished else math.nan
     ttfb = float(np.nanmin(res.transfer_ttfb_s))
@@ -343,7 +345,8 @@ class PathCeilingResult:
 def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
                  circuits: int = 8, transfer_bytes: int = 20 * wl.MIB, cc_alg: int | None = None,
                  flow_control: str | None = None, kernel_tick_ms: float = 4.0, rtt_ms: float = LOOPBACK_LINK.rtt_ms,
-                 max_duration_s: float = 60.0, seed: int = 1, progress: Progress | None = None) -> PathCeilingResult:
+                 max_duration_s: float = 60.0, seed: int = 1, nagle: bool = False,
+                 progress: Progress | None = None) -> PathCeilingResult:
     """The fidelity harness's ``ceiling`` scenario as real tor runs it: `circuits` downloads of
     ``transfer_bytes / circuits`` each, started together over the same client-guard-middle-exit
     path, so they share one channel per hop; Vegas per circuit (§13.2), the client at
@@ -355,7 +358,8 @@ def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_inter
     alg = _cc_alg(flow_control, cc_alg)
     scenario = PathScenario(scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_interval_ms,
                             circuits=circuits, cc_alg=alg, transfer_bytes=transfer_bytes,
-                            kernel_tick_ms=kernel_tick_ms, rtt_ms=rtt_ms, max_duration_s=max_duration_s, seed=seed)
+                            kernel_tick_ms=kernel_tick_ms, rtt_ms=rtt_ms, max_duration_s=max_duration_s, seed=seed,
+                            nagle=nagle)
     fig, res, _topo = _path_run("ceiling-path", scenario, _Runs(progress, 1))
     return PathCeilingResult(
         scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=scenario.client_interval, circuits=circuits,

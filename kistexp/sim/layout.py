@@ -32,6 +32,9 @@ EARLY_WRITE_BYTES = 8 * CELL_SIZE   # §7.3: write at a channel switch when outb
 WRITE_SHARE_BYTES = 32 * CELL_SIZE  # §7.4: at most 16448 B per write call on rate-limited conns
 INT_MAX = 2**31 - 1
 MS = 1_000_000            # ns per ms
+TCP_MSS_DEFAULT = 536     # Linux's first receive-MSS guess (include/net/tcp.h, tcp_initialize_rcv_mss)
+TCP_HEADER_BYTES = 32     # TCP header with the timestamp option, as tcp_measure_rcv_mss counts it
+TLS_CELL_BYTES = 543      # a cell with its TLS framing on the wire (KIST's 514 + 29, §6)
 
 # scheduler kinds (§3)
 SCHED_KIST = 0
@@ -60,6 +63,7 @@ EV_SAMPLE = 6
 EV_INTERVAL = 7     # a = node, b = new interval (ms)
 EV_END = 8
 EV_DELIVER = 9     # as EV_ARRIVAL, once the receiving node's CPU has processed the flight
+EV_DELACK = 10     # a = chan whose data the peer has not acknowledged, b = timer generation
 
 # kernel return status
 RS_DONE = 0
@@ -108,7 +112,11 @@ N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", 
                "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
                "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
                "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED", "CI_KQ_CAP", "CI_KQ_N",
-               "CI_KQ_GROW")
+               "CI_KQ_GROW",
+               # Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
+               "CI_NAGLE", "CI_SND_SML", "CI_RCV_SEQ", "CI_ACK_SEGS", "CI_ACK_BYTES", "CI_RCV_MSS",
+               "CI_LRCV", "CI_PINGPONG", "CI_DELACK_GEN", "CI_DELACK_AT", "CI_DELACK_NS",
+               "CI_ACK_ON_READ", "CI_LSS", "CI_RWND")
 N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
 
 # circuit queues: one circuit's queue of cells toward one chan

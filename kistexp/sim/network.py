@@ -249,6 +249,15 @@ def _build(net: Network, rc: RunConfig):
             cf[L.CF_CWND, c] = link.initial_cwnd
             cf[L.CF_SSTHRESH, c] = 1e18
             cf[L.CF_LOSS_P, c] = link.loss_rate
+            ci[L.CI_NAGLE, c] = 1 if link.nagle else 0
+            if link.nagle:
+                # tcp_bound_to_half_wnd: the sender's mss is at most half the peer's window
+                ci[L.CI_RWND, c] = link.receive_window_bytes
+                ci[L.CI_MSS, c] = min(link.mss, link.receive_window_bytes // 2)
+            ci[L.CI_RCV_MSS, c] = L.TCP_MSS_DEFAULT
+            ci[L.CI_LRCV, c] = -1
+            ci[L.CI_DELACK_AT, c] = -1
+            ci[L.CI_DELACK_NS, c] = int(round(link.delayed_ack_ms * L.MS))
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
     for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL):
         ci[f] = -1

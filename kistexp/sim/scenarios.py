@@ -32,7 +32,7 @@ from kistexp.sim.result import SimResult
 
 CELL_BYTES = 514
 MB = 1e6
-#: The loopback link of the real test network (real-tor.md): tiny RTT, 64 KiB mss.
+#: The loopback link of the real test network (real-tor.md): tiny RTT, 64 KiB mss, no NIC limit.
 LOOPBACK_LINK = LinkConfig(rtt_ms=0.1, mss=LOOPBACK_MSS)
 #: tor's ``cc_alg`` consensus parameter (congestion_control_common.c): 0 = fixed SENDME windows,
 #: 2 = Vegas (the default since 0.4.8.2-alpha).
@@ -58,6 +58,9 @@ class PathScenario:
     rtt_ms: float = LOOPBACK_LINK.rtt_ms
     max_duration_s: float = 60.0
     seed: int = 1
+    nagle: bool = False
+    """Model Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``; tor never
+    sets TCP_NODELAY). Off by default: see docs/simulator.md for what it does to the figures."""
 
     @property
     def client_interval(self) -> int:
@@ -114,7 +117,7 @@ def _node(scheduler: str, interval_ms: int, role: str, tick_ms: float) -> NodeCo
 def build_path(s: PathScenario) -> BuiltScenario:
     """`circuits` x `streams` simultaneous downloads over one client-guard-middle-exit path."""
     s.validate()
-    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=s.rtt_ms)
+    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=s.rtt_ms, nagle=s.nagle)
     link.validate("link")
     tick = s.kernel_tick_ms
     topo = wl.three_hop_path(
