@@ -8,12 +8,19 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kistexp.fidelity import SCENARIOS, Report, parse_cases, run_fidelity
+from kistexp.fidelity import SCENARIOS, Case, Report, parse_cases, run_fidelity
 from kistexp.output import console, emit_json, err_console
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(case: Case) -> str:
+    text = f"{case.interval_ms} ms"
+    if case.client_interval_ms != case.interval_ms:
+        text += f" (client {case.client_interval_ms})"
+    return text
 
 
 def _print_report(report: Report) -> None:
@@ -29,7 +36,7 @@ def _print_report(report: Report) -> None:
         if real and len(real.throughputs_mbytes_per_s) > 1:
             spread = f" ({min(real.throughputs_mbytes_per_s):.1f}-{max(real.throughputs_mbytes_per_s):.1f})"
         table.add_row(
-            row.case.scenario, row.case.scheduler, f"{row.case.interval_ms} ms",
+            row.case.scenario, row.case.scheduler, _interval(row.case),
             (_fmt(real.mean_mbytes_per_s) + spread) if real else "-",
             _fmt(row.sim.mean_mbytes_per_s) if row.sim else "-",
             _fmt(row.ratio),
