@@ -72,49 +72,36 @@ def one_relay(scheduler: str, duration_s: float, seed: int = 1) -> Network:
     return net
 
 
-def network_100(scheduler: str, duration_s: float, seed: int = 2) -> Network:
+def _relay_network(scheduler: str, duration_s: float, seed: int, guards: int, middles: int, exits: int,
+                   clients: int, circuits: int) -> Network:
+    """Relays of three roles, clients, and 3-hop circuits over random guard, middle and exit."""
     rng = np.random.default_rng(seed)
     net = Network()
-    roles = ["guard"] * 30 + ["middle"] * 40 + ["exit"] * 30
+    roles = ["guard"] * guards + ["middle"] * middles + ["exit"] * exits
     relays = [net.add_node(NodeConfig(role=r, scheduler=scheduler, kist_interval_ms=2,
                                       nic_rate_bytes_per_s=float(rng.choice([12.5e6, 50e6, 125e6]))))
               for r in roles]
-    guards, middles, exits = relays[:30], relays[30:70], relays[70:]
-    clients = [net.add_node(NodeConfig(role="client", scheduler=scheduler, kist_interval_ms=2))
-               for _ in range(100)]
-    circuits = []
-    for i in range(1000):
-        path = [clients[i % 100], guards[int(rng.integers(30))], middles[int(rng.integers(40))],
-                exits[int(rng.integers(30))]]
+    g, m, x = relays[:guards], relays[guards:guards + middles], relays[guards + middles:]
+    cs = [net.add_node(NodeConfig(role="client", scheduler=scheduler, kist_interval_ms=2)) for _ in range(clients)]
+    circs = []
+    for i in range(circuits):
+        path = [cs[i % clients], g[int(rng.integers(guards))], m[int(rng.integers(middles))],
+                x[int(rng.integers(exits))]]
         for u, v in zip(path, path[1:], strict=False):
             if net.channel_between(u, v) is None:
                 net.add_channel(u, v, LinkConfig(rtt_ms=float(rng.uniform(5, 120))))
-        circuits.append(net.add_circuit(path, f"c{i % 3}"))
-    _mixed(net, circuits, duration_s, rng)
+        circs.append(net.add_circuit(path, f"c{i % 3}"))
+    _mixed(net, circs, duration_s, rng)
     return net
+
+
+def network_100(scheduler: str, duration_s: float, seed: int = 2) -> Network:
+    return _relay_network(scheduler, duration_s, seed, 30, 40, 30, 100, 1000)
 
 
 def network_1000(scheduler: str, duration_s: float, seed: int = 3) -> Network:
     """1,000 relays (300 guards, 400 middles, 300 exits), 1,000 clients, 50,000 circuits."""
-    rng = np.random.default_rng(seed)
-    net = Network()
-    roles = ["guard"] * 300 + ["middle"] * 400 + ["exit"] * 300
-    relays = [net.add_node(NodeConfig(role=r, scheduler=scheduler, kist_interval_ms=2,
-                                      nic_rate_bytes_per_s=float(rng.choice([12.5e6, 50e6, 125e6]))))
-              for r in roles]
-    guards, middles, exits = relays[:300], relays[300:700], relays[700:]
-    clients = [net.add_node(NodeConfig(role="client", scheduler=scheduler, kist_interval_ms=2))
-               for _ in range(1000)]
-    circuits = []
-    for i in range(50_000):
-        path = [clients[i % 1000], guards[int(rng.integers(300))], middles[int(rng.integers(400))],
-                exits[int(rng.integers(300))]]
-        for u, v in zip(path, path[1:], strict=False):
-            if net.channel_between(u, v) is None:
-                net.add_channel(u, v, LinkConfig(rtt_ms=float(rng.uniform(5, 120))))
-        circuits.append(net.add_circuit(path, f"c{i % 3}"))
-    _mixed(net, circuits, duration_s, rng)
-    return net
+    return _relay_network(scheduler, duration_s, seed, 300, 400, 300, 1000, 50_000)
 
 
 CASES = {"a": one_relay, "b": network_100, "c": network_1000}
