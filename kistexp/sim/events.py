@@ -18,7 +18,7 @@ from numba.extending import intrinsic
 from kistexp.sim import layout as L
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def ev_push(S, t, kind, a, b, c):
     g = S.g
     seq = g[L.G_SEQ]
@@ -56,12 +56,12 @@ def ev_push(S, t, kind, a, b, c):
 
 
 @njit(cache=True)
-def ev_push_entry(S, t, kind, a, b, c):
-    """``ev_push`` called from Python (compiled with the runtime, see ``run_kernel``)."""
-    ev_push(S, t, kind, a, b, c)
+def ev_push_entry(D, t, kind, a, b, c):
+    """``ev_push`` called from Python (``D`` as for ``engine.run_kernel``)."""
+    ev_push(L.state_from(D), t, kind, a, b, c)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def ev_pop(S):
     """Remove the root; its fields are copied to column ``cap - 1`` (kept free for this)."""
     ev = S.ev
@@ -96,7 +96,7 @@ def ev_pop(S):
             ev[i, f] = ev[n, f]
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def ev_next(S):
     """Remove the next event; returns the array and row holding its fields (-1 row: none left)."""
     g = S.g
@@ -114,7 +114,7 @@ def ev_next(S):
     return S.ev, S.ev.shape[0] - 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def ev_peek_time(S):
     """Time of the next event, or -1 when there is none."""
     if S.g[L.G_NQ_N] > 0:
@@ -145,7 +145,7 @@ def prefetch_row(typingctx, arr, row):
     return types.none(arr, row), codegen
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cell_list_push(S, rows, head_f, tail_f, i, k):
     """Append cell ``k`` to the FIFO whose head and tail are ``rows[head_f, i]``, ``rows[tail_f, i]``
     (a circuit queue in ``S.qi`` or an outbuf in ``S.ci``), linked through the cells' KI_NEXT."""
@@ -158,7 +158,7 @@ def cell_list_push(S, rows, head_f, tail_f, i, k):
     rows[tail_f, i] = k
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cell_list_pop(S, rows, head_f, tail_f, i):
     """Take the head cell of that FIFO (it must not be empty); the new head is ``rows[head_f, i]``."""
     k = rows[head_f, i]
@@ -169,7 +169,7 @@ def cell_list_pop(S, rows, head_f, tail_f, i):
     return k
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cell_alloc(S):
     """Take the most recently freed cell.  Free cells are a stack of ids (``S.free``), not a list
     threaded through the pool: finding the next free cell must not wait for a cold cache line."""
@@ -181,7 +181,7 @@ def cell_alloc(S):
     return k
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cell_free(S, k):
     g = S.g
     n = g[L.G_NFREE]
@@ -189,7 +189,7 @@ def cell_free(S, k):
     g[L.G_NFREE] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def rng_uniform(S):
     """64-bit LCG (Knuth's MMIX constants), top 52 bits: deterministic per seed."""
     x = S.g[L.G_RNG] * 6364136223846793005 + 1442695040888963407
@@ -197,7 +197,7 @@ def rng_uniform(S):
     return ((x >> 12) & ((1 << 52) - 1)) / float(1 << 52)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def hist_bin(delay_ns):
     if delay_ns < 1000:
         return 0
@@ -207,7 +207,7 @@ def hist_bin(delay_ns):
     return b
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def record_delay(S, which, cq, delay_ns):
     """Per-cell delay sample: ``which`` 0 = circuit queue (application), 1 = kernel socket."""
     cls = S.qi[L.QI_CLASS, cq]
@@ -233,7 +233,7 @@ def record_delay(S, which, cq, delay_ns):
         S.g[L.G_RAW_N] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def trace_chan(S, c, t):
     """Record (time, outbuf bytes, kernel-unsent bytes, kernel-unacked bytes) of the traced chan."""
     if c != S.g[L.G_TRACE_CHAN]:

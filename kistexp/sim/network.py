@@ -507,7 +507,7 @@ def _grow_kq(S):
 def _seed_events(S, meta) -> None:
     from kistexp.sim.events import ev_push_entry as ev_push
 
-    ref = L.StateRef(*S)
+    ref = L.descriptor(S)
     if S.tr_order.shape[0]:
         tr = int(S.tr_order[0])
         S.g[L.G_NEXT_TR] = 1

@@ -21,7 +21,7 @@ MAX_FLUSH_CELLS = 1000
 FLUSH_CLAMP = 256
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vanilla_run(S, node, t):
     nreadd = 0
     moved = 0
@@ -57,7 +57,7 @@ def vanilla_run(S, node, t):
     return moved
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vanilla_schedule(S, node, t, after_run):
     if S.ni[L.NI_HEAP_N, node] == 0:
         return
@@ -71,7 +71,7 @@ def vanilla_schedule(S, node, t, after_run):
     ev_push(S, fire, L.EV_SCHED, node, gen, 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vanilla_on_new_consensus(S, node, interval_ms):
     """Vanilla's ``scheduler_t`` has no ``on_new_consensus``: no parameter changes how it runs.  The
     KIST interval is still the node's (``kist_scheduler_run_interval`` reads the consensus whenever
