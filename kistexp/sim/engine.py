@@ -319,8 +319,7 @@ def _run_kernel(S):
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)
         elif kind == L.EV_SCHED:
-            if b == S.ni[L.NI_TIMER_GEN, a]:
-                run_scheduler(S, a, t)
+            run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
             on_write_ready(S, a, t)
         elif kind == L.EV_RESUME:

@@ -2,8 +2,11 @@
 
 Events are ordered by (time, sequence number): events at the same time run in the order they
 were scheduled, which is how "later in the same libevent pass" is modelled (§5.2, §9).  Events
-for the current instant go to a FIFO ring (``S.nq``) instead of the heap; ``ev_next`` merges the
-two by (time, sequence), so the order is exactly that of a single heap.
+for the current instant go to a FIFO ring (``S.nq``) instead of the heap.  Each node's scheduler
+event is one slot (``timer_arm``: tor's ``scheduler_ev_add`` reschedules its one event, it never
+adds a second), kept in a small heap of nodes (``S.tq``) keyed by the slot's (time, sequence);
+re-arming moves the slot.  ``ev_next`` merges the three by (time, sequence), so the order is
+exactly that of a single heap.
 """
 
 from __future__ import annotations
@@ -96,32 +99,120 @@ def ev_pop(S):
             ev[i, f] = ev[n, f]
 
 
+@njit(cache=True, inline="always")
+def _timer_before(S, a, b):
+    """Node ``a``'s slot comes before node ``b``'s: (time, sequence) order."""
+    ta = S.ni[L.NI_TIMER_AT, a]
+    tb = S.ni[L.NI_TIMER_AT, b]
+    return ta < tb or (ta == tb and S.ni[L.NI_TIMER_SEQ, a] < S.ni[L.NI_TIMER_SEQ, b])
+
+
+@njit(cache=True)
+def _timer_sift(S, i):
+    """Restore the heap order of ``S.tq`` around position ``i`` (its key moved either way)."""
+    tq = S.tq
+    n = S.g[L.G_TQ_N]
+    node = tq[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        if not _timer_before(S, node, tq[p]):
+            break
+        tq[i] = tq[p]
+        S.ni[L.NI_TQ_IDX, tq[i]] = i
+        i = p
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _timer_before(S, tq[c + 1], tq[c]):
+            c += 1
+        if not _timer_before(S, tq[c], node):
+            break
+        tq[i] = tq[c]
+        S.ni[L.NI_TQ_IDX, tq[i]] = i
+        i = c
+    tq[i] = node
+    S.ni[L.NI_TQ_IDX, node] = i
+
+
+@njit(cache=True)
+def timer_arm(S, node, t):
+    """Schedule ``node``'s scheduler event at ``t``, replacing an armed one (``scheduler_ev_add``)."""
+    g = S.g
+    S.ni[L.NI_TIMER_AT, node] = t
+    S.ni[L.NI_TIMER_SEQ, node] = g[L.G_SEQ]
+    g[L.G_SEQ] += 1
+    i = S.ni[L.NI_TQ_IDX, node]
+    if i < 0:
+        i = g[L.G_TQ_N]
+        g[L.G_TQ_N] = i + 1
+        S.tq[i] = node
+    _timer_sift(S, i)
+
+
+@njit(cache=True, inline="always")
+def _timer_pop(S):
+    """Take the earliest slot out of ``S.tq``; returns its node."""
+    tq = S.tq
+    node = tq[0]
+    S.ni[L.NI_TQ_IDX, node] = -1
+    n = S.g[L.G_TQ_N] - 1
+    S.g[L.G_TQ_N] = n
+    if n > 0:
+        tq[0] = tq[n]
+        _timer_sift(S, 0)
+    return node
+
+
+@njit(cache=True, inline="always")
+def _before(t, seq, arr, row):
+    return t < arr[row, L.E_T] or (t == arr[row, L.E_T] and seq < arr[row, L.E_SEQ])
+
+
 @njit(cache=True)
 def ev_next(S):
     """Remove the next event; returns the array and row holding its fields (-1 row: none left)."""
     g = S.g
+    ev = S.ev
+    scratch = ev.shape[0] - 1
+    if g[L.G_TQ_N] > 0:
+        node = S.tq[0]
+        t = S.ni[L.NI_TIMER_AT, node]
+        seq = S.ni[L.NI_TIMER_SEQ, node]
+        if ((g[L.G_NQ_N] == 0 or _before(t, seq, S.nq, g[L.G_NQ_HEAD]))
+                and (g[L.G_EVN] == 0 or _before(t, seq, ev, 0))):
+            _timer_pop(S)
+            ev[scratch, L.E_T] = t
+            ev[scratch, L.E_SEQ] = seq
+            ev[scratch, L.E_KIND] = L.EV_SCHED
+            ev[scratch, L.E_A] = node
+            return ev, scratch
     if g[L.G_NQ_N] > 0:
         h = g[L.G_NQ_HEAD]
         nq = S.nq
-        if g[L.G_EVN] == 0 or nq[h, L.E_T] < S.ev[0, L.E_T] or (
-                nq[h, L.E_T] == S.ev[0, L.E_T] and nq[h, L.E_SEQ] < S.ev[0, L.E_SEQ]):
+        if g[L.G_EVN] == 0 or _before(nq[h, L.E_T], nq[h, L.E_SEQ], ev, 0):
             g[L.G_NQ_HEAD] = (h + 1) % nq.shape[0]
             g[L.G_NQ_N] -= 1
             return nq, h
     if g[L.G_EVN] == 0:
-        return S.ev, -1
+        return ev, -1
     ev_pop(S)
-    return S.ev, S.ev.shape[0] - 1
+    return ev, scratch
 
 
 @njit(cache=True)
 def ev_peek_time(S):
     """Time of the next event, or -1 when there is none."""
+    t = -1
     if S.g[L.G_NQ_N] > 0:
-        return S.nq[S.g[L.G_NQ_HEAD], L.E_T]
-    if S.g[L.G_EVN] > 0:
-        return S.ev[0, L.E_T]
-    return -1
+        t = S.nq[S.g[L.G_NQ_HEAD], L.E_T]
+    elif S.g[L.G_EVN] > 0:
+        t = S.ev[0, L.E_T]
+    if S.g[L.G_TQ_N] > 0:
+        tt = S.ni[L.NI_TIMER_AT, S.tq[0]]
+        if t < 0 or tt < t:
+            t = tt
+    return t
 
 
 @intrinsic

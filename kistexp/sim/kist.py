@@ -22,7 +22,7 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_pop, pend_push
 from kistexp.sim.channel import flush_cells
-from kistexp.sim.events import ev_push
+from kistexp.sim.events import timer_arm
 from kistexp.sim.kistlite import kistlite_limit
 from kistexp.sim.tcp import write_to_kernel
 
@@ -148,8 +148,6 @@ def kist_schedule(S, node, t, after_run):
     diff = max(1, _ceil_ms(t + p - S.ni[L.NI_LAST_RUN, node]))
     if after_run:
         diff = 1
-    gen = S.ni[L.NI_TIMER_GEN, node] + 1
-    S.ni[L.NI_TIMER_GEN, node] = gen
     if diff >= interval:
         fire = t + p  # event_active: later in this pass
     else:
@@ -162,8 +160,7 @@ def kist_schedule(S, node, t, after_run):
         fire = t + p + x
         while (fire // j) * j < deadline:
             fire += deadline - (fire // j) * j
-    S.ni[L.NI_TIMER_AT, node] = fire
-    ev_push(S, fire, L.EV_SCHED, node, gen, 0)
+    timer_arm(S, node, fire)
 
 
 @njit(cache=True)

@@ -54,7 +54,7 @@ K_SENDME_CIRC = 1
 K_SENDME_STREAM = 2
 
 # event kinds
-EV_SCHED = 0        # a = node, b = timer generation
+EV_SCHED = 0        # a = node (the node's timer slot, S.tq: never in the event heap)
 EV_ARRIVAL = 1      # a = chan, b = end seq, c = time the flight left the NIC
 EV_ACK = 2          # a = chan, b = segments, c = bytes (negative: the flight had a loss)
 EV_WRITE = 3        # a = chan: write-ready callback (outbuf -> kernel)
@@ -85,7 +85,7 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
               "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N",
-              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1")
+              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -97,12 +97,12 @@ N_PF = _fields("PF_EWMA_F", "PF_LN_F")
 
 # nodes (NI_PEAK_APP/KERN/TOTAL and NI_WPEAK_APP/KERN/TOTAL must stay consecutive: tcp._track_peaks)
 N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEAP_BASE", "NI_HEAP_N",
-               "NI_TIMER_GEN", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
+               "NI_TIMER_SEQ", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
                "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
                "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
                "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS",
-               "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL")
+               "NI_TQ_IDX", "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL")
 N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC", "NF_LN_F")
 
 # congestion-control parameters (consensus values a node holds, ``S.ncc[node]``; copied to the
@@ -204,6 +204,7 @@ FIELDS = (
     ("ncc", np.int64, 2),
     ("dcc", np.int64, 2),
     ("ser_hist", np.int64, 4),
+    ("tq", np.int64, 1),
 )
 
 State = namedtuple("State", [name for name, _, _ in FIELDS])
@@ -308,4 +309,5 @@ def state_from(D):
     S.ncc = _v2(D, 36, np.int64)
     S.dcc = _v2(D, 37, np.int64)
     S.ser_hist = _v4(D, 38, np.int64)
+    S.tq = _v1(D, 39, np.int64)
     return S

@@ -14,7 +14,7 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_pop, pend_push
 from kistexp.sim.channel import flush_cells
-from kistexp.sim.events import ev_push
+from kistexp.sim.events import timer_arm
 from kistexp.sim.kistlite import cells_writeable
 
 MAX_FLUSH_CELLS = 1000
@@ -64,11 +64,8 @@ def vanilla_schedule(S, node, t, after_run):
     armed = S.ni[L.NI_TIMER_AT, node]
     if 0 <= armed and armed <= t and not after_run:
         return  # already active in this pass
-    gen = S.ni[L.NI_TIMER_GEN, node] + 1
-    S.ni[L.NI_TIMER_GEN, node] = gen
     fire = S.ni[L.NI_LAST_RUN, node] if after_run else t  # the end of this pass
-    S.ni[L.NI_TIMER_AT, node] = fire
-    ev_push(S, fire, L.EV_SCHED, node, gen, 0)
+    timer_arm(S, node, fire)
 
 
 @njit(cache=True)
