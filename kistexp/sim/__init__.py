@@ -99,7 +99,8 @@ Result (``kistexp.sim.result.SimResult``)::
         (the first cell_delays_max samples)
     trace [4, n]: time ns, outbuf, kernel unsent, kernel unacked bytes of RunConfig.trace_chan
     circuit_max_inflight_cells [circuit, dir] (max DATA cells not yet acknowledged by a SENDME);
-    circuit_final_cwnd_cells; chan_final_cwnd; chan_losses; cells_scheduled; events;
+    circuit_final_cwnd_cells, circuit_final_bdp_cells [circuit, dir] (Vegas cwnd and BDP estimate);
+    chan_final_cwnd; chan_losses; cells_scheduled; events;
     queue_cap_exceeded; wall_s
     to_dict()   (keys carry units)
 
