@@ -48,7 +48,7 @@ def flush_cells(S, c, n, t):
             prefetch_row(S.cells, nxt)  # the queue's next head, read at its next flush
         left = S.qi[L.QI_N, q] - 1
         S.qi[L.QI_N, q] = left
-        record_delay(S, 0, q, t - S.cells[k, L.KI_T_ENQ])
+        record_delay(S, 0, q, t - S.cells[k].t_enq)
         cell_list_push(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c, k)  # append to the outbuf
         S.ci[L.CI_OB_BYTES, c] += L.CELL_SIZE
         ewma_notify_xmit(S, c, q, t)

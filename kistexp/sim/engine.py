@@ -32,8 +32,8 @@ PREFETCH_AHEAD = 8
 @njit(cache=True)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
-    S.cells[k, L.KI_CQ] = q
-    S.cells[k, L.KI_T_ENQ] = t
+    S.cells[k].cq = q
+    S.cells[k].t_enq = t
     cell_list_push(S, S.qi, L.QI_HEAD, L.QI_TAIL, q, k)
     n = S.qi[L.QI_N, q] + 1
     S.qi[L.QI_N, q] = n
@@ -109,8 +109,8 @@ def package(S, cd, t):
         if fc.stream_window(S, s) <= 0:
             continue  # back in the ready list when its stream SENDME arrives
         k = cell_alloc(S)
-        S.cells[k, L.KI_KIND] = L.K_DATA
-        S.cells[k, L.KI_STREAM] = s
+        S.cells[k].kind = L.K_DATA
+        S.cells[k].stream = s
         fc.on_package(S, cd, s, t)
         S.si[s, L.SI_TOPKG] -= 1
         _originate(S, cd, node)
@@ -129,8 +129,8 @@ def package(S, cd, t):
 def _send_sendme(S, cd, kind, s, node, t):
     """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
     k = cell_alloc(S)
-    S.cells[k, L.KI_KIND] = kind
-    S.cells[k, L.KI_STREAM] = s
+    S.cells[k].kind = kind
+    S.cells[k].stream = s
     _originate(S, cd ^ 1, node)
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
 
@@ -139,8 +139,8 @@ def _send_sendme(S, cd, kind, s, node, t):
 def deliver_edge(S, k, q, node, t):
     """A cell reached the end of its path."""
     cd = S.qi[L.QI_CD, q]
-    kind = S.cells[k, L.KI_KIND]
-    s = S.cells[k, L.KI_STREAM]
+    kind = S.cells[k].kind
+    s = S.cells[k].stream
     if S.di[L.DI_DIR, cd] == 1:
         S.ni[L.NI_CRYPTO, node] += S.di[L.DI_HOPS, cd]
     else:
@@ -206,8 +206,8 @@ def on_arrival(S, c, upto, leave, t):
             if j >= cap:
                 j -= cap
             prefetch_row(S.cells, S.kq[base + j])
-        q = S.cells[k, L.KI_CQ]
-        record_delay(S, 1, q, leave - S.cells[k, L.KI_T_KERN])
+        q = S.cells[k].cq
+        record_delay(S, 1, q, leave - S.cells[k].t_kern)
         nq = S.qi[L.QI_NEXTQ, q]
         if nq >= 0:
             S.ni[L.NI_CRYPTO, node] += 1

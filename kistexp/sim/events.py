@@ -217,15 +217,15 @@ def ev_peek_time(S):
 
 @intrinsic
 def prefetch_row(typingctx, arr, row):
-    """Hint the CPU to load row ``row`` of the C-contiguous 2-D int64 array ``arr`` (llvm.prefetch)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 2 and isinstance(row, types.Integer)):
+    """Hint the CPU to load element ``row`` of the C-contiguous array ``arr`` (llvm.prefetch)."""
+    if not (isinstance(arr, types.Array) and isinstance(row, types.Integer)):
         return None
 
     def codegen(context, builder, sig, args):
         ary = context.make_array(sig.args[0])(context, builder, args[0])
         zero = ir.Constant(cgutils.intp_t, 0)
         row = context.cast(builder, args[1], sig.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [row, zero])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [row] + [zero] * (sig.args[0].ndim - 1))
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
@@ -239,13 +239,13 @@ def prefetch_row(typingctx, arr, row):
 @njit(cache=True, inline="always")
 def cell_list_push(S, rows, head_f, tail_f, i, k):
     """Append cell ``k`` to the FIFO whose head and tail are ``rows[head_f, i]``, ``rows[tail_f, i]``
-    (a circuit queue in ``S.qi`` or an outbuf in ``S.ci``), linked through the cells' KI_NEXT."""
-    S.cells[k, L.KI_NEXT] = -1
+    (a circuit queue in ``S.qi`` or an outbuf in ``S.ci``), linked through the cells' ``next``."""
+    S.cells[k].next = -1
     tail = rows[tail_f, i]
     if tail < 0:
         rows[head_f, i] = k
     else:
-        S.cells[tail, L.KI_NEXT] = k
+        S.cells[tail].next = k
     rows[tail_f, i] = k
 
 
@@ -253,7 +253,7 @@ def cell_list_push(S, rows, head_f, tail_f, i, k):
 def cell_list_pop(S, rows, head_f, tail_f, i):
     """Take the head cell of that FIFO (it must not be empty); the new head is ``rows[head_f, i]``."""
     k = rows[head_f, i]
-    nxt = S.cells[k, L.KI_NEXT]
+    nxt = S.cells[k].next
     rows[head_f, i] = nxt
     if nxt < 0:
         rows[tail_f, i] = -1
@@ -268,7 +268,7 @@ def cell_alloc(S):
     n = g[L.G_NFREE] - 1
     g[L.G_NFREE] = n
     k = S.free[n]
-    S.cells[k, L.KI_NEXT] = -1
+    S.cells[k].next = -1
     return k
 
 

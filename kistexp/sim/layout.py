@@ -1,11 +1,11 @@
 """Struct-of-arrays layout of the simulation state shared by the compiled modules.
 
-Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; cells, events and
-streams are ``[entity, field]`` so that one cell's, event's or stream's fields share a cache
-line: there are many of them and they are touched at random); the constants below name the
-fields.  Times are int64 nanoseconds.  The whole state is one :class:`State` namedtuple so the
-compiled kernel can be stopped and resumed (to grow the cell pool, the event heap or the
-kernel-queue rings) without losing anything.
+Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; events and streams are
+``[entity, field]`` so that one event's or stream's fields share a cache line: there are many of
+them and they are touched at random); the constants below name the fields.  Cells are one record
+array (``CELL_DTYPE``, 32 bytes a cell).  Times are int64 nanoseconds.  The whole state is one
+:class:`State` namedtuple so the compiled kernel can be stopped and resumed (to grow the cell
+pool, the event heap or the kernel-queue rings) without losing anything.
 
 The arrays belong to the Python-side :class:`State` (numpy arrays).  The compiled code sees them
 through one :class:`StateRefType` structref (numba's documented ``numba.experimental.structref``),
@@ -143,9 +143,12 @@ N_SI = _fields("SI_CD", "SI_TOPKG", "SI_TOTAL", "SI_DELIVERED", "SI_PKG_WIN", "S
 # transfers
 N_TI = _fields("TI_CIRC", "TI_START", "TI_TTFB", "TI_TTLB", "TI_REQ_DONE")
 
-# cells (pool; one row per cell)
-# (8 fields of 8 bytes: with a 64-byte aligned pool, one cell is exactly one cache line)
-N_KI = _fields("KI_NEXT", "KI_CQ", "KI_KIND", "KI_STREAM", "KI_T_ENQ", "KI_T_KERN", "KI_SPARE1", "KI_SPARE2")
+# cells (pool): one 32-byte record per cell, so that a 32-byte aligned pool keeps each cell in one
+# half of a cache line: next cell in its FIFO, circuit queue, kind, stream, and the times it
+# entered the circuit queue and the kernel
+CELL_DTYPE = np.dtype([("next", np.int32), ("cq", np.int32), ("kind", np.int32), ("stream", np.int32),
+                       ("t_enq", np.int64), ("t_kern", np.int64)], align=True)
+assert CELL_DTYPE.itemsize == 32
 
 # events (heap; one row per event)
 N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
@@ -180,7 +183,7 @@ FIELDS = (
     ("si", np.int64, 2),
     ("ti", np.int64, 2),
     ("tr_order", np.int64, 1),
-    ("cells", np.int64, 2),
+    ("cells", CELL_DTYPE, 1),
     ("ev", np.int64, 2),
     ("pend_heap", np.int64, 1),
     ("cmux_heap", np.int64, 1),
@@ -285,7 +288,7 @@ def state_from(D):
     S.si = _v2(D, 12, np.int64)
     S.ti = _v2(D, 13, np.int64)
     S.tr_order = _v1(D, 14, np.int64)
-    S.cells = _v2(D, 15, np.int64)
+    S.cells = _v1(D, 15, CELL_DTYPE)
     S.ev = _v2(D, 16, np.int64)
     S.pend_heap = _v1(D, 17, np.int64)
     S.cmux_heap = _v1(D, 18, np.int64)

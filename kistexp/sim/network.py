@@ -189,11 +189,12 @@ class Network:
                                      f"[{KIST_INTERVAL_MIN_MS}, {KIST_INTERVAL_MAX_MS}]")
 
 
-def _aligned_zeros(rows: int, cols: int) -> np.ndarray:
-    """A zeroed int64 ``[rows, cols]`` array starting on a 64-byte (cache-line) boundary."""
-    buf = np.zeros(rows * cols + 8, np.int64)
-    skip = (-buf.ctypes.data % 64) // 8
-    return buf[skip:skip + rows * cols].reshape(rows, cols)
+def _cell_pool(n: int) -> np.ndarray:
+    """A zeroed pool of ``n`` cells starting on a 32-byte boundary (no cell straddles a cache line)."""
+    size = L.CELL_DTYPE.itemsize
+    buf = np.zeros((n + 1) * size, np.uint8)
+    skip = -buf.ctypes.data % size
+    return buf[skip:skip + n * size].view(L.CELL_DTYPE)
 
 
 def _cells(nbytes: np.ndarray) -> np.ndarray:
@@ -406,7 +407,7 @@ def _build(net: Network, rc: RunConfig):
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
     # what the run-time arrays will take, checked before allocating them
-    planned = 4 * cell_cap + 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
+    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 8 * (2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
@@ -427,7 +428,7 @@ def _build(net: Network, rc: RunConfig):
     if rc.trace_chan >= n_chan:
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
-    cells = _aligned_zeros(cell_cap, L.N_KI)  # one row per cell: its fields share a cache line
+    cells = _cell_pool(cell_cap)
     g[L.G_NFREE] = cell_cap  # S.free: the stack of free cell ids, cell 0 on top
     g[L.G_KQ_END] = kq_len
 
@@ -476,7 +477,7 @@ def _check_memory(S, rc: RunConfig, when: str) -> None:
 def _grow_cells(S):
     old = S.cells
     cap = old.shape[0]
-    new = _aligned_zeros(2 * cap, L.N_KI)
+    new = _cell_pool(2 * cap)
     new[:cap] = old
     nfree = int(S.g[L.G_NFREE])
     free = np.empty(2 * cap, np.int32)

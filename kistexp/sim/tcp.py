@@ -173,8 +173,8 @@ def write_to_kernel(S, c, t):
     while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
         k = cell_list_pop(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c)
         S.ci[L.CI_WRITE_SEQ, c] += L.CELL_SIZE
-        S.cells[k, L.KI_T_KERN] = t
-        S.cells[k, L.KI_NEXT] = -1
+        S.cells[k].t_kern = t
+        S.cells[k].next = -1
         kq_push(S, c, k)
         ob -= L.CELL_SIZE
         room -= L.CELL_SIZE
