@@ -60,27 +60,27 @@ def _originate(S, cd, node):
 
 @njit(cache=True, inline="always")
 def _ready_add(S, cd, s):
-    if S.si[s, L.SI_INREADY] == 1:
+    if S.si[s].inready == 1:
         return
-    S.si[s, L.SI_INREADY] = 1
-    S.si[s, L.SI_NEXT] = -1
+    S.si[s].inready = 1
+    S.si[s].next = -1
     tail = S.di[L.DI_READY_TAIL, cd]
     if tail < 0:
         S.di[L.DI_READY_HEAD, cd] = s
     else:
-        S.si[tail, L.SI_NEXT] = s
+        S.si[tail].next = s
     S.di[L.DI_READY_TAIL, cd] = s
 
 
 @njit(cache=True, inline="always")
 def _ready_pop(S, cd):
     s = S.di[L.DI_READY_HEAD, cd]
-    nxt = S.si[s, L.SI_NEXT]
+    nxt = S.si[s].next
     S.di[L.DI_READY_HEAD, cd] = nxt
     if nxt < 0:
         S.di[L.DI_READY_TAIL, cd] = -1
-    S.si[s, L.SI_INREADY] = 0
-    S.si[s, L.SI_NEXT] = -1
+    S.si[s].inready = 0
+    S.si[s].next = -1
     return s
 
 
@@ -112,14 +112,14 @@ def package(S, cd, t):
         S.cells[k].kind = L.K_DATA
         S.cells[k].stream = s
         fc.on_package(S, cd, s, t)
-        S.si[s, L.SI_TOPKG] -= 1
+        S.si[s].topkg -= 1
         _originate(S, cd, node)
         S.di[L.DI_PACKAGED, cd] += 1
         unacked = fc.unacked(S, cd)
         if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
             S.di[L.DI_MAX_INFLIGHT, cd] = unacked
         append_cell(S, q, k, t)
-        if S.si[s, L.SI_TOPKG] > 0:
+        if S.si[s].topkg > 0:
             _ready_add(S, cd, s)
     if S.qi[L.QI_N, q] >= high:
         S.di[L.DI_BLOCKED, cd] = 1
@@ -148,11 +148,11 @@ def deliver_edge(S, k, q, node, t):
     S.ni[L.NI_DIGESTS, node] += 1
     if kind == L.K_DATA:
         S.di[L.DI_DELIVERED, cd] += 1
-        d = S.si[s, L.SI_DELIVERED] + 1
-        S.si[s, L.SI_DELIVERED] = d
-        tr = S.si[s, L.SI_TR]
+        d = S.si[s].delivered + 1
+        S.si[s].delivered = d
+        tr = s >> 1  # streams 2 tr and 2 tr + 1 are transfer tr's request and response
         if S.di[L.DI_DIR, cd] == 0:
-            if d == S.si[s, L.SI_TOTAL]:
+            if d == S.si[s].total:
                 S.ti[L.TI_REQ_DONE, tr] = t
                 rcd = cd ^ 1
                 _ready_add(S, rcd, s ^ 1)
@@ -160,7 +160,7 @@ def deliver_edge(S, k, q, node, t):
         else:
             if d == 1:
                 S.ti[L.TI_TTFB, tr] = t
-            if d == S.si[s, L.SI_TOTAL]:
+            if d == S.si[s].total:
                 S.ti[L.TI_TTLB, tr] = t
         emit = fc.on_deliver(S, cd, s)
         if emit & fc.EMIT_CIRC:
@@ -171,7 +171,7 @@ def deliver_edge(S, k, q, node, t):
         # a SENDME travelling in direction cd acknowledges data of the opposite direction
         dcd = cd ^ 1
         fc.on_sendme(S, dcd, kind, s, t)
-        if kind == L.K_SENDME_STREAM and S.si[s, L.SI_TOPKG] > 0:
+        if kind == L.K_SENDME_STREAM and S.si[s].topkg > 0:
             _ready_add(S, dcd, s)
         _resume(S, dcd, t)
 
@@ -235,7 +235,7 @@ def on_write_ready(S, c, t):
 @njit(cache=True)
 def _start_transfer(S, tr, t):
     s = 2 * tr
-    cd = S.si[s, L.SI_CD]
+    cd = S.si[s].cd
     if S.di[L.DI_BUILT, cd] == 0:
         fc.circuit_build(S, cd // 2)
     _ready_add(S, cd, s)

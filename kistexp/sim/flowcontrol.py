@@ -50,8 +50,8 @@ def unacked(S, cd):
 
 @njit(cache=True, inline="always")
 def stream_window(S, s):
-    if S.di[L.DI_FC, S.si[s, L.SI_CD]] == FC_SENDME:
-        return S.si[s, L.SI_PKG_WIN]
+    if S.di[L.DI_FC, S.si[s].cd] == FC_SENDME:
+        return S.si[s].pkg_win
     return 1 << 40
 
 
@@ -60,7 +60,7 @@ def on_package(S, cd, s, t):
     """A DATA cell was packaged at the source edge."""
     if S.di[L.DI_FC, cd] == FC_SENDME:
         S.di[L.DI_PKG_WIN, cd] -= 1
-        S.si[s, L.SI_PKG_WIN] -= 1
+        S.si[s].pkg_win -= 1
     else:
         infl = S.di[L.DI_INFLIGHT, cd]
         if (infl + 1) % S.dcc[cd, L.C_SENDME_INC] == 0:
@@ -82,11 +82,11 @@ def on_deliver(S, cd, s):
             w += S.pi[L.P_CIRC_INC]
             emit |= EMIT_CIRC
         S.di[L.DI_DELIV_WIN, cd] = w
-        sw = S.si[s, L.SI_DELIV_WIN] - 1
+        sw = S.si[s].deliv_win - 1
         if sw <= S.pi[L.P_STREAM_WINDOW] - S.pi[L.P_STREAM_INC]:
             sw += S.pi[L.P_STREAM_INC]
             emit |= EMIT_STREAM
-        S.si[s, L.SI_DELIV_WIN] = sw
+        S.si[s].deliv_win = sw
     else:
         r = S.di[L.DI_RECV, cd] + 1
         if r >= S.dcc[cd, L.C_SENDME_INC]:
@@ -104,7 +104,7 @@ def on_sendme(S, cd, kind, s, t):
         if kind == L.K_SENDME_CIRC:
             S.di[L.DI_PKG_WIN, cd] += S.pi[L.P_CIRC_INC]
         else:
-            S.si[s, L.SI_PKG_WIN] += S.pi[L.P_STREAM_INC]
+            S.si[s].pkg_win += S.pi[L.P_STREAM_INC]
     else:
         vegas_process_sendme(S, cd, t)
 

@@ -1,9 +1,9 @@
 """Struct-of-arrays layout of the simulation state shared by the compiled modules.
 
-Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; events and streams are
-``[entity, field]`` so that one event's or stream's fields share a cache line: there are many of
-them and they are touched at random); the constants below name the fields.  Cells are one record
-array (``CELL_DTYPE``, 32 bytes a cell).  Times are int64 nanoseconds.  The whole state is one
+Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; events are
+``[entity, field]`` so that one event's fields share a cache line: there are many of
+them and they are touched at random); the constants below name the fields.  Cells and streams are
+record arrays (``CELL_DTYPE``, ``STREAM_DTYPE``, 32 bytes each).  Times are int64 nanoseconds.  The whole state is one
 :class:`State` namedtuple so the compiled kernel can be stopped and resumed (to grow the cell
 pool, the event heap or the kernel-queue rings) without losing anything.
 
@@ -136,9 +136,12 @@ N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", 
                "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED", "DI_FC", "DI_BUILT")
 N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
 
-# streams (s = 2 * transfer + dir)
-N_SI = _fields("SI_CD", "SI_TOPKG", "SI_TOTAL", "SI_DELIVERED", "SI_PKG_WIN", "SI_DELIV_WIN",
-               "SI_NEXT", "SI_INREADY", "SI_TR")
+# streams (s = 2 * transfer + dir: the request, then the response), one 32-byte record each: its
+# circuit-direction, cells still to package, cells in all, cells delivered, package and deliver
+# windows, next stream in the circuit-direction's ready list, whether it is in that list
+STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int32), ("delivered", np.int32),
+                         ("pkg_win", np.int32), ("deliv_win", np.int32), ("next", np.int32),
+                         ("inready", np.int32)], align=True)
 
 # transfers
 N_TI = _fields("TI_CIRC", "TI_START", "TI_TTFB", "TI_TTLB", "TI_REQ_DONE")
@@ -180,7 +183,7 @@ FIELDS = (
     ("di", np.int64, 2),
     ("df", np.float64, 2),
     ("ts", np.int64, 2),
-    ("si", np.int64, 2),
+    ("si", STREAM_DTYPE, 1),
     ("ti", np.int64, 2),
     ("tr_order", np.int64, 1),
     ("cells", CELL_DTYPE, 1),
@@ -285,7 +288,7 @@ def state_from(D):
     S.di = _v2(D, 9, np.int64)
     S.df = _v2(D, 10, np.float64)
     S.ts = _v2(D, 11, np.int64)
-    S.si = _v2(D, 12, np.int64)
+    S.si = _v1(D, 12, STREAM_DTYPE)
     S.ti = _v2(D, 13, np.int64)
     S.tr_order = _v1(D, 14, np.int64)
     S.cells = _v1(D, 15, CELL_DTYPE)

@@ -367,16 +367,18 @@ def _build(net: Network, rc: RunConfig):
     ti[L.TI_TTFB] = -1
     ti[L.TI_TTLB] = -1
     ti[L.TI_REQ_DONE] = -1
-    si = np.zeros((2 * n_tr, L.N_SI), np.int64)  # one row per stream
-    si[0::2, L.SI_CD] = 2 * t_circ
-    si[1::2, L.SI_CD] = 2 * t_circ + 1
-    si[0::2, L.SI_TOTAL] = _cells(t_req)
-    si[1::2, L.SI_TOTAL] = _cells(t_resp)
-    si[:, L.SI_TOPKG] = si[:, L.SI_TOTAL]
-    si[:, L.SI_PKG_WIN] = fcc.stream_window
-    si[:, L.SI_DELIV_WIN] = fcc.stream_window
-    si[:, L.SI_NEXT] = -1
-    si[:, L.SI_TR] = np.arange(2 * n_tr) // 2
+    if n_tr and max(int(t_req.max()), int(t_resp.max())) > L.INT_MAX * L.RELAY_PAYLOAD:
+        raise SimConfigError(f"transfer: at most {L.INT_MAX * L.RELAY_PAYLOAD} bytes a direction "
+                             f"({L.INT_MAX} cells), got {max(int(t_req.max()), int(t_resp.max()))}")
+    si = np.zeros(2 * n_tr, L.STREAM_DTYPE)  # one record per stream
+    si["cd"][0::2] = 2 * t_circ
+    si["cd"][1::2] = 2 * t_circ + 1
+    si["total"][0::2] = _cells(t_req)
+    si["total"][1::2] = _cells(t_resp)
+    si["topkg"] = si["total"]
+    si["pkg_win"] = fcc.stream_window
+    si["deliv_win"] = fcc.stream_window
+    si["next"] = -1
     tr_order = np.argsort(ti[L.TI_START], kind="stable").astype(np.int64)
 
     pi = np.zeros(L.N_PI, np.int64)
@@ -403,7 +405,7 @@ def _build(net: Network, rc: RunConfig):
     cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
     ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
     # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
-    est_cells = int(min(n_cd * fcc.cellq_high, (si[:, L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
+    est_cells = int(min(n_cd * fcc.cellq_high, (int(si["total"].sum(dtype=np.int64)) if n_tr else 0) + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
     # what the run-time arrays will take, checked before allocating them
