@@ -22,17 +22,18 @@ from kistexp.sim.events import (
     prefetch_row,
     record_delay,
 )
+from kistexp.sim.kist import kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
 
 PREFETCH_AHEAD = 8
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
-    S.cells[k, L.KI_CQ] = q
-    S.cells[k, L.KI_T_ENQ] = t
+    S.cells[k].cq = q
+    S.cells[k].t_enq = t
     cell_list_push(S, S.qi, L.QI_HEAD, L.QI_TAIL, q, k)
     n = S.qi[L.QI_N, q] + 1
     S.qi[L.QI_N, q] = n
@@ -47,7 +48,7 @@ def append_cell(S, q, k, t):
     has_waiting_cells(S, c, t)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _originate(S, cd, node):
     """Crypto work of a relay cell originated at an edge: all layers at the client, one at the exit."""
     if S.di[L.DI_DIR, cd] == 0:
@@ -57,40 +58,40 @@ def _originate(S, cd, node):
     S.ni[L.NI_DIGESTS, node] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ready_add(S, cd, s):
-    if S.si[s, L.SI_INREADY] == 1:
+    if S.si[s].inready == 1:
         return
-    S.si[s, L.SI_INREADY] = 1
-    S.si[s, L.SI_NEXT] = -1
+    S.si[s].inready = 1
+    S.si[s].next = -1
     tail = S.di[L.DI_READY_TAIL, cd]
     if tail < 0:
         S.di[L.DI_READY_HEAD, cd] = s
     else:
-        S.si[tail, L.SI_NEXT] = s
+        S.si[tail].next = s
     S.di[L.DI_READY_TAIL, cd] = s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ready_pop(S, cd):
     s = S.di[L.DI_READY_HEAD, cd]
-    nxt = S.si[s, L.SI_NEXT]
+    nxt = S.si[s].next
     S.di[L.DI_READY_HEAD, cd] = nxt
     if nxt < 0:
         S.di[L.DI_READY_TAIL, cd] = -1
-    S.si[s, L.SI_INREADY] = 0
-    S.si[s, L.SI_NEXT] = -1
+    S.si[s].inready = 0
+    S.si[s].next = -1
     return s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _resume(S, cd, t):
     if S.di[L.DI_RESUME_EV, cd] == 0:
         S.di[L.DI_RESUME_EV, cd] = 1
         ev_push(S, t, L.EV_RESUME, cd, 0, 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def package(S, cd, t):
     """Edge packaging (§4): at most min(window, cellq_high - queue) cells, round-robin over streams."""
     if S.di[L.DI_BLOCKED, cd] == 1:
@@ -108,38 +109,38 @@ def package(S, cd, t):
         if fc.stream_window(S, s) <= 0:
             continue  # back in the ready list when its stream SENDME arrives
         k = cell_alloc(S)
-        S.cells[k, L.KI_KIND] = L.K_DATA
-        S.cells[k, L.KI_STREAM] = s
+        S.cells[k].kind = L.K_DATA
+        S.cells[k].stream = s
         fc.on_package(S, cd, s, t)
-        S.si[s, L.SI_TOPKG] -= 1
+        S.si[s].topkg -= 1
         _originate(S, cd, node)
         S.di[L.DI_PACKAGED, cd] += 1
         unacked = fc.unacked(S, cd)
         if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
             S.di[L.DI_MAX_INFLIGHT, cd] = unacked
         append_cell(S, q, k, t)
-        if S.si[s, L.SI_TOPKG] > 0:
+        if S.si[s].topkg > 0:
             _ready_add(S, cd, s)
     if S.qi[L.QI_N, q] >= high:
         S.di[L.DI_BLOCKED, cd] = 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _send_sendme(S, cd, kind, s, node, t):
     """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
     k = cell_alloc(S)
-    S.cells[k, L.KI_KIND] = kind
-    S.cells[k, L.KI_STREAM] = s
+    S.cells[k].kind = kind
+    S.cells[k].stream = s
     _originate(S, cd ^ 1, node)
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def deliver_edge(S, k, q, node, t):
     """A cell reached the end of its path."""
     cd = S.qi[L.QI_CD, q]
-    kind = S.cells[k, L.KI_KIND]
-    s = S.cells[k, L.KI_STREAM]
+    kind = S.cells[k].kind
+    s = S.cells[k].stream
     if S.di[L.DI_DIR, cd] == 1:
         S.ni[L.NI_CRYPTO, node] += S.di[L.DI_HOPS, cd]
     else:
@@ -147,11 +148,11 @@ def deliver_edge(S, k, q, node, t):
     S.ni[L.NI_DIGESTS, node] += 1
     if kind == L.K_DATA:
         S.di[L.DI_DELIVERED, cd] += 1
-        d = S.si[s, L.SI_DELIVERED] + 1
-        S.si[s, L.SI_DELIVERED] = d
-        tr = S.si[s, L.SI_TR]
+        d = S.si[s].delivered + 1
+        S.si[s].delivered = d
+        tr = s >> 1  # streams 2 tr and 2 tr + 1 are transfer tr's request and response
         if S.di[L.DI_DIR, cd] == 0:
-            if d == S.si[s, L.SI_TOTAL]:
+            if d == S.si[s].total:
                 S.ti[L.TI_REQ_DONE, tr] = t
                 rcd = cd ^ 1
                 _ready_add(S, rcd, s ^ 1)
@@ -159,7 +160,7 @@ def deliver_edge(S, k, q, node, t):
         else:
             if d == 1:
                 S.ti[L.TI_TTFB, tr] = t
-            if d == S.si[s, L.SI_TOTAL]:
+            if d == S.si[s].total:
                 S.ti[L.TI_TTLB, tr] = t
         emit = fc.on_deliver(S, cd, s)
         if emit & fc.EMIT_CIRC:
@@ -170,12 +171,12 @@ def deliver_edge(S, k, q, node, t):
         # a SENDME travelling in direction cd acknowledges data of the opposite direction
         dcd = cd ^ 1
         fc.on_sendme(S, dcd, kind, s, t)
-        if kind == L.K_SENDME_STREAM and S.si[s, L.SI_TOPKG] > 0:
+        if kind == L.K_SENDME_STREAM and S.si[s].topkg > 0:
             _ready_add(S, dcd, s)
         _resume(S, dcd, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_arrival(S, c, upto, leave, t):
     """A flight reached the peer: hand every complete cell to the relay layer (§4 steps 1-2)."""
     node = S.ci[L.CI_PEER, c]
@@ -205,8 +206,8 @@ def on_arrival(S, c, upto, leave, t):
             if j >= cap:
                 j -= cap
             prefetch_row(S.cells, S.kq[base + j])
-        q = S.cells[k, L.KI_CQ]
-        record_delay(S, 1, q, leave - S.cells[k, L.KI_T_KERN])
+        q = S.cells[k].cq
+        record_delay(S, 1, q, leave - S.cells[k].t_kern)
         nq = S.qi[L.QI_NEXTQ, q]
         if nq >= 0:
             S.ni[L.NI_CRYPTO, node] += 1
@@ -223,7 +224,7 @@ def on_arrival(S, c, upto, leave, t):
     S.ni[L.NI_CELLS_RECV, node] += n
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_write_ready(S, c, t):
     """The connection's write event: one write call; below orconn_low, ``wants_writes`` (§2, §9)."""
     S.ci[L.CI_WRITE_EV, c] = 0
@@ -231,15 +232,27 @@ def on_write_ready(S, c, t):
         wants_writes(S, c, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _start_transfer(S, tr, t):
     s = 2 * tr
-    cd = S.si[s, L.SI_CD]
+    cd = S.si[s].cd
+    if S.di[L.DI_BUILT, cd] == 0:
+        fc.circuit_build(S, cd // 2)
     _ready_add(S, cd, s)
     package(S, cd, t)
 
 
-@njit(cache=True, _nrt=False)
+#: (series, node field) pairs sampled into ``S.ser_node`` (the peaks since the previous sample last)
+SAMPLED_NODE_FIELDS = (
+    (L.NS_RUNS, L.NI_RUNS), (L.NS_SYSCALLS, L.NI_SYSCALLS), (L.NS_CELLS_SENT, L.NI_CELLS_SENT),
+    (L.NS_WRITES, L.NI_WRITES), (L.NS_APP_BYTES, L.NI_APP_BYTES), (L.NS_KERN_BYTES, L.NI_KERN_BYTES),
+    (L.NS_CELLS_RECV, L.NI_CELLS_RECV), (L.NS_CRYPTO, L.NI_CRYPTO), (L.NS_DIGESTS, L.NI_DIGESTS),
+    (L.NS_BYTES_WRITTEN, L.NI_BYTES_WRITTEN), (L.NS_PEAK_APP, L.NI_WPEAK_APP),
+    (L.NS_PEAK_KERN, L.NI_WPEAK_KERN), (L.NS_PEAK_TOTAL, L.NI_WPEAK_TOTAL),
+)
+
+
+@njit(cache=True)
 def _sample(S):
     i = S.g[L.G_SAMPLE]
     if i >= S.ser_chan.shape[0]:
@@ -247,22 +260,27 @@ def _sample(S):
     for c in range(S.ci.shape[1]):
         S.ser_chan[i, c] = S.ci[L.CI_BYTES_SENT, c]
     for n in range(S.ni.shape[1]):
-        S.ser_node[L.NS_RUNS, i, n] = S.ni[L.NI_RUNS, n]
-        S.ser_node[L.NS_SYSCALLS, i, n] = S.ni[L.NI_SYSCALLS, n]
-        S.ser_node[L.NS_CELLS_SENT, i, n] = S.ni[L.NI_CELLS_SENT, n]
-        S.ser_node[L.NS_WRITES, i, n] = S.ni[L.NI_WRITES, n]
-        S.ser_node[L.NS_APP_BYTES, i, n] = S.ni[L.NI_APP_BYTES, n]
-        S.ser_node[L.NS_KERN_BYTES, i, n] = S.ni[L.NI_KERN_BYTES, n]
+        for f, src in SAMPLED_NODE_FIELDS:
+            S.ser_node[f, i, n] = S.ni[src, n]
+        # the peaks since the previous sample; the next interval starts from the present level
+        for j in range(3):
+            S.ni[L.NI_WPEAK_APP + j, n] = 0
+        _track_peaks(S, n)
+    h = S.hist
+    for k in range(h.shape[0]):
+        for lbl in range(h.shape[1]):
+            for b in range(h.shape[2]):
+                S.ser_hist[i, k, lbl, b] = h[k, lbl, b]
     S.g[L.G_SAMPLE] = i + 1
 
 
 @njit(cache=True)
-def run_kernel(S):
-    """Entry from Python, compiled with the runtime so the argument's reference is released."""
-    return _run_kernel(S)
+def run_kernel(D):
+    """Entry from Python: ``D`` is ``layout.descriptor(S)`` of the caller's state."""
+    return _run_kernel(L.state_from(D))
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _run_kernel(S):
     g = S.g
     while True:
@@ -306,8 +324,7 @@ def _run_kernel(S):
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)
         elif kind == L.EV_SCHED:
-            if b == S.ni[L.NI_TIMER_GEN, a]:
-                run_scheduler(S, a, t)
+            run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
             on_write_ready(S, a, t)
         elif kind == L.EV_RESUME:
@@ -326,7 +343,7 @@ def _run_kernel(S):
                 ev_push(S, t + g[L.G_SAMPLE_NS], L.EV_SAMPLE, 0, 0, 0)
         elif kind == L.EV_INTERVAL:
             # §5.1: the new interval is read at the next schedule(); an armed timer keeps its deadline
-            S.ni[L.NI_INTERVAL_MS, a] = b
+            kist_on_new_consensus(S, a, b)
             i = g[L.G_NEXT_CHG]
             g[L.G_NEXT_CHG] = i + 1
             if i + 1 < S.chg.shape[1]:

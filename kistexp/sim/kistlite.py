@@ -1,7 +1,8 @@
 """KISTLite (§8): KIST without kernel syscalls; its per-channel limit comes from the outbuf room.
 
 The run loop, timer, outbuf policy and EWMA priority are KIST's (``kist.py`` runs it with the
-lite flag); only the limit differs, computed here.
+lite flag); only the limit differs, computed here.  So does its consensus hook: tor's KISTLite is
+the KIST scheduler object in lite mode (§3), whose ``on_new_consensus`` is ``kist.kist_on_new_consensus``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from numba import njit
 from kistexp.sim import layout as L
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cells_writeable(outbuf):
     """``channel_tls_num_cells_writeable_method``, including its unsigned wrap (§6).
 
@@ -25,7 +26,7 @@ def cells_writeable(outbuf):
     return L.INT_MAX
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kistlite_limit(S, c):
     """§6 fallback limit: cells_writeable * (514 + 29) bytes for this run."""
     return cells_writeable(S.ci[L.CI_OB_BYTES, c]) * L.KIST_CELL_COST

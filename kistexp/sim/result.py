@@ -65,6 +65,14 @@ def hist_percentile_ns(counts: np.ndarray, q: float) -> float:
     return float(lo * (hi / lo) ** inside)
 
 
+def label_hist(delay_hist: np.ndarray, labels: tuple[str, ...], kind: str, label: str | None) -> np.ndarray:
+    """One delay kind's histogram ([kind, label, bin] counts) for a label, or summed over labels."""
+    h = delay_hist[DELAY_KINDS[kind]]
+    if label is None:
+        return h.sum(axis=0)
+    return h[labels.index(label)] if label in labels else np.zeros(h.shape[1], np.int64)
+
+
 @attrs.frozen(eq=False)
 class SimResult:
     duration_s: float
@@ -88,6 +96,7 @@ class SimResult:
     circuit_delay_count: np.ndarray             # [kind, circuit]
     circuit_max_inflight_cells: np.ndarray      # [circuit, dir]: max DATA cells packaged, not yet SENDME-acked
     circuit_final_cwnd_cells: np.ndarray        # [circuit, dir]: Vegas cwnd at the end
+    circuit_final_bdp_cells: np.ndarray         # [circuit, dir]: Vegas' BDP estimate at the end (§13.2 step 3)
     transfer_circuit: np.ndarray
     transfer_start_s: np.ndarray
     transfer_request_bytes: np.ndarray
@@ -140,6 +149,7 @@ class SimResult:
             circuit_delay_count=S.circ_sum[[L.CS_APP_N, L.CS_KERN_N]].copy(),
             circuit_max_inflight_cells=S.di[L.DI_MAX_INFLIGHT].reshape(-1, 2).copy(),
             circuit_final_cwnd_cells=S.di[L.DI_CWND].reshape(-1, 2).copy(),
+            circuit_final_bdp_cells=S.df[L.DF_BDP].reshape(-1, 2).copy(),
             transfer_circuit=meta["t_circ"], transfer_start_s=start,
             transfer_request_bytes=meta["t_req"], transfer_response_bytes=meta["t_resp"],
             transfer_ttfb_s=rel(L.TI_TTFB), transfer_ttlb_s=rel(L.TI_TTLB),
@@ -160,10 +170,7 @@ class SimResult:
         return {k: int(v[i]) for k, v in self.node_counters.items()}
 
     def delay_hist_for(self, kind: str = "app", label: str | None = None) -> np.ndarray:
-        h = self.delay_hist[DELAY_KINDS[kind]]
-        if label is None:
-            return h.sum(axis=0)
-        return h[self.labels.index(label)] if label in self.labels else np.zeros(h.shape[1], np.int64)
+        return label_hist(self.delay_hist, self.labels, kind, label)
 
     def delay_percentile_ms(self, kind: str = "app", q: float = 50.0, label: str | None = None) -> float:
         """Percentile of per-hop cell delays: ``kind`` "app" (circuit queue) or "kernel" (socket)."""

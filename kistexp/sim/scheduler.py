@@ -16,11 +16,24 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_push
 from kistexp.sim.channel import push_armed_writes
-from kistexp.sim.kist import kist_run, kist_schedule
-from kistexp.sim.vanilla import vanilla_run, vanilla_schedule
+from kistexp.sim.kist import kist_on_new_consensus, kist_on_new_options, kist_run, kist_schedule
+from kistexp.sim.vanilla import vanilla_on_new_consensus, vanilla_run, vanilla_schedule
+
+SCHED_KIND = {"kist": L.SCHED_KIST, "kistlite": L.SCHED_KISTLITE, "vanilla": L.SCHED_VANILLA}
 
 
-@njit(cache=True, _nrt=False)
+def select_scheduler(schedulers: tuple[str, ...], kist_interval_ms: int) -> int:
+    """``select_scheduler`` (§3): the first usable entry of the node's ``Schedulers`` list.  KIST is
+    usable only while the run interval is > 0 (``scheduler_can_use_kist``); KISTLite and Vanilla
+    always are."""
+    for name in schedulers:
+        if name == "kist" and kist_interval_ms <= 0:
+            continue
+        return SCHED_KIND[name]
+    return -1
+
+
+@njit(cache=True)
 def schedule(S, node, t, after_run):
     if S.ni[L.NI_SCHED, node] == L.SCHED_VANILLA:
         vanilla_schedule(S, node, t, after_run)
@@ -28,7 +41,7 @@ def schedule(S, node, t, after_run):
         kist_schedule(S, node, t, after_run)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def has_waiting_cells(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_FOR_CELLS:
@@ -40,7 +53,7 @@ def has_waiting_cells(S, c, t):
         S.ci[L.CI_STATE, c] = L.ST_WAITING_TO_WRITE
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def wants_writes(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_TO_WRITE:
@@ -52,7 +65,7 @@ def wants_writes(S, c, t):
         S.ci[L.CI_STATE, c] = L.ST_WAITING_FOR_CELLS
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def run_scheduler(S, node, t):
     """The scheduler event callback: ``run()`` then ``schedule()`` (§2)."""
     S.ni[L.NI_TIMER_AT, node] = -1
@@ -83,3 +96,23 @@ def run_scheduler(S, node, t):
         wants_writes(S, c, t)
     S.g[L.G_WW_N] = 0
     schedule(S, node, t, True)
+
+
+@njit(cache=True)
+def notify_networkstatus_changed(D, node, kind, interval_ms):
+    """``scheduler_notify_networkstatus_changed``: ``set_scheduler()`` (``kind``, chosen by
+    ``select_scheduler``), then the running scheduler's ``on_new_consensus``.  Switching keeps the
+    pending channels and an armed run event (scheduler.c owns both, §3); the next run is the new
+    scheduler's.  (Called from Python: ``D`` as for ``engine.run_kernel``.)"""
+    S = L.state_from(D)
+    S.ni[L.NI_SCHED, node] = kind
+    if kind == L.SCHED_VANILLA:
+        vanilla_on_new_consensus(S, node, interval_ms)
+    else:
+        kist_on_new_consensus(S, node, interval_ms)
+
+
+@njit(cache=True)
+def notify_new_options(D, node, sock_buf_factor):
+    """``scheduler_conf_changed`` with the KIST options (``on_new_options``)."""
+    kist_on_new_options(L.state_from(D), node, sock_buf_factor)

@@ -44,24 +44,25 @@ RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kernel_room(S, c):
     return S.ci[L.CI_SNDBUF, c] - (S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_UNA, c])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _track_peaks(S, node):
+    """Raise the node's peaks of queued bytes (application, kernel, both): over the run
+    (``NI_PEAK_*``) and since the last sample (``NI_WPEAK_*``, for window measurements)."""
     app = S.ni[L.NI_APP_BYTES, node]
     kern = S.ni[L.NI_KERN_BYTES, node]
-    if app > S.ni[L.NI_PEAK_APP, node]:
-        S.ni[L.NI_PEAK_APP, node] = app
-    if kern > S.ni[L.NI_PEAK_KERN, node]:
-        S.ni[L.NI_PEAK_KERN, node] = kern
-    if app + kern > S.ni[L.NI_PEAK_TOTAL, node]:
-        S.ni[L.NI_PEAK_TOTAL, node] = app + kern
+    for j, v in enumerate((app, kern, app + kern)):
+        if v > S.ni[L.NI_PEAK_APP + j, node]:
+            S.ni[L.NI_PEAK_APP + j, node] = v
+        if v > S.ni[L.NI_WPEAK_APP + j, node]:
+            S.ni[L.NI_WPEAK_APP + j, node] = v
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_push(S, c, k):
     """Append cell ``k`` to chan ``c``'s kernel queue (the caller keeps room, see ``kq_check_room``)."""
     n = S.ci[L.CI_KQ_N, c]
@@ -73,13 +74,13 @@ def kq_push(S, c, k):
     S.ci[L.CI_KQ_N, c] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_room_needed(S, c):
     """Free slots a kernel queue must have before an event: one event writes at most a send buffer."""
     return S.ci[L.CI_SNDBUF, c] // L.CELL_SIZE + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_check_room(S, c):
     """List chan ``c`` for ``kq_grow_listed`` when its ring could overflow in the next event."""
     if (S.ci[L.CI_KQ_CAP, c] - S.ci[L.CI_KQ_N, c] < kq_room_needed(S, c)
@@ -90,7 +91,7 @@ def kq_check_room(S, c):
         S.g[L.G_KQGROW_N] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kq_grow_listed(S):
     """Move each listed ring to a larger segment at the end of ``S.kq``; False when it is full.
 
@@ -122,7 +123,7 @@ def kq_grow_listed(S):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def tcp_send(S, c, t):
     """Send what cwnd allows of the not-yet-sent bytes as one flight."""
     notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
@@ -204,7 +205,7 @@ def tcp_send(S, c, t):
         _ack(S, r, arr - S.ci[L.CI_OWD_NS, r])
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _ack(S, c, t):
     """The receiver of chan ``c``'s data acknowledges everything it has, at time ``t``."""
     ev_push(S, t + S.ci[L.CI_OWD_NS, c], L.EV_ACK, c, S.ci[L.CI_ACK_SEGS, c], S.ci[L.CI_ACK_BYTES, c])
@@ -215,7 +216,7 @@ def _ack(S, c, t):
     S.ci[L.CI_ACK_ON_READ, c] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def rcv_segments(S, c, upto, t):
     """A flight of chan ``c`` reached the peer's kernel: decide when it is acknowledged."""
     nbytes = upto - S.ci[L.CI_RCV_SEQ, c]
@@ -240,7 +241,7 @@ def rcv_segments(S, c, upto, t):
         ev_push(S, t + ato, L.EV_DELACK, c, S.ci[L.CI_DELACK_GEN, c], 0)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _measure_rcv_mss(S, c, nbytes, mss):
     """tcp_measure_rcv_mss (net/ipv4/tcp_input.c) over a flight: full segments raise ``rcv_mss``
     to the mss; a shorter one raises it to its length if at least ``rcv_mss``, and two equal
@@ -263,7 +264,7 @@ def _measure_rcv_mss(S, c, nbytes, mss):
             S.ci[L.CI_RCV_MSS, c] = seg
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def rcv_read(S, c, t):
     """The receiving process has read chan ``c``'s data (tcp_cleanup_rbuf): it acknowledges a pushed
     segment unless in pingpong mode, and always when the read reopens at least half the window
@@ -275,7 +276,7 @@ def rcv_read(S, c, t):
         _ack(S, c, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_delack(S, c, gen, t):
     """tcp_delack_timer_handler: acknowledge, and leave pingpong mode."""
     if gen != S.ci[L.CI_DELACK_GEN, c]:
@@ -286,7 +287,7 @@ def on_delack(S, c, gen, t):
         _ack(S, c, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def write_to_kernel(S, c, t):
     """One write call (``connection_handle_write``): outbuf -> kernel, whole cells.
 
@@ -305,8 +306,8 @@ def write_to_kernel(S, c, t):
     while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
         k = cell_list_pop(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c)
         S.ci[L.CI_WRITE_SEQ, c] += L.CELL_SIZE
-        S.cells[k, L.KI_T_KERN] = t
-        S.cells[k, L.KI_NEXT] = -1
+        S.cells[k].t_kern = t
+        S.cells[k].next = -1
         kq_push(S, c, k)
         ob -= L.CELL_SIZE
         room -= L.CELL_SIZE
@@ -327,7 +328,7 @@ def write_to_kernel(S, c, t):
     return ob < L.ORCONN_LOW
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_ack(S, c, t, segs, nbytes):
     """An ACK for one flight: free the send buffer, grow or cut cwnd, send more, wake the writer."""
     lost = nbytes < 0
