@@ -396,6 +396,7 @@ class RealTor:
         self._progress = progress or (lambda _msg: None)
         self.net: LocalNetwork | None = None
         self._server: BulkServer | None = None
+        self._cc_alg = 2  # tor's default; the fidelity network's authorities vote no cc_alg
 
     def __enter__(self) -> RealTor:
         try:
@@ -451,7 +452,7 @@ class RealTor:
         congestion control per new circuit from its consensus (congestion_control_enabled(),
         congestion_control_common.c), the exit accepts it by its own."""
         assert self.net is not None
-        if getattr(self, "_cc_alg", 2) == cc_alg:
+        if self._cc_alg == cc_alg:
             return
         self._progress(f"voting cc_alg={cc_alg} and waiting for every node's consensus")
         for auth in self.net.authorities:
