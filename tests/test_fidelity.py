@@ -4,8 +4,6 @@ and the CLI (issue 4 point 7)."""
 from __future__ import annotations
 
 import json
-import sys
-import types
 
 import pytest
 from typer.testing import CliRunner
@@ -32,51 +30,88 @@ def test_parse_cases() -> None:
         parse_cases("circuit", "kist", " , ")
 
 
+def test_default_cases_cover_issue_8s_scenarios() -> None:
+    """KIST and KISTLite with 1, 2, 4 and 8 circuits, 4 streams, client at 10 ms with relays at
+    2 ms, cc_alg=0; Vanilla only where it ran before (circuit, ceiling)."""
+    cases = parse_cases()
+    labels = {c.label for c in cases}
+    for sched in ("kist", "kistlite"):
+        for scen in ("circuit", "circuits-2", "circuits-4", "ceiling", "streams-4", "cc-off"):
+            assert {f"{scen}/{sched}/2ms", f"{scen}/{sched}/10ms"} <= labels
+        assert f"client-10ms/{sched}/2ms" in labels and f"client-10ms/{sched}/10ms" not in labels
+    assert {c.scenario for c in cases if c.scheduler == "vanilla"} == {"circuit", "ceiling"}
+    assert len(cases) == 30
+    (c10,) = [c for c in cases if c.label == "client-10ms/kist/2ms"]
+    assert c10.interval_ms == 2 and c10.client_interval_ms == 10
+    assert Case("cc-off", "kist", 10).spec.cc_alg == 0
+    assert Case("ceiling", "kist", 10).spec.circuits == 8
+    assert Case("streams-4", "kist", 10).spec.streams == 4
+    # the cc_alg=0 cases come last, so the real side changes the consensus once
+    assert [c.scenario for c in cases][-4:] == ["cc-off"] * 4
+
+
 @pytest.fixture
-def fake_experiments(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    """Stand-in for kistexp.sim.experiments with the declared signature; records its calls."""
-    calls: list[dict] = []
-    mod = types.ModuleType("kistexp.sim.experiments")
+def recorded_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """The real registry builds every network; only the engine run is replaced by a stand-in
+    that records what was built and returns figures derived from it."""
+    from kistexp.sim import scenarios
 
-    def circuit(scheduler: str, interval_ms: int, client_interval_ms: int, seed: int, transfer_bytes: int) -> dict:
-        calls.append(dict(scenario="circuit", scheduler=scheduler, interval_ms=interval_ms,
-                          client_interval_ms=client_interval_ms, seed=seed, transfer_bytes=transfer_bytes))
-        return {"throughput_mbytes_per_s": 30.0 / interval_ms + seed / 100}
+    calls: list[tuple] = []
 
-    def ceiling_path(scheduler: str, interval_ms: int, circuits: int, seed: int,
-                     transfer_bytes: int) -> types.SimpleNamespace:
-        calls.append(dict(scenario="ceiling", circuits=circuits, seed=seed, transfer_bytes=transfer_bytes))
-        return types.SimpleNamespace(throughput_mbytes_per_s=32896 / (interval_ms + 2) / 1000, run_period_ms=12.0)
+    def fake_run(name: str, scenario: scenarios.PathScenario, run=None):
+        built = scenarios.get(name).build(scenario)  # the real builder, with the real arguments
+        calls.append((name, scenario, built))
+        figures = scenarios.PathFigures(
+            throughput_mbytes_per_s=30.0 / scenario.interval_ms + scenario.seed / 100, elapsed_s=1.0,
+            finished=True, run_period_ms=12.0, cells_per_run_median=64.0)
+        return figures, None
 
-    def ceiling(**kwargs: object) -> None:
-        raise AssertionError("the single-relay ceiling is not the real scenario's counterpart")
-
-    mod.circuit, mod.ceiling_path, mod.ceiling = circuit, ceiling_path, ceiling
-    monkeypatch.setitem(sys.modules, "kistexp.sim.experiments", mod)
-    import kistexp.sim
-
-    monkeypatch.setattr(kistexp.sim, "experiments", mod, raising=False)
+    monkeypatch.setattr(scenarios, "run_scenario", fake_run)
     return calls
 
 
-def test_simulator_adapter_passes_declared_arguments(fake_experiments: list[dict]) -> None:
+def test_simulator_adapter_builds_the_registry_scenario(recorded_runs: list[tuple]) -> None:
     side = simulate(Case("circuit", "kist", 10), seed=2, size_bytes=5_000_000)
-    assert side.throughputs_mbytes_per_s == (3.02,)
-    assert fake_experiments[-1] == dict(scenario="circuit", scheduler="kist", interval_ms=10,
-                                        client_interval_ms=10, seed=2, transfer_bytes=5_000_000)
-    side = simulate(Case("ceiling", "kistlite", 10), seed=1, size_bytes=8_000_000)
-    assert fake_experiments[-1] == dict(scenario="ceiling", circuits=8, seed=1, transfer_bytes=8_000_000)
-    assert side.run_period_ms == 12.0 and side.mean_mbytes_per_s == pytest.approx(2.741, abs=1e-3)
+    assert side.throughputs_mbytes_per_s == (3.02,) and side.run_period_ms == 12.0
+    name, s, built = recorded_runs[-1]
+    assert name == "circuit" and (s.scheduler, s.interval_ms, s.client_interval, s.seed) == ("kist", 10, 10, 2)
+    assert built.payload_bytes == 5_000_000 and built.run_config.flow_control.kind == "vegas"
+    simulate(Case("ceiling", "kistlite", 10), seed=1, size_bytes=8_000_000)
+    name, s, built = recorded_runs[-1]
+    assert name == "ceiling-path" and s.circuits == 8 and len(built.network.circuits) == 8
+    simulate(Case("client-10ms", "kist", 2), seed=1, size_bytes=1_000_000)
+    name, s, built = recorded_runs[-1]
+    assert built.network.nodes[0].kist_interval_ms == 10 and built.network.nodes[2].kist_interval_ms == 2
+    simulate(Case("cc-off", "kistlite", 2), seed=1, size_bytes=1_000_000)
+    assert recorded_runs[-1][2].run_config.flow_control.kind == "sendme"
+    simulate(Case("streams-4", "kist", 2), seed=1, size_bytes=1_000_000)
+    assert recorded_runs[-1][2].network.n_transfers == 4
 
 
-def test_real_side_skipped_cleanly_without_tor(fake_experiments: list[dict], monkeypatch) -> None:
+def test_real_side_skipped_cleanly_without_tor(recorded_runs: list[tuple], monkeypatch) -> None:
     monkeypatch.setattr(fidelity, "have_tor", lambda: False)
     report = run_fidelity(parse_cases("circuit", "kist", "2,10"), repetitions=3, size_mb=1)
     assert "tor and tor-gencert are not installed" in report.real_skipped
     assert [r.real for r in report.rows] == [None, None]
     assert [r.sim.throughputs_mbytes_per_s for r in report.rows] == [(15.01, 15.02, 15.03), (3.01, 3.02, 3.03)]
-    assert [c["seed"] for c in fake_experiments] == [1, 2, 3, 1, 2, 3]
+    assert [c[1].seed for c in recorded_runs] == [1, 2, 3, 1, 2, 3]
     assert all(r.ratio is None for r in report.rows)
+
+
+def test_real_figures_reload_from_a_json_report(recorded_runs: list[tuple], tmp_path) -> None:
+    stats = RunStats(100, 8, 90, 12.0, 12.1, 64, 63.5, 5760)
+    real = RealSide((3.0, 3.2), 0.2, stats, 0.4, 0.03, load_1min=0.5)
+    report = fidelity.Report((Row(Case("circuit", "kist", 10), real, None),), 2, 20.0)
+    path = tmp_path / "real.json"
+    path.write_text(json.dumps(report.as_json()))
+    loaded = fidelity.load_real_sides(path)
+    assert loaded == {Case("circuit", "kist", 10): real}
+    again = run_fidelity(parse_cases("circuit", "kist", "10"), repetitions=2, size_mb=1, real_from=path)
+    (row,) = again.rows
+    assert row.real == real and row.ratio == pytest.approx(3.015 / 3.1)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(SimConfigError, match="no real tor rows"):
+        fidelity.load_real_sides(tmp_path / "bad.json")
 
 
 def test_ratio_and_cpu_bound_note() -> None:
@@ -97,16 +132,18 @@ def test_bad_run_settings() -> None:
         run_fidelity(parse_cases("circuit", "kist", "2"), size_mb=0, real=False, sim=False)
 
 
-def test_cli_json_without_real_side(fake_experiments: list[dict]) -> None:
+def test_cli_json_without_real_side(recorded_runs: list[tuple]) -> None:
     result = CliRunner().invoke(app, ["fidelity", "--scenarios", "ceiling", "--schedulers", "kistlite",
                                       "--intervals", "10", "--repetitions", "2", "--no-real", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["real_skipped"] == "real tor not requested"
     (row,) = data["rows"]
-    assert row["scenario"] == "ceiling" and row["sim_mean_mbytes_per_s"] == pytest.approx(2.741, abs=1e-3)
+    assert row["scenario"] == "ceiling" and row["sim_mean_mbytes_per_s"] == pytest.approx(3.015)
+    assert row["circuits"] == 8 and row["streams"] == 1 and row["cc_alg"] == 2
     assert row["real_mean_mbytes_per_s"] is None and row["sim_run_period_ms"] == 12.0
-    human = CliRunner().invoke(app, ["fidelity", "--scenarios", "circuit", "--no-real", "--repetitions", "1"])
+    human = CliRunner().invoke(app, ["fidelity", "--scenarios", "circuit", "--schedulers", "kist",
+                                     "--no-real", "--repetitions", "1"])
     assert human.exit_code == 0 and "real tor not requested" in human.output
 
 
@@ -133,14 +170,28 @@ def test_target_and_ordering_checks() -> None:
         row("circuit", "kist", 2, (8.0, 9.0, 10.0), 8.5),     # 0.94
         row("circuit", "kist", 5, (6.5, 7.0, 7.5), 10.6),     # real 5 < real 2, sim the other way
         row("circuit", "kistlite", 2, (7.2, 7.6, 8.0), 7.9),  # overlaps kist 2 and 5 ms: no order asked
-        row("ceiling", "kist", 10, (1.0, 1.1, 1.2), 1.0),     # other scenario: never compared
+        row("client-10ms", "kist", 2, (5.0, 5.2), 9.0),       # real slower than circuit/kist/2, sim faster
     )
     report = Report(rows, 3, 20.0)
-    assert [r.within_target for r in rows] == [False, True, False, True, True]
+    assert [r.within_target for r in rows] == [False, True, False, True, False]
+    assert report.within_target_count() == (2, 5)
+    # pairs across scenarios count too: the client at 10 ms must not beat all at 2 ms
     assert report.ordering_disagreements() == [
-        "circuit/kist/2ms > circuit/kist/5ms on real tor, not in the simulator"]
+        "circuit/kist/2ms > circuit/kist/5ms on real tor, not in the simulator",
+        "circuit/kist/2ms > client-10ms/kist/2ms on real tor, not in the simulator",
+        "circuit/kistlite/2ms > client-10ms/kist/2ms on real tor, not in the simulator"]
+    # clear pairs: 10<2, 10<5, 10<lite2, 10<c10, 5<2, c10<2, c10<5, c10<lite2
+    assert len(report.clear_pairs()) == 8
+    lines = report.summary_lines()
+    assert lines[0] == "simulator within 25 % of real tor: 2 of 5 compared cases"
+    assert lines[1] == "ordering: 5 of 8 pairs that real tor orders clearly are ordered the same way by the simulator"
     assert report.as_json()["rows"][1]["sim_within_25pct"] is True
+    assert report.as_json()["clearly_ordered_pairs"] == 8
     assert Row(Case("circuit", "kist", 2), None, SimSide((1.0,))).within_target is None
+    # apart, but within real tor's run-to-run noise: not an order the simulator must follow
+    close = Report((row("ceiling", "kistlite", 2, (7.41, 7.53, 7.63), 7.8),
+                    row("circuits-2", "kistlite", 2, (7.15, 7.24, 7.30), 7.9)), 3, 20.0)
+    assert close.clear_pairs() == [] and close.ordering_disagreements() == []
 
 
 def test_sim_figure_beyond_this_machine_is_cpu_bound_not_compared(monkeypatch) -> None:

@@ -63,3 +63,23 @@ def test_kistlite_8_circuit_ceiling_matches_the_simulated_path(real) -> None:
     assert 9.0 <= side.run_period.period_ms_median <= 16.0
     sim = simulate(case, seed=1, size_bytes=8_000_000)
     assert 0.75 <= sim.mean_mbytes_per_s / side.mean_mbytes_per_s <= 1.25, side.throughputs_mbytes_per_s
+
+
+def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> None:
+    """cc_alg=0 voted by the authorities reaches every node's consensus (the harness waits for
+    it), new circuits then use the fixed SENDME windows, and with KISTLite at 10 ms the shared
+    channel still moves 64 cells per run about 12 ms apart. The simulator's cc_alg=0 twin is
+    that channel's ceiling (64 cells per 12 ms): real tor stays below it, by 15-30 % in the
+    runs of docs/fidelity.md (more under load), so the check is the ceiling and a floor, not
+    the 25 % target. Runs last: it leaves cc_alg=0 in the consensus."""
+    from kistexp.fidelity import _consensus_cc_alg
+
+    case = Case("cc-off", "kistlite", 10)
+    side = real.measure(case, repetitions=2, size_bytes=4_000_000)
+    for node in (real.client, real.guard, real.middle, real.exit):
+        assert _consensus_cc_alg(real.net, node.nickname) == 0
+    assert side.run_period is not None and side.run_period.cells_per_run_median == 64
+    assert 9.0 <= side.run_period.period_ms_median <= 16.0
+    sim = simulate(case, seed=1, size_bytes=4_000_000)
+    assert 0.6 * sim.mean_mbytes_per_s <= side.mean_mbytes_per_s <= 1.05 * sim.mean_mbytes_per_s, \
+        side.throughputs_mbytes_per_s

@@ -41,6 +41,20 @@ def test_ewma_one_interval_json_keys():
     assert point["interactive_delay_ms_p50"] < point["bulk_delay_ms_p50"]
 
 
+def test_circuit_options_streams_client_interval_and_cc_alg():
+    d = _json(["circuit", "--scheduler", "kistlite", "--interval-ms", "2", "--streams", "4", "--cc-alg", "0",
+               "--client-interval-ms", "10"])
+    assert (d["streams"], d["cc_alg"], d["flow_control"]) == (4, 0, "sendme")
+    assert d["interval_ms"] == 2 and d["client_interval_ms"] == 10 and d["finished"]
+    d = _json(["circuit", "--scheduler", "kistlite", "--interval-ms", "2"])
+    assert (d["streams"], d["cc_alg"], d["flow_control"], d["client_interval_ms"]) == (1, 2, "vegas", 2)
+
+
+def test_ceiling_path_circuits_and_cc_alg():
+    d = _json(["ceiling-path", "--scheduler", "kistlite", "--interval-ms", "10", "--circuits", "2", "--cc-alg", "0"])
+    assert d["circuits"] == 2 and d["cc_alg"] == 0 and d["flow_control"] == "sendme" and d["finished"]
+
+
 def test_human_output_is_a_table_of_figures():
     result = runner.invoke(app, ["sim", "experiment", "kist-first-run"])
     assert result.exit_code == 0, result.output
@@ -58,6 +72,10 @@ def test_human_output_is_a_table_of_figures():
     (["ewma", "--client-interval-ms", "1000"], "kist_interval_ms"),
     (["ceiling", "--circuits", "0"], "circuits"),
     (["circuit", "--circuits", "4"], "does not apply"),
+    (["circuit", "--streams", "0"], "streams=0"),
+    (["ceiling-path", "--streams", "2"], "--streams applies only to circuit"),
+    (["circuit", "--cc-alg", "1"], "cc_alg=1 must be 0"),
+    (["ewma", "--cc-alg", "0"], "--cc-alg applies only to circuit and ceiling-path"),
 ])
 def test_bad_options_exit_1_with_one_line(args, words):
     for extra in ([], ["--json"]):

@@ -35,6 +35,10 @@ def experiment(
     ),
     seed: int = typer.Option(1, "--seed", help="Random seed; the same seed gives the same figures."),
     circuits: int | None = typer.Option(None, "--circuits", help="Number of circuits, where it applies."),
+    streams: int | None = typer.Option(None, "--streams", help="Streams on the one circuit (circuit only)."),
+    cc_alg: int | None = typer.Option(
+        None, "--cc-alg", help="tor's cc_alg: 2 = Vegas (default), 0 = fixed SENDME windows (circuit, ceiling-path)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (keys carry their units)."),
 ) -> None:
     """Run one of the simulator's experiments and print its figures."""
@@ -46,6 +50,8 @@ def experiment(
         client_interval_ms=client_interval_ms,
         seed=seed,
         circuits=circuits,
+        streams=streams,
+        cc_alg=cc_alg,
     )
     if as_json:
         result = experiments.run_experiment(name, **kwargs)

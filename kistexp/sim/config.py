@@ -165,6 +165,20 @@ class LinkConfig:
     send_buffer_bytes: int = 0
     send_buffer_max_bytes: int = 4 * 1024 * 1024
     rate_limited: bool = True
+    nagle: bool = False
+    """Linux's Nagle algorithm on both sockets (tor never sets ``TCP_NODELAY``) together with the
+    receiver's delayed-ACK rules that decide how long a held segment waits (tcp.py). Lossless
+    links only; off keeps the older model, which acknowledges every flight one RTT after it left."""
+    receive_window_bytes: int = 65535
+    """With ``nagle``: the window the receiver advertises, fixed at Linux's first window (at most
+    65,535 B, ``tcp_select_initial_window`` with tcp_rmem's 131,072-byte default buffer). It
+    bounds the bytes in flight, caps the sender's mss at half of it (``tcp_bound_to_half_wnd`` in
+    ``tcp_sync_mss``), and the receiver sends a window update when a read frees half of it
+    (``tcp_cleanup_rbuf``). Receive-buffer autotuning (``tcp_rcv_space_adjust``) is not
+    modelled (docs/simulator.md)."""
+    delayed_ack_ms: float = 40.0
+    """Linux's delayed-ACK timeout and the ``ato`` window that puts a socket in pingpong mode:
+    ``TCP_ATO_MIN`` = ``TCP_DELACK_MIN`` = HZ/25 jiffies = 40 ms (include/net/tcp.h)."""
 
     def validate(self, where: str = "link") -> None:
         _finite(where, "rtt_ms", self.rtt_ms)
@@ -177,6 +191,10 @@ class LinkConfig:
         if self.send_buffer_bytes and self.send_buffer_bytes < 514:
             _fail(where, "send_buffer_bytes", self.send_buffer_bytes, "must be 0 (autotune) or >= 514")
         _int(where, "send_buffer_max_bytes", self.send_buffer_max_bytes, 514)
+        _finite(where, "delayed_ack_ms", self.delayed_ack_ms, strict=True)
+        _int(where, "receive_window_bytes", self.receive_window_bytes, 2 * 514)
+        if self.nagle and self.loss_rate > 0:
+            _fail(where, "nagle", self.nagle, "is modelled on lossless links only (loss_rate must be 0)")
 
 
 @attrs.frozen

@@ -24,16 +24,16 @@ from kistexp.sim.events import (
 )
 from kistexp.sim.kist import kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
-from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kernel
+from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
 
 PREFETCH_AHEAD = 8
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
-    S.cells[k, L.KI_CQ] = q
-    S.cells[k, L.KI_T_ENQ] = t
+    S.cells[k].cq = q
+    S.cells[k].t_enq = t
     cell_list_push(S, S.qi, L.QI_HEAD, L.QI_TAIL, q, k)
     n = S.qi[L.QI_N, q] + 1
     S.qi[L.QI_N, q] = n
@@ -48,7 +48,7 @@ def append_cell(S, q, k, t):
     has_waiting_cells(S, c, t)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _originate(S, cd, node):
     """Crypto work of a relay cell originated at an edge: all layers at the client, one at the exit."""
     if S.di[L.DI_DIR, cd] == 0:
@@ -58,40 +58,40 @@ def _originate(S, cd, node):
     S.ni[L.NI_DIGESTS, node] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ready_add(S, cd, s):
-    if S.si[s, L.SI_INREADY] == 1:
+    if S.si[s].inready == 1:
         return
-    S.si[s, L.SI_INREADY] = 1
-    S.si[s, L.SI_NEXT] = -1
+    S.si[s].inready = 1
+    S.si[s].next = -1
     tail = S.di[L.DI_READY_TAIL, cd]
     if tail < 0:
         S.di[L.DI_READY_HEAD, cd] = s
     else:
-        S.si[tail, L.SI_NEXT] = s
+        S.si[tail].next = s
     S.di[L.DI_READY_TAIL, cd] = s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ready_pop(S, cd):
     s = S.di[L.DI_READY_HEAD, cd]
-    nxt = S.si[s, L.SI_NEXT]
+    nxt = S.si[s].next
     S.di[L.DI_READY_HEAD, cd] = nxt
     if nxt < 0:
         S.di[L.DI_READY_TAIL, cd] = -1
-    S.si[s, L.SI_INREADY] = 0
-    S.si[s, L.SI_NEXT] = -1
+    S.si[s].inready = 0
+    S.si[s].next = -1
     return s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _resume(S, cd, t):
     if S.di[L.DI_RESUME_EV, cd] == 0:
         S.di[L.DI_RESUME_EV, cd] = 1
         ev_push(S, t, L.EV_RESUME, cd, 0, 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def package(S, cd, t):
     """Edge packaging (§4): at most min(window, cellq_high - queue) cells, round-robin over streams."""
     if S.di[L.DI_BLOCKED, cd] == 1:
@@ -109,38 +109,38 @@ def package(S, cd, t):
         if fc.stream_window(S, s) <= 0:
             continue  # back in the ready list when its stream SENDME arrives
         k = cell_alloc(S)
-        S.cells[k, L.KI_KIND] = L.K_DATA
-        S.cells[k, L.KI_STREAM] = s
+        S.cells[k].kind = L.K_DATA
+        S.cells[k].stream = s
         fc.on_package(S, cd, s, t)
-        S.si[s, L.SI_TOPKG] -= 1
+        S.si[s].topkg -= 1
         _originate(S, cd, node)
         S.di[L.DI_PACKAGED, cd] += 1
         unacked = fc.unacked(S, cd)
         if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
             S.di[L.DI_MAX_INFLIGHT, cd] = unacked
         append_cell(S, q, k, t)
-        if S.si[s, L.SI_TOPKG] > 0:
+        if S.si[s].topkg > 0:
             _ready_add(S, cd, s)
     if S.qi[L.QI_N, q] >= high:
         S.di[L.DI_BLOCKED, cd] = 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _send_sendme(S, cd, kind, s, node, t):
     """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
     k = cell_alloc(S)
-    S.cells[k, L.KI_KIND] = kind
-    S.cells[k, L.KI_STREAM] = s
+    S.cells[k].kind = kind
+    S.cells[k].stream = s
     _originate(S, cd ^ 1, node)
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def deliver_edge(S, k, q, node, t):
     """A cell reached the end of its path."""
     cd = S.qi[L.QI_CD, q]
-    kind = S.cells[k, L.KI_KIND]
-    s = S.cells[k, L.KI_STREAM]
+    kind = S.cells[k].kind
+    s = S.cells[k].stream
     if S.di[L.DI_DIR, cd] == 1:
         S.ni[L.NI_CRYPTO, node] += S.di[L.DI_HOPS, cd]
     else:
@@ -148,11 +148,11 @@ def deliver_edge(S, k, q, node, t):
     S.ni[L.NI_DIGESTS, node] += 1
     if kind == L.K_DATA:
         S.di[L.DI_DELIVERED, cd] += 1
-        d = S.si[s, L.SI_DELIVERED] + 1
-        S.si[s, L.SI_DELIVERED] = d
-        tr = S.si[s, L.SI_TR]
+        d = S.si[s].delivered + 1
+        S.si[s].delivered = d
+        tr = s >> 1  # streams 2 tr and 2 tr + 1 are transfer tr's request and response
         if S.di[L.DI_DIR, cd] == 0:
-            if d == S.si[s, L.SI_TOTAL]:
+            if d == S.si[s].total:
                 S.ti[L.TI_REQ_DONE, tr] = t
                 rcd = cd ^ 1
                 _ready_add(S, rcd, s ^ 1)
@@ -160,7 +160,7 @@ def deliver_edge(S, k, q, node, t):
         else:
             if d == 1:
                 S.ti[L.TI_TTFB, tr] = t
-            if d == S.si[s, L.SI_TOTAL]:
+            if d == S.si[s].total:
                 S.ti[L.TI_TTLB, tr] = t
         emit = fc.on_deliver(S, cd, s)
         if emit & fc.EMIT_CIRC:
@@ -171,12 +171,12 @@ def deliver_edge(S, k, q, node, t):
         # a SENDME travelling in direction cd acknowledges data of the opposite direction
         dcd = cd ^ 1
         fc.on_sendme(S, dcd, kind, s, t)
-        if kind == L.K_SENDME_STREAM and S.si[s, L.SI_TOPKG] > 0:
+        if kind == L.K_SENDME_STREAM and S.si[s].topkg > 0:
             _ready_add(S, dcd, s)
         _resume(S, dcd, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_arrival(S, c, upto, leave, t):
     """A flight reached the peer: hand every complete cell to the relay layer (§4 steps 1-2)."""
     node = S.ci[L.CI_PEER, c]
@@ -206,8 +206,8 @@ def on_arrival(S, c, upto, leave, t):
             if j >= cap:
                 j -= cap
             prefetch_row(S.cells, S.kq[base + j])
-        q = S.cells[k, L.KI_CQ]
-        record_delay(S, 1, q, leave - S.cells[k, L.KI_T_KERN])
+        q = S.cells[k].cq
+        record_delay(S, 1, q, leave - S.cells[k].t_kern)
         nq = S.qi[L.QI_NEXTQ, q]
         if nq >= 0:
             S.ni[L.NI_CRYPTO, node] += 1
@@ -224,7 +224,7 @@ def on_arrival(S, c, upto, leave, t):
     S.ni[L.NI_CELLS_RECV, node] += n
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_write_ready(S, c, t):
     """The connection's write event: one write call; below orconn_low, ``wants_writes`` (§2, §9)."""
     S.ci[L.CI_WRITE_EV, c] = 0
@@ -232,10 +232,10 @@ def on_write_ready(S, c, t):
         wants_writes(S, c, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _start_transfer(S, tr, t):
     s = 2 * tr
-    cd = S.si[s, L.SI_CD]
+    cd = S.si[s].cd
     if S.di[L.DI_BUILT, cd] == 0:
         fc.circuit_build(S, cd // 2)
     _ready_add(S, cd, s)
@@ -252,7 +252,7 @@ SAMPLED_NODE_FIELDS = (
 )
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _sample(S):
     i = S.g[L.G_SAMPLE]
     if i >= S.ser_chan.shape[0]:
@@ -275,12 +275,12 @@ def _sample(S):
 
 
 @njit(cache=True)
-def run_kernel(S):
-    """Entry from Python, compiled with the runtime so the argument's reference is released."""
-    return _run_kernel(S)
+def run_kernel(D):
+    """Entry from Python: ``D`` is ``layout.descriptor(S)`` of the caller's state."""
+    return _run_kernel(L.state_from(D))
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _run_kernel(S):
     g = S.g
     while True:
@@ -302,6 +302,7 @@ def _run_kernel(S):
         g[L.G_NOW] = t
         g[L.G_EVENTS] += 1
         if kind == L.EV_ARRIVAL:
+            rcv_segments(S, a, b, t)
             node = S.ci[L.CI_PEER, a]
             cost = S.ni[L.NI_CELL_CPU_NS, node]
             if cost > 0:
@@ -314,13 +315,16 @@ def _run_kernel(S):
                 ev_push(S, done, L.EV_DELIVER, a, b, c)
             else:
                 on_arrival(S, a, b, c, t)
+                rcv_read(S, a, t)
         elif kind == L.EV_DELIVER:
             on_arrival(S, a, b, c, t)
+            rcv_read(S, a, t)
+        elif kind == L.EV_DELACK:
+            on_delack(S, a, b, t)
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)
         elif kind == L.EV_SCHED:
-            if b == S.ni[L.NI_TIMER_GEN, a]:
-                run_scheduler(S, a, t)
+            run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
             on_write_ready(S, a, t)
         elif kind == L.EV_RESUME:

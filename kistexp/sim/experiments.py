@@ -31,6 +31,7 @@ import attrs
 import numpy as np
 
 from kistexp.errors import SimConfigError
+from kistexp.sim import scenarios
 from kistexp.sim import workloads as wl
 from kistexp.sim.config import (
     LOOPBACK_MSS,
@@ -43,6 +44,7 @@ from kistexp.sim.config import (
 from kistexp.sim.costmodel import result_node_cpu
 from kistexp.sim.network import Network, Transfer, run
 from kistexp.sim.result import DELAY_KINDS, SimResult
+from kistexp.sim.scenarios import CC_ALG_FLOW_CONTROL, LOOPBACK_LINK, PathFigures, PathScenario
 
 EXPERIMENTS = ("ceiling", "ceiling-path", "circuit", "kist-first-run", "ewma", "kernel-queue")
 CELL_BYTES = 514
@@ -57,8 +59,6 @@ Progress = Callable[[int, int], None]
 # multiple of the 4 ms kernel tick, so that timers and ACKs do not all fall on one lattice.
 # A modelling choice, not a tor value.
 WAN_LINK = LinkConfig(rtt_ms=25.0, mss=1448, loss_rate=0.001)
-# Loopback as in real-tor.md's test network: tiny RTT, 64 KiB mss, no rate limit on the NIC.
-LOOPBACK_LINK = LinkConfig(rtt_ms=0.1, mss=LOOPBACK_MSS)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -255,78 +255,64 @@ class CircuitResult:
     """Median gap between the middle relay's scheduler runs that moved cells."""
     cells_per_run_median: float | None = None
     """Median cells the middle relay moved per run that moved any."""
+    streams: int = 1
+    cc_alg: int = 2
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(attrs.asdict(self))
 
 
-def _path_run(scheduler: str, interval_ms: int, client_interval_ms: int | None, circuits: int,
-              transfer_bytes: int, flow_control: str, kernel_tick_ms: float, rtt_ms: float,
-              max_duration_s: float, seed: int, runs: _Runs) -> tuple[SimResult, wl.Topology, int, float, int]:
-    """`circuits` simultaneous downloads of ``transfer_bytes // circuits`` over one
-    client-guard-middle-exit path on a loopback-like link (0.1 ms RTT, 64 KiB mss, no NIC
-    limit), every node running `scheduler`: relays at `interval_ms`, the client at
-    `client_interval_ms` (``KISTSchedRunIntervalClient``, default: the same, §5.1).
+def _path_run(name: str, scenario: PathScenario, runs: _Runs) -> tuple[PathFigures, SimResult, wl.Topology]:
+    """Scenario `name` of the registry (:mod:`kistexp.sim.scenarios`), run and measured."""
+    entry = scenarios.get(name)
+    built = entry.build(scenario)
+    res = runs.run(built.network, built.run_config)
+    return entry.figures(res, built), res, built.topology
 
-    Returns the result, the topology, the client's interval, the time from the requests to
-    the last byte (`max_duration_s` if a transfer did not finish) and the payload bytes
-    delivered by then."""
-    client_iv = interval_ms if client_interval_ms is None else client_interval_ms
-    if isinstance(transfer_bytes, bool) or not isinstance(transfer_bytes, int) or transfer_bytes < circuits:
-        raise SimConfigError(f"experiment: transfer_bytes={transfer_bytes!r} must be an integer >= {circuits}")
-    relay = dict(kernel_tick_ms=kernel_tick_ms)
-    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=rtt_ms)
-    link.validate("link")
-    topo = wl.three_hop_path(
-        client=_node(scheduler, client_iv, "client", **relay), guard=_node(scheduler, interval_ms, "guard", **relay),
-        middle=_node(scheduler, interval_ms, "middle", **relay), exit=_node(scheduler, interval_ms, "exit", **relay),
-        link=link, circuits=circuits, labels=["bulk"] * circuits)
-    per_circuit = transfer_bytes // circuits
-    for c in topo.circuits:
-        topo.network.add_transfer(Transfer(circuit=c, response_bytes=per_circuit))
-    rc = _run_config(max_duration_s, seed, flow_control, sample_interval_s=max_duration_s / 100)
-    res = runs.run(topo.network, rc)
-    ttlb = res.transfer_ttlb_s
-    if not np.isnan(ttlb).any():
-        return res, topo, client_iv, float(ttlb.max()), per_circuit * circuits
-    # the payload of the cells that reached the client (all DATA on this channel)
-    wire = int(res.chan_bytes_sent[-1, res.chan_between(topo.relays[0], topo.clients[0])])
-    return res, topo, client_iv, max_duration_s, wire // CELL_BYTES * wl.RELAY_DATA_BYTES
+
+def _cc_alg(flow_control: str | None, cc_alg: int | None) -> int:
+    """`cc_alg` from either spelling; the scenario validates the value."""
+    if flow_control is not None and cc_alg is not None:
+        raise SimConfigError("experiment: give flow_control or cc_alg, not both")
+    if flow_control is not None:
+        for alg, kind in CC_ALG_FLOW_CONTROL.items():
+            if kind == flow_control:
+                return alg
+        raise SimConfigError(f"experiment: flow_control={flow_control!r} must be one of "
+                             f"{', '.join(CC_ALG_FLOW_CONTROL.values())}")
+    return 2 if cc_alg is None else cc_alg
 
 
 def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
-            transfer_bytes: int = 20 * wl.MIB, flow_control: str = "vegas", kernel_tick_ms: float = 4.0,
+            transfer_bytes: int = 20 * wl.MIB, streams: int = 1, cc_alg: int | None = None,
+            flow_control: str | None = None, kernel_tick_ms: float = 4.0,
             rtt_ms: float = LOOPBACK_LINK.rtt_ms, max_duration_s: float = 60.0, seed: int = 1,
-            progress: Progress | None = None, _runs: _Runs | None = None) -> CircuitResult:
+            nagle: bool = False, progress: Progress | None = None, _runs: _Runs | None = None) -> CircuitResult:
     """One bulk download over client-guard-middle-exit, loopback-like (0.1 ms RTT, 64 KiB mss, no
-    NIC limit): every node runs `scheduler`, relays at `interval_ms`, the client at
-    `client_interval_ms` (``KISTSchedRunIntervalClient``, default: the same). Congestion control
-    is Vegas by default, as in tor 0.4.8+ (§13.2)."""
+    NIC limit), split over `streams` streams of the one circuit: every node runs `scheduler`,
+    relays at `interval_ms`, the client at `client_interval_ms` (``KISTSchedRunIntervalClient``,
+    default: the same). Congestion control is Vegas (``cc_alg=2``) by default, as in tor 0.4.8+
+    (§13.2); ``cc_alg=0`` (or ``flow_control="sendme"``) uses the fixed SENDME windows. ``nagle``
+    models Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``)."""
     runs = _runs if _runs is not None else _Runs(progress, 1)
-    res, topo, client_iv, elapsed, delivered = _path_run(
-        scheduler, interval_ms, client_interval_ms, 1, transfer_bytes, flow_control, kernel_tick_ms, rtt_ms,
-        max_duration_s, seed, runs)
-    ttlb = float(res.transfer_ttlb_s[0])
-    ttfb = float(res.transfer_ttfb_s[0])
+    alg = _cc_alg(flow_control, cc_alg)
+    scenario = PathScenario(scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_interval_ms,
+                            circuits=1, streams=streams, cc_alg=alg, transfer_bytes=transfer_bytes,
+                            kernel_tick_ms=kernel_tick_ms, rtt_ms=rtt_ms, max_duration_s=max_duration_s, seed=seed,
+                            nagle=nagle)
+    fig, res, _topo = _path_run("circuit", scenario, runs)
+    ttlb = float(np.nanmax(res.transfer_ttlb_s)) if fig.finished else math.nan
+    ttfb = float(np.nanmin(res.transfer_ttfb_s))
     # CPU estimate over the transfer's own duration, not the idle rest of the run
-    cpu = max(result_node_cpu(res, n).total_s for n in range(len(res.node_names))) / elapsed
+    cpu = max(result_node_cpu(res, n).total_s for n in range(len(res.node_names))) / fig.elapsed_s
     return CircuitResult(
-        scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_iv, flow_control=flow_control,
-        transfer_bytes=transfer_bytes, finished=not math.isnan(ttlb), ttfb_ms=_nan_none(ttfb * 1e3),
-        ttlb_s=_nan_none(ttlb), throughput_mbytes_per_s=delivered / elapsed / MB,
+        scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=scenario.client_interval,
+        flow_control=scenario.flow_control, transfer_bytes=transfer_bytes, finished=fig.finished,
+        ttfb_ms=_nan_none(ttfb * 1e3), ttlb_s=_nan_none(ttlb), throughput_mbytes_per_s=fig.throughput_mbytes_per_s,
         max_inflight_cells=int(res.circuit_max_inflight_cells[0].max()), cpu_core_fraction_max=cpu,
-        **_middle_runs(res, topo),
+        run_period_ms=fig.run_period_ms, cells_per_run_median=fig.cells_per_run_median, streams=streams,
+        cc_alg=alg,
     )
-
-
-def _middle_runs(res: SimResult, topo: wl.Topology) -> dict[str, float | None]:
-    """The middle relay's busy runs, as the fidelity harness reads them from real tor's
-    scheduler log: median gap between runs that moved cells, and median cells per such run."""
-    periods = res.run_periods_ms(topo.relays[1])
-    cells = res.cells_per_run(topo.relays[1])
-    cells = cells[cells > 0]
-    return {"run_period_ms": float(np.median(periods)) if len(periods) else None,
-            "cells_per_run_median": float(np.median(cells)) if len(cells) else None}
 
 
 # -- the channel ceiling on a real path ------------------------------------------------------------
@@ -350,15 +336,17 @@ class PathCeilingResult:
     """Median gap between the middle relay's scheduler runs that moved cells."""
     cells_per_run_median: float | None
     """Median cells the middle relay moved per run that moved any."""
+    cc_alg: int = 2
 
     def to_dict(self) -> dict[str, Any]:
         return _json_safe(attrs.asdict(self))
 
 
 def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
-                 circuits: int = 8, transfer_bytes: int = 20 * wl.MIB, flow_control: str = "vegas",
-                 kernel_tick_ms: float = 4.0, rtt_ms: float = LOOPBACK_LINK.rtt_ms, max_duration_s: float = 60.0,
-                 seed: int = 1, progress: Progress | None = None) -> PathCeilingResult:
+                 circuits: int = 8, transfer_bytes: int = 20 * wl.MIB, cc_alg: int | None = None,
+                 flow_control: str | None = None, kernel_tick_ms: float = 4.0, rtt_ms: float = LOOPBACK_LINK.rtt_ms,
+                 max_duration_s: float = 60.0, seed: int = 1, nagle: bool = False,
+                 progress: Progress | None = None) -> PathCeilingResult:
     """The fidelity harness's ``ceiling`` scenario as real tor runs it: `circuits` downloads of
     ``transfer_bytes / circuits`` each, started together over the same client-guard-middle-exit
     path, so they share one channel per hop; Vegas per circuit (§13.2), the client at
@@ -367,14 +355,18 @@ def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_inter
     hop's scheduler inflates (§12.2), and the tail of the transfers. Under KISTLite the channel's
     64 cells per run still bind (§6); under KIST and Vanilla what binds is the circuits' windows."""
     _positive_int("circuits", circuits, 10_000)
-    res, topo, client_iv, elapsed, delivered = _path_run(
-        scheduler, interval_ms, client_interval_ms, circuits, transfer_bytes, flow_control, kernel_tick_ms,
-        rtt_ms, max_duration_s, seed, _Runs(progress, 1))
+    alg = _cc_alg(flow_control, cc_alg)
+    scenario = PathScenario(scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_interval_ms,
+                            circuits=circuits, cc_alg=alg, transfer_bytes=transfer_bytes,
+                            kernel_tick_ms=kernel_tick_ms, rtt_ms=rtt_ms, max_duration_s=max_duration_s, seed=seed,
+                            nagle=nagle)
+    fig, res, _topo = _path_run("ceiling-path", scenario, _Runs(progress, 1))
     return PathCeilingResult(
-        scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=client_iv, circuits=circuits,
-        flow_control=flow_control, transfer_bytes=transfer_bytes,
-        finished=not bool(np.isnan(res.transfer_ttlb_s).any()), throughput_mbytes_per_s=delivered / elapsed / MB,
-        max_inflight_cells=int(res.circuit_max_inflight_cells.max()), **_middle_runs(res, topo),
+        scheduler=scheduler, interval_ms=interval_ms, client_interval_ms=scenario.client_interval, circuits=circuits,
+        flow_control=scenario.flow_control, transfer_bytes=transfer_bytes, finished=fig.finished,
+        throughput_mbytes_per_s=fig.throughput_mbytes_per_s,
+        max_inflight_cells=int(res.circuit_max_inflight_cells.max()), run_period_ms=fig.run_period_ms,
+        cells_per_run_median=fig.cells_per_run_median, cc_alg=alg,
     )
 
 
@@ -393,13 +385,13 @@ class CircuitSweepResult:
 
 
 def circuit_sweep(*, cases: Sequence[tuple[str, int]] = CIRCUIT_SWEEP, client_interval_ms: int | None = None,
-                  transfer_bytes: int = 20 * wl.MIB, flow_control: str = "vegas", seed: int = 1,
+                  transfer_bytes: int = 20 * wl.MIB, streams: int = 1, cc_alg: int | None = None, seed: int = 1,
                   progress: Progress | None = None, **kwargs: Any) -> CircuitSweepResult:
     """:func:`circuit` for KIST at 10, 5 and 2 ms, KISTLite at 10 and 2 ms and Vanilla."""
     runs = _Runs(progress, len(cases))
     return CircuitSweepResult(tuple(
         circuit(scheduler=s, interval_ms=iv, client_interval_ms=client_interval_ms, transfer_bytes=transfer_bytes,
-                flow_control=flow_control, seed=seed, _runs=runs, **kwargs)
+                streams=streams, cc_alg=cc_alg, seed=seed, _runs=runs, **kwargs)
         for s, iv in cases))
 
 
@@ -620,7 +612,8 @@ def kernel_queue(*, schedulers: Sequence[str] = ("kist", "vanilla"), interval_ms
 
 def check_experiment_args(name: str, *, scheduler: str | None = None, interval_ms: int | None = None,
                           client_interval_ms: int | None = None, seed: int = 1,
-                          circuits: int | None = None) -> None:
+                          circuits: int | None = None, streams: int | None = None,
+                          cc_alg: int | None = None) -> None:
     """Validate the CLI's common options for experiment `name` (SimConfigError on the first
     problem); nothing runs."""
     if name not in EXPERIMENTS:
@@ -637,29 +630,39 @@ def check_experiment_args(name: str, *, scheduler: str | None = None, interval_m
         if name in ("circuit", "kist-first-run"):
             raise SimConfigError(f"sim experiment {name}: --circuits does not apply (it uses one circuit)")
         _positive_int("circuits", circuits, 10_000)
+    if streams is not None:
+        if name != "circuit":
+            raise SimConfigError(f"sim experiment {name}: --streams applies only to circuit")
+        PathScenario(streams=streams).validate()
+    if cc_alg is not None:
+        if name not in ("circuit", "ceiling-path"):
+            raise SimConfigError(f"sim experiment {name}: --cc-alg applies only to circuit and ceiling-path")
+        PathScenario(cc_alg=cc_alg).validate()
     RunConfig(seed=seed).validate("sim experiment --seed")
 
 
 def run_experiment(name: str, *, scheduler: str | None = None, interval_ms: int | None = None,
                    client_interval_ms: int | None = None, seed: int = 1, circuits: int | None = None,
+                   streams: int | None = None, cc_alg: int | None = None,
                    progress: Progress | None = None) -> Any:
     """Run experiment `name` with the CLI's options; unset options keep each experiment's
     defaults (circuit without --scheduler/--interval-ms: the whole sweep; ewma without
     --interval-ms: the whole curve; kernel-queue without --scheduler: KIST against Vanilla)."""
     check_experiment_args(name, scheduler=scheduler, interval_ms=interval_ms,
-                          client_interval_ms=client_interval_ms, seed=seed, circuits=circuits)
+                          client_interval_ms=client_interval_ms, seed=seed, circuits=circuits,
+                          streams=streams, cc_alg=cc_alg)
     common: dict[str, Any] = {"seed": seed, "progress": progress}
     if name == "ceiling":
         return ceiling(scheduler=scheduler or "kistlite", interval_ms=interval_ms or 10,
                        circuits=circuits or 8, **common)
     if name == "ceiling-path":
         return ceiling_path(scheduler=scheduler or "kist", interval_ms=interval_ms or 10,
-                            client_interval_ms=client_interval_ms, circuits=circuits or 8, **common)
+                            client_interval_ms=client_interval_ms, circuits=circuits or 8, cc_alg=cc_alg, **common)
     if name == "circuit":
+        path = {"client_interval_ms": client_interval_ms, "streams": streams or 1, "cc_alg": cc_alg}
         if scheduler is None and interval_ms is None:
-            return circuit_sweep(client_interval_ms=client_interval_ms, **common)
-        return circuit(scheduler=scheduler or "kist", interval_ms=interval_ms or 10,
-                       client_interval_ms=client_interval_ms, **common)
+            return circuit_sweep(**path, **common)
+        return circuit(scheduler=scheduler or "kist", interval_ms=interval_ms or 10, **path, **common)
     if name == "kist-first-run":
         return kist_first_run(interval_ms=interval_ms or 10, **common)
     if name == "ewma":

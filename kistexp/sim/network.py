@@ -189,11 +189,12 @@ class Network:
                                      f"[{KIST_INTERVAL_MIN_MS}, {KIST_INTERVAL_MAX_MS}]")
 
 
-def _aligned_zeros(rows: int, cols: int) -> np.ndarray:
-    """A zeroed int64 ``[rows, cols]`` array starting on a 64-byte (cache-line) boundary."""
-    buf = np.zeros(rows * cols + 8, np.int64)
-    skip = (-buf.ctypes.data % 64) // 8
-    return buf[skip:skip + rows * cols].reshape(rows, cols)
+def _cell_pool(n: int) -> np.ndarray:
+    """A zeroed pool of ``n`` cells starting on a 32-byte boundary (no cell straddles a cache line)."""
+    size = L.CELL_DTYPE.itemsize
+    buf = np.zeros((n + 1) * size, np.uint8)
+    skip = -buf.ctypes.data % size
+    return buf[skip:skip + n * size].view(L.CELL_DTYPE)
 
 
 def _cells(nbytes: np.ndarray) -> np.ndarray:
@@ -248,6 +249,7 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_TICK_NS, i] = max(1, int(round(n.kernel_tick_ms * L.MS)))
         ni[L.NI_PASS_NS, i] = max(1, int(round(n.pass_time_us * 1000)))
         ni[L.NI_TIMER_AT, i] = -1
+        ni[L.NI_TQ_IDX, i] = -1
         ni[L.NI_XMIT_T, i] = -1
         ni[L.NI_CELL_CPU_NS, i] = int(round(n.cell_cpu_us * 1000))
         ni[L.NI_SEND_CPU_NS, i] = int(round(n.cell_send_cpu_us * 1000))
@@ -287,6 +289,15 @@ def _build(net: Network, rc: RunConfig):
             cf[L.CF_CWND, c] = link.initial_cwnd
             cf[L.CF_SSTHRESH, c] = 1e18
             cf[L.CF_LOSS_P, c] = link.loss_rate
+            ci[L.CI_NAGLE, c] = 1 if link.nagle else 0
+            if link.nagle:
+                # tcp_bound_to_half_wnd: the sender's mss is at most half the peer's window
+                ci[L.CI_RWND, c] = link.receive_window_bytes
+                ci[L.CI_MSS, c] = min(link.mss, link.receive_window_bytes // 2)
+            ci[L.CI_RCV_MSS, c] = L.TCP_MSS_DEFAULT
+            ci[L.CI_LRCV, c] = -1
+            ci[L.CI_DELACK_AT, c] = -1
+            ci[L.CI_DELACK_NS, c] = int(round(link.delayed_ack_ms * L.MS))
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
     for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL):
         ci[f] = -1
@@ -365,16 +376,18 @@ def _build(net: Network, rc: RunConfig):
     ti[L.TI_TTFB] = -1
     ti[L.TI_TTLB] = -1
     ti[L.TI_REQ_DONE] = -1
-    si = np.zeros((2 * n_tr, L.N_SI), np.int64)  # one row per stream
-    si[0::2, L.SI_CD] = 2 * t_circ
-    si[1::2, L.SI_CD] = 2 * t_circ + 1
-    si[0::2, L.SI_TOTAL] = _cells(t_req)
-    si[1::2, L.SI_TOTAL] = _cells(t_resp)
-    si[:, L.SI_TOPKG] = si[:, L.SI_TOTAL]
-    si[:, L.SI_PKG_WIN] = fcc.stream_window
-    si[:, L.SI_DELIV_WIN] = fcc.stream_window
-    si[:, L.SI_NEXT] = -1
-    si[:, L.SI_TR] = np.arange(2 * n_tr) // 2
+    if n_tr and max(int(t_req.max()), int(t_resp.max())) > L.INT_MAX * L.RELAY_PAYLOAD:
+        raise SimConfigError(f"transfer: at most {L.INT_MAX * L.RELAY_PAYLOAD} bytes a direction "
+                             f"({L.INT_MAX} cells), got {max(int(t_req.max()), int(t_resp.max()))}")
+    si = np.zeros(2 * n_tr, L.STREAM_DTYPE)  # one record per stream
+    si["cd"][0::2] = 2 * t_circ
+    si["cd"][1::2] = 2 * t_circ + 1
+    si["total"][0::2] = _cells(t_req)
+    si["total"][1::2] = _cells(t_resp)
+    si["topkg"] = si["total"]
+    si["pkg_win"] = fcc.stream_window
+    si["deliv_win"] = fcc.stream_window
+    si["next"] = -1
     tr_order = np.argsort(ti[L.TI_START], kind="stable").astype(np.int64)
 
     pi = np.zeros(L.N_PI, np.int64)
@@ -401,11 +414,11 @@ def _build(net: Network, rc: RunConfig):
     cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
     ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
     # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
-    est_cells = int(min(n_cd * fcc.cellq_high, (si[:, L.SI_TOTAL].sum() if n_tr else 0) + 64 * n_cd))
+    est_cells = int(min(n_cd * fcc.cellq_high, (int(si["total"].sum(dtype=np.int64)) if n_tr else 0) + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
     # what the run-time arrays will take, checked before allocating them
-    planned = 4 * cell_cap + 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
+    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 8 * (2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
@@ -426,7 +439,7 @@ def _build(net: Network, rc: RunConfig):
     if rc.trace_chan >= n_chan:
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
-    cells = _aligned_zeros(cell_cap, L.N_KI)  # one row per cell: its fields share a cache line
+    cells = _cell_pool(cell_cap)
     g[L.G_NFREE] = cell_cap  # S.free: the stack of free cell ids, cell 0 on top
     g[L.G_KQ_END] = kq_len
 
@@ -453,6 +466,7 @@ def _build(net: Network, rc: RunConfig):
         kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
         ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
+        tq=np.zeros(max(n_nodes, 1), np.int64),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
                 t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
@@ -474,7 +488,7 @@ def _check_memory(S, rc: RunConfig, when: str) -> None:
 def _grow_cells(S):
     old = S.cells
     cap = old.shape[0]
-    new = _aligned_zeros(2 * cap, L.N_KI)
+    new = _cell_pool(2 * cap)
     new[:cap] = old
     nfree = int(S.g[L.G_NFREE])
     free = np.empty(2 * cap, np.int32)
@@ -507,7 +521,7 @@ def _grow_kq(S):
 def _seed_events(S, meta) -> None:
     from kistexp.sim.events import ev_push_entry as ev_push
 
-    ref = L.StateRef(*S)
+    ref = L.descriptor(S)
     if S.tr_order.shape[0]:
         tr = int(S.tr_order[0])
         S.g[L.G_NEXT_TR] = 1

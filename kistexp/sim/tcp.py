@@ -9,6 +9,28 @@ one more one-way delay later.  Slow start, congestion avoidance (cwnd grows only
 sender is cwnd-limited, as Linux's ``tcp_is_cwnd_limited``), restart after idle (RFC 2861, as
 ``tcp_cwnd_restart``), and a seeded per-segment loss: a flight with a lost segment arrives one
 extra RTT later (fast retransmit, at least 0.2 ms) and halves cwnd.  Arrivals stay in order.
+
+With ``LinkConfig.nagle`` (tor never sets ``TCP_NODELAY``: its only ``setsockopt`` calls in
+``connection.c`` are ``SO_REUSEADDR``, ``IP_TRANSPARENT``, ``IPV6_V6ONLY``,
+``IP_BIND_ADDRESS_NO_PORT`` and ``SO_SNDBUF``/``SO_RCVBUF``) the sender holds a sub-MSS tail
+while an earlier sub-MSS segment is unacknowledged (``tcp_nagle_check`` with
+``tcp_minshall_check``, net/ipv4/tcp_output.c), and the receiver acknowledges as Linux does
+instead of one RTT after every flight:
+
+* at once when more than one full frame (``rcv_mss``, the largest segment seen, starting at
+  536) is unacknowledged (``__tcp_ack_snd_check``, net/ipv4/tcp_input.c);
+* when the application has read a pushed segment, unless the socket is in pingpong mode
+  (``tcp_cleanup_rbuf``, net/ipv4/tcp.c; every tor write pushes);
+* with the next data the receiver sends back on the same connection (every segment carries
+  the cumulative ACK), which on a tor channel is the reverse direction's cells at the peer's
+  next write;
+* otherwise when the delayed-ACK timer fires, 40 ms after the first unacknowledged segment
+  (``tcp_send_delayed_ack``; ``tcp_delack_timer_handler`` also leaves pingpong mode).
+
+A socket enters pingpong mode when it sends data within ``ato`` (40 ms) of receiving
+(``tcp_event_data_sent``, ``inet_csk_inc_pingpong_cnt``): a relay that forwards SENDMEs back
+over the connection it receives cells on is in pingpong mode, so its ACKs ride on those
+SENDMEs, which leave at its scheduler runs.
 """
 
 from __future__ import annotations
@@ -22,12 +44,12 @@ RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kernel_room(S, c):
     return S.ci[L.CI_SNDBUF, c] - (S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_UNA, c])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _track_peaks(S, node):
     """Raise the node's peaks of queued bytes (application, kernel, both): over the run
     (``NI_PEAK_*``) and since the last sample (``NI_WPEAK_*``, for window measurements)."""
@@ -40,7 +62,7 @@ def _track_peaks(S, node):
             S.ni[L.NI_WPEAK_APP + j, node] = v
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_push(S, c, k):
     """Append cell ``k`` to chan ``c``'s kernel queue (the caller keeps room, see ``kq_check_room``)."""
     n = S.ci[L.CI_KQ_N, c]
@@ -52,13 +74,13 @@ def kq_push(S, c, k):
     S.ci[L.CI_KQ_N, c] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_room_needed(S, c):
     """Free slots a kernel queue must have before an event: one event writes at most a send buffer."""
     return S.ci[L.CI_SNDBUF, c] // L.CELL_SIZE + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_check_room(S, c):
     """List chan ``c`` for ``kq_grow_listed`` when its ring could overflow in the next event."""
     if (S.ci[L.CI_KQ_CAP, c] - S.ci[L.CI_KQ_N, c] < kq_room_needed(S, c)
@@ -69,7 +91,7 @@ def kq_check_room(S, c):
         S.g[L.G_KQGROW_N] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kq_grow_listed(S):
     """Move each listed ring to a larger segment at the end of ``S.kq``; False when it is full.
 
@@ -101,7 +123,7 @@ def kq_grow_listed(S):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def tcp_send(S, c, t):
     """Send what cwnd allows of the not-yet-sent bytes as one flight."""
     notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
@@ -125,6 +147,23 @@ def tcp_send(S, c, t):
         S.ci[L.CI_CWND_LIMITED, c] = 1
         return
     nbytes = min(notsent, room * mss)
+    nagle = S.ci[L.CI_NAGLE, c] == 1
+    if nagle:
+        # the peer's advertised window bounds the bytes in flight (tcp_snd_wnd_test)
+        wnd = S.ci[L.CI_RWND, c] - (S.ci[L.CI_SND_NXT, c] - S.ci[L.CI_SND_UNA, c])
+        if wnd < nbytes:
+            nbytes = max(wnd, 0) // L.CELL_SIZE * L.CELL_SIZE
+            if nbytes <= 0:
+                S.ci[L.CI_CWND_LIMITED, c] = 0
+                return
+    partial = nbytes % mss if nbytes == notsent else 0
+    if nagle and partial > 0 and S.ci[L.CI_SND_SML, c] > S.ci[L.CI_SND_UNA, c]:
+        # tcp_nagle_check: a sub-MSS tail waits while a small segment is unacknowledged
+        nbytes -= partial
+        partial = 0
+        if nbytes <= 0:
+            S.ci[L.CI_CWND_LIMITED, c] = 0
+            return
     segs = (nbytes + mss - 1) // mss
     S.ci[L.CI_CWND_LIMITED, c] = 1 if nbytes < notsent or segs == room else 0
     S.ci[L.CI_UNACKED, c] = unacked + segs
@@ -151,10 +190,104 @@ def tcp_send(S, c, t):
     S.ci[L.CI_LAST_ARRIVAL, c] = arr
     S.ci[L.CI_BYTES_SENT, c] += nbytes
     ev_push(S, arr, L.EV_ARRIVAL, c, S.ci[L.CI_SND_NXT, c], leave)
-    ev_push(S, arr + owd, L.EV_ACK, c, segs, -nbytes if lost else nbytes)
+    if not nagle:
+        ev_push(S, arr + owd, L.EV_ACK, c, segs, -nbytes if lost else nbytes)
+        return
+    if partial > 0:
+        S.ci[L.CI_SND_SML, c] = S.ci[L.CI_SND_NXT, c]  # tcp_minshall_update
+    # this node is the receiver of the reverse direction: the flight carries its ACK, and
+    # data sent within ato of a receipt puts that socket in pingpong mode
+    r = c ^ 1
+    lrcv = S.ci[L.CI_LRCV, r]
+    if lrcv >= 0 and t - lrcv < S.ci[L.CI_DELACK_NS, r]:
+        S.ci[L.CI_PINGPONG, r] = 1
+    if S.ci[L.CI_ACK_BYTES, r] > 0:
+        _ack(S, r, arr - S.ci[L.CI_OWD_NS, r])
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
+def _ack(S, c, t):
+    """The receiver of chan ``c``'s data acknowledges everything it has, at time ``t``."""
+    ev_push(S, t + S.ci[L.CI_OWD_NS, c], L.EV_ACK, c, S.ci[L.CI_ACK_SEGS, c], S.ci[L.CI_ACK_BYTES, c])
+    S.ci[L.CI_ACK_SEGS, c] = 0
+    S.ci[L.CI_ACK_BYTES, c] = 0
+    S.ci[L.CI_DELACK_GEN, c] += 1
+    S.ci[L.CI_DELACK_AT, c] = -1
+    S.ci[L.CI_ACK_ON_READ, c] = 0
+
+
+@njit(cache=True)
+def rcv_segments(S, c, upto, t):
+    """A flight of chan ``c`` reached the peer's kernel: decide when it is acknowledged."""
+    nbytes = upto - S.ci[L.CI_RCV_SEQ, c]
+    if S.ci[L.CI_NAGLE, c] == 0 or nbytes <= 0:
+        return
+    S.ci[L.CI_RCV_SEQ, c] = upto
+    mss = S.ci[L.CI_MSS, c]
+    S.ci[L.CI_ACK_SEGS, c] += (nbytes + mss - 1) // mss
+    S.ci[L.CI_ACK_BYTES, c] += nbytes
+    _measure_rcv_mss(S, c, nbytes, mss)
+    S.ci[L.CI_LRCV, c] = t
+    at = S.ci[L.CI_DELACK_AT, c]
+    ato = S.ci[L.CI_DELACK_NS, c]
+    if S.ci[L.CI_ACK_BYTES, c] > S.ci[L.CI_RCV_MSS, c] or (at >= 0 and at - t <= ato // 4):
+        # more than one full frame, or the delayed ACK is due anyway (tcp_send_delayed_ack)
+        _ack(S, c, t)
+        return
+    if S.ci[L.CI_PINGPONG, c] == 0:
+        S.ci[L.CI_ACK_ON_READ, c] = 1
+    if at < 0:
+        S.ci[L.CI_DELACK_AT, c] = t + ato
+        ev_push(S, t + ato, L.EV_DELACK, c, S.ci[L.CI_DELACK_GEN, c], 0)
+
+
+@njit(cache=True, inline="always")
+def _measure_rcv_mss(S, c, nbytes, mss):
+    """tcp_measure_rcv_mss (net/ipv4/tcp_input.c) over a flight: full segments raise ``rcv_mss``
+    to the mss; a shorter one raises it to its length if at least ``rcv_mss``, and two equal
+    shorter ones in a row (each at least 536 B with headers) set it to theirs. The kernel queue
+    holds 514-byte cells; on the wire each carries TLS framing, so lengths count 543 B a cell."""
+    if nbytes >= mss:
+        S.ci[L.CI_RCV_MSS, c] = mss
+        S.ci[L.CI_LSS, c] = 0
+    tail = nbytes % mss
+    if tail == 0:
+        return
+    seg = min(tail // L.CELL_SIZE * L.TLS_CELL_BYTES, mss)
+    lss = S.ci[L.CI_LSS, c]
+    S.ci[L.CI_LSS, c] = 0
+    if seg >= S.ci[L.CI_RCV_MSS, c]:
+        S.ci[L.CI_RCV_MSS, c] = seg
+    elif seg + L.TCP_HEADER_BYTES >= L.TCP_MSS_DEFAULT + 20:
+        S.ci[L.CI_LSS, c] = seg
+        if seg == lss:
+            S.ci[L.CI_RCV_MSS, c] = seg
+
+
+@njit(cache=True, inline="always")
+def rcv_read(S, c, t):
+    """The receiving process has read chan ``c``'s data (tcp_cleanup_rbuf): it acknowledges a pushed
+    segment unless in pingpong mode, and always when the read reopens at least half the window
+    (the window it can now advertise is at least twice what was left)."""
+    if S.ci[L.CI_NAGLE, c] == 0:
+        return
+    acked = S.ci[L.CI_ACK_BYTES, c]
+    if acked > 0 and (S.ci[L.CI_ACK_ON_READ, c] == 1 or 2 * acked >= S.ci[L.CI_RWND, c]):
+        _ack(S, c, t)
+
+
+@njit(cache=True)
+def on_delack(S, c, gen, t):
+    """tcp_delack_timer_handler: acknowledge, and leave pingpong mode."""
+    if gen != S.ci[L.CI_DELACK_GEN, c]:
+        return
+    S.ci[L.CI_DELACK_AT, c] = -1
+    if S.ci[L.CI_ACK_BYTES, c] > 0:
+        S.ci[L.CI_PINGPONG, c] = 0
+        _ack(S, c, t)
+
+
+@njit(cache=True)
 def write_to_kernel(S, c, t):
     """One write call (``connection_handle_write``): outbuf -> kernel, whole cells.
 
@@ -173,8 +306,8 @@ def write_to_kernel(S, c, t):
     while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
         k = cell_list_pop(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c)
         S.ci[L.CI_WRITE_SEQ, c] += L.CELL_SIZE
-        S.cells[k, L.KI_T_KERN] = t
-        S.cells[k, L.KI_NEXT] = -1
+        S.cells[k].t_kern = t
+        S.cells[k].next = -1
         kq_push(S, c, k)
         ob -= L.CELL_SIZE
         room -= L.CELL_SIZE
@@ -195,7 +328,7 @@ def write_to_kernel(S, c, t):
     return ob < L.ORCONN_LOW
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_ack(S, c, t, segs, nbytes):
     """An ACK for one flight: free the send buffer, grow or cut cwnd, send more, wake the writer."""
     lost = nbytes < 0

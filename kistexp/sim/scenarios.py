@@ -1,0 +1,200 @@
+"""Registry of the simulator's path scenarios: name -> builder of a :class:`Network` and its
+:class:`RunConfig`, plus the figures the fidelity harness compares with real tor.
+
+A scenario's inputs are one frozen :class:`PathScenario`; a builder takes exactly that object,
+so a caller that spells a field the registry does not know fails at once with a ``TypeError``
+instead of having the argument silently dropped (the fidelity harness used to pick arguments by
+the names an experiment function happened to declare).
+
+* ``circuit``: one download over client-guard-middle-exit, possibly split over several streams
+  of the one circuit (real tor: several SOCKS connections with the same username, which
+  IsolateSOCKSAuth puts on one circuit);
+* ``ceiling-path``: `circuits` downloads started together over the same path, so they share one
+  channel per hop (real tor: one SOCKS username per circuit).
+
+Both run on a loopback-like link (0.1 ms RTT, 64 KiB mss, no NIC limit), every node running
+the scheduler; the client's interval is ``KISTSchedRunIntervalClient`` (kist-ewma.md §5.1) and
+``cc_alg`` 2 means Vegas, 0 the fixed SENDME windows (§13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import attrs
+import numpy as np
+
+from kistexp.errors import SimConfigError
+from kistexp.sim import workloads as wl
+from kistexp.sim.config import LOOPBACK_MSS, FlowControlConfig, LinkConfig, NodeConfig, RunConfig
+from kistexp.sim.network import Network, Transfer
+from kistexp.sim.result import SimResult
+
+CELL_BYTES = 514
+MB = 1e6
+#: The loopback link of the real test network (real-tor.md): tiny RTT, 64 KiB mss, no NIC limit.
+LOOPBACK_LINK = LinkConfig(rtt_ms=0.1, mss=LOOPBACK_MSS)
+#: tor's ``cc_alg`` consensus parameter (congestion_control_common.c): 0 = fixed SENDME windows,
+#: 2 = Vegas (the default since 0.4.8.2-alpha).
+CC_ALG_FLOW_CONTROL = {0: "sendme", 2: "vegas"}
+
+
+@attrs.frozen(kw_only=True)
+class PathScenario:
+    """Inputs of one path scenario; every field has the meaning real tor's harness gives it."""
+
+    scheduler: str = "kist"
+    interval_ms: int = 10
+    """``KISTSchedRunInterval`` of the guard, middle and exit."""
+    client_interval_ms: int | None = None
+    """``KISTSchedRunIntervalClient`` of the client (None: the relays' interval)."""
+    circuits: int = 1
+    streams: int = 1
+    """Streams per circuit; each carries an equal share of its circuit's bytes."""
+    cc_alg: int = 2
+    transfer_bytes: int = 20 * wl.MIB
+    """All bytes of the scenario, split evenly over circuits and streams."""
+    kernel_tick_ms: float = 4.0
+    rtt_ms: float = LOOPBACK_LINK.rtt_ms
+    max_duration_s: float = 60.0
+    seed: int = 1
+    nagle: bool = False
+    """Model Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``; tor never
+    sets TCP_NODELAY). Off by default: see docs/simulator.md for what it does to the figures."""
+
+    @property
+    def client_interval(self) -> int:
+        return self.interval_ms if self.client_interval_ms is None else self.client_interval_ms
+
+    @property
+    def flow_control(self) -> str:
+        return CC_ALG_FLOW_CONTROL[self.cc_alg]
+
+    def validate(self) -> None:
+        for key, value, hi in (("circuits", self.circuits, 10_000), ("streams", self.streams, 1_000)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+                raise SimConfigError(f"scenario: {key}={value!r} must be an integer in [1, {hi}]")
+        if self.cc_alg not in CC_ALG_FLOW_CONTROL:
+            raise SimConfigError(f"scenario: cc_alg={self.cc_alg!r} must be 0 (SENDME windows) or 2 (Vegas)")
+        need = self.circuits * self.streams
+        tb = self.transfer_bytes
+        if isinstance(tb, bool) or not isinstance(tb, int) or tb < need:
+            raise SimConfigError(f"scenario: transfer_bytes={tb!r} must be an integer >= {need}")
+
+
+@attrs.frozen
+class BuiltScenario:
+    """A scenario ready to run: the network, its run configuration and its topology."""
+
+    network: Network
+    run_config: RunConfig
+    topology: wl.Topology
+    scenario: PathScenario
+    payload_bytes: int
+    """Bytes the downloads carry (transfer_bytes rounded down to whole streams)."""
+
+
+@attrs.frozen
+class PathFigures:
+    """What the fidelity harness measures on real tor, from one simulator run."""
+
+    throughput_mbytes_per_s: float
+    """All bytes / time from the requests to the last byte (what the download clients see)."""
+    elapsed_s: float
+    finished: bool
+    run_period_ms: float | None
+    """Median gap between the middle relay's scheduler runs that moved cells."""
+    cells_per_run_median: float | None
+    """Median cells the middle relay moved per run that moved any."""
+
+
+def _node(scheduler: str, interval_ms: int, role: str, tick_ms: float) -> NodeConfig:
+    node = NodeConfig(role=role, scheduler=scheduler, kist_interval_ms=interval_ms, kernel_tick_ms=tick_ms)
+    node.validate(role)
+    return node
+
+
+def build_path(s: PathScenario) -> BuiltScenario:
+    """`circuits` x `streams` simultaneous downloads over one client-guard-middle-exit path."""
+    s.validate()
+    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=s.rtt_ms, nagle=s.nagle)
+    link.validate("link")
+    tick = s.kernel_tick_ms
+    topo = wl.three_hop_path(
+        client=_node(s.scheduler, s.client_interval, "client", tick),
+        guard=_node(s.scheduler, s.interval_ms, "guard", tick),
+        middle=_node(s.scheduler, s.interval_ms, "middle", tick),
+        exit=_node(s.scheduler, s.interval_ms, "exit", tick),
+        link=link, circuits=s.circuits, labels=["bulk"] * s.circuits)
+    per_stream = s.transfer_bytes // (s.circuits * s.streams)
+    for c in topo.circuits:
+        for _ in range(s.streams):
+            topo.network.add_transfer(Transfer(circuit=c, response_bytes=per_stream))
+    rc = RunConfig(duration_s=s.max_duration_s, seed=s.seed, flow_control=FlowControlConfig(kind=s.flow_control),
+                   sample_interval_s=s.max_duration_s / 100)
+    rc.validate()
+    return BuiltScenario(topo.network, rc, topo, s, per_stream * s.circuits * s.streams)
+
+
+def build_circuit(s: PathScenario) -> BuiltScenario:
+    if s.circuits != 1:
+        raise SimConfigError(f"scenario circuit: circuits={s.circuits} (it uses one circuit; see ceiling-path)")
+    return build_path(s)
+
+
+def path_figures(res: SimResult, built: BuiltScenario) -> PathFigures:
+    """The harness's figures: bytes over the time to the last byte of the last stream (the run's
+    length and the bytes delivered by then if one did not finish), and the middle relay's runs."""
+    s, topo = built.scenario, built.topology
+    ttlb = res.transfer_ttlb_s
+    finished = not bool(np.isnan(ttlb).any())
+    if finished:
+        elapsed, delivered = float(ttlb.max()), built.payload_bytes
+    else:
+        # the payload of the cells that reached the client (all DATA on this channel)
+        wire = int(res.chan_bytes_sent[-1, res.chan_between(topo.relays[0], topo.clients[0])])
+        elapsed, delivered = s.max_duration_s, wire // CELL_BYTES * wl.RELAY_DATA_BYTES
+    middle = topo.relays[1]
+    periods = res.run_periods_ms(middle)
+    cells = res.cells_per_run(middle)
+    cells = cells[cells > 0]
+    return PathFigures(
+        throughput_mbytes_per_s=delivered / elapsed / MB, elapsed_s=elapsed, finished=finished,
+        run_period_ms=float(np.median(periods)) if len(periods) else None,
+        cells_per_run_median=float(np.median(cells)) if len(cells) else None)
+
+
+@attrs.frozen
+class Scenario:
+    name: str
+    build: Callable[[PathScenario], BuiltScenario]
+    figures: Callable[[SimResult, BuiltScenario], PathFigures]
+    doc: str
+
+
+REGISTRY: Mapping[str, Scenario] = {
+    s.name: s for s in (
+        Scenario("circuit", build_circuit, path_figures,
+                 "one download over a pinned 3-hop path, split over `streams` streams of one circuit"),
+        Scenario("ceiling-path", build_path, path_figures,
+                 "`circuits` downloads started together over one pinned 3-hop path"),
+    )
+}
+
+
+def get(name: str) -> Scenario:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise SimConfigError(f"unknown scenario {name!r} (known: {', '.join(REGISTRY)})") from None
+
+
+def run_scenario(name: str, scenario: PathScenario,
+                 run: Callable[[Network, RunConfig], SimResult] | None = None) -> tuple[PathFigures, SimResult]:
+    """Build scenario `name`, run it (with `run`, default :func:`kistexp.sim.run`) and measure it."""
+    from kistexp.sim.network import run as sim_run
+
+    entry = get(name)
+    built = entry.build(scenario)
+    res = (run or sim_run)(built.network, built.run_config)
+    return entry.figures(res, built), res
