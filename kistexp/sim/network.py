@@ -170,7 +170,10 @@ class Network:
         if not self._tr:
             e = np.zeros(0, np.int64)
             return e, e, e, np.zeros(0, np.float64)
-        return tuple(np.concatenate([t[i] for t in self._tr]) for i in range(4))  # type: ignore[return-value]
+        if len(self._tr) > 1:
+            # keep one copy: a network of millions of exchanges must not hold them twice
+            self._tr = [tuple(np.concatenate([t[i] for t in self._tr]) for i in range(4))]
+        return self._tr[0]
 
     def validate(self) -> None:
         if not self.nodes:
