@@ -410,7 +410,8 @@ def _build(net: Network, rc: RunConfig):
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 2 * n_chan + 1024  # the heap doubles when it runs short
     # what the run-time arrays will take, checked before allocating them
-    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 8 * (2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
+    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + 1024) + 8 * (
+                   2 * ev_cap * L.N_EV + n_samples * n_chan + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
