@@ -27,7 +27,7 @@ from kistexp.dirauth.schedule import (
 from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.errors import KistexpError
 from kistexp.metrics import catalogue
-from kistexp.plan.model import UNSET, Plan
+from kistexp.plan.model import UNSET, Criterion, Plan
 
 Values = tuple[tuple[str, "int | str"], ...]  # (param, int or "unset") in plan order
 
@@ -119,18 +119,22 @@ LIVE_CADENCE = Cadence.of(VotingSchedule())
 
 @attrs.frozen
 class CriterionSpec:
+    """A plan criterion with its name and the aggregation limits of §1.3."""
+
     name: str
-    metric: str
-    statistic: str
-    comparison: str
-    threshold: float
-    min_samples: int
-    on_fail: str
+    base: Criterion
     failure_limit: int = FAILURE_LIMIT
     consecutive_error_limit: int = CONSECUTIVE_ERROR_LIMIT
     consecutive_success: int = CONSECUTIVE_SUCCESS
     shadow: bool = False  # dry_run = true: journaled, never aggregated (§1.3)
     on_error: str = "hold"
+
+    metric = property(lambda self: self.base.metric)
+    statistic = property(lambda self: self.base.statistic)
+    comparison = property(lambda self: self.base.comparison)
+    threshold = property(lambda self: self.base.threshold)
+    min_samples = property(lambda self: self.base.min_samples)
+    on_fail = property(lambda self: self.base.on_fail)
 
 
 @attrs.frozen
@@ -237,8 +241,7 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
     stage_start = plan.start if start is None else start
     stage_start = cadence.va_at_or_after(stage_start)
     criteria = tuple(
-        CriterionSpec(c.name or c.metric, c.metric, c.statistic, c.comparison, c.threshold, c.min_samples,
-                      c.on_fail,
+        CriterionSpec(c.name or c.metric, c,
                       failure_limit=getattr(c, "failure_limit", FAILURE_LIMIT),
                       consecutive_error_limit=getattr(c, "consecutive_error_limit", CONSECUTIVE_ERROR_LIMIT),
                       consecutive_success=getattr(c, "consecutive_success", CONSECUTIVE_SUCCESS),
