@@ -43,3 +43,18 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((address, 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def onionperf_hk5(shared_data: Path) -> Path:
+    return shared_data / "onionperf" / "2021-01-01.op-hk5.onionperf.analysis.json.xz"
+
+
+@pytest.fixture(scope="session")
+def onionperf_hk6a(shared_data: Path) -> Path:
+    return shared_data / "onionperf" / "2021-06-01.op-hk6a.onionperf.analysis.json.xz"
+
+
+@pytest.fixture(scope="session")
+def tgen_analysis(shared_data: Path) -> Path:
+    return shared_data / "tgen.analysis.json.xz"

@@ -1,0 +1,108 @@
+"""Collectors: each turns one kind of real source into catalogue-named samples.
+
+One module per source kind (onionperf, metricsport, process, consensus_archive,
+operator_report, simulator). Every collector is bounded in size and time and reports bad
+input as one-line problems naming the source and line or key:
+
+- a source that cannot be read at all (truncated xz, not JSON, unknown format version)
+  raises ``CorruptSource`` and contributes nothing;
+- a source with some bad records keeps its good records; each bad one becomes a
+  problem in ``Collected.problems`` ("FILE:LINE: what is wrong") and is not stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import lzma
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+from kistexp.errors import KistexpError
+from kistexp.metrics.series import Sample
+
+MiB = 1024 * 1024
+# Sample times outside [2000-01-01, now + 1 day] are clock or parsing errors.
+EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class CorruptSource(KistexpError):
+    """A source that cannot be read at all: nothing of it is imported."""
+
+
+class SourceTooLarge(CorruptSource):
+    """A source beyond the collector's size limit."""
+
+
+@attrs.frozen
+class Collected:
+    """What a collector got from one source: samples by metric, plus problems found in
+    records that were left out."""
+
+    kind: str
+    location: str
+    samples: Mapping[str, tuple[Sample, ...]] = attrs.field(hash=False)
+    problems: tuple[str, ...] = ()
+    sha256: str | None = None
+
+    @property
+    def n_samples(self) -> int:
+        return sum(len(v) for v in self.samples.values())
+
+
+def group_samples(pairs: list[tuple[str, Sample]]) -> dict[str, tuple[Sample, ...]]:
+    out: dict[str, list[Sample]] = {}
+    for metric, sample in pairs:
+        out.setdefault(metric, []).append(sample)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def check_time(t: dt.datetime, where: str, now: dt.datetime) -> None:
+    if not EARLIEST <= t <= now + dt.timedelta(days=1):
+        raise ValueError(f"{where}: time {t.isoformat()} is outside 2000-01-01 .. now + 1 day")
+
+
+def read_bounded(path: Path, *, max_compressed: int, max_raw: int) -> tuple[bytes, str]:
+    """The (decompressed) bytes of a file and the sha256 of its stored bytes.
+
+    ``.xz`` files are stream-decompressed, so a decompression bomb stops at
+    ``max_raw`` instead of filling memory; a truncated or non-xz file raises
+    CorruptSource.
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise CorruptSource(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if size > max_compressed:
+        raise SourceTooLarge(f"{path}: {size} bytes is over the {max_compressed}-byte limit for this source")
+    try:
+        stored = path.read_bytes()
+    except OSError as exc:
+        raise CorruptSource(f"{path}: cannot read: {exc.strerror or exc}") from None
+    digest = hashlib.sha256(stored).hexdigest()
+    if not (path.suffix == ".xz" or stored[:6] == b"\xfd7zXZ\x00"):
+        if len(stored) > max_raw:
+            raise SourceTooLarge(f"{path}: {len(stored)} bytes is over the {max_raw}-byte limit for this source")
+        return stored, digest
+    dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    chunks, total = [], 0
+    try:
+        # feed a bounded amount of output at a time (max_length), never the whole bomb
+        data = stored
+        while True:
+            out = dec.decompress(data, max_length=4 * MiB)
+            data = b""
+            total += len(out)
+            if total > max_raw:
+                raise SourceTooLarge(f"{path}: decompresses to over {max_raw} bytes (the limit for this source)")
+            chunks.append(out)
+            if dec.eof:
+                break
+            if dec.needs_input:
+                raise CorruptSource(f"{path}: truncated xz file (compressed data ended before the end-of-stream "
+                                    "marker)")
+    except lzma.LZMAError as exc:
+        raise CorruptSource(f"{path}: not a valid xz file: {exc}") from None
+    return b"".join(chunks), digest

@@ -1,0 +1,1 @@
+"""Storage of an experiment: the one SQLite database and its schema."""

@@ -1,0 +1,186 @@
+"""THE schema of an experiment's SQLite database (``experiment.db``).
+
+Every table of the experiment lives in this one module: metric series and samples,
+simulator predictions, imported sources, consensus parameter history and, later, the
+rollout journal. ``MIGRATIONS`` is append-only: migration *i* (1-based) brings a
+database from ``PRAGMA user_version`` *i-1* to *i*; never edit a released migration,
+add a new one instead. A database whose user_version is higher than ``len(MIGRATIONS)``
+was written by a newer kistexp and is refused rather than misread.
+
+Times are stored as integer microseconds since the Unix epoch, UTC, so that windows
+compare as integers and no timezone text is ever parsed back.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from kistexp.errors import KistexpError
+
+
+class StoreError(KistexpError):
+    """The experiment directory or its database cannot be used (corrupt, newer, unwritable)."""
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+# Writers (an import beside an hourly judge run) wait this long for a lock instead of failing.
+BUSY_TIMEOUT_MS = 10_000
+
+_V1 = """
+-- One named series: a catalogue metric plus its labels (canonical JSON, sorted keys).
+CREATE TABLE series (
+    id      INTEGER PRIMARY KEY,
+    metric  TEXT NOT NULL,
+    labels  TEXT NOT NULL,
+    UNIQUE (metric, labels)
+);
+CREATE INDEX series_metric ON series (metric);
+
+-- One measurement. param_value: the consensus value in effect for the measured relay or
+-- client when it was taken (NULL = unknown), so propagation-time samples are not counted
+-- for the wrong value. No uniqueness on time: tor's controller logs circuits at 10 ms
+-- resolution, so distinct measurements share timestamps; re-importing a source replaces
+-- its samples through source_id instead.
+CREATE TABLE samples (
+    id           INTEGER PRIMARY KEY,
+    series_id    INTEGER NOT NULL REFERENCES series (id) ON DELETE CASCADE,
+    t_us         INTEGER NOT NULL,
+    value        REAL NOT NULL,
+    param_value  INTEGER,
+    source_id    INTEGER REFERENCES sources (id) ON DELETE CASCADE
+);
+CREATE INDEX samples_series_time ON samples (series_id, t_us);
+CREATE INDEX samples_source ON samples (source_id);
+
+-- What was imported, from where, and what was wrong with it.
+CREATE TABLE sources (
+    id           INTEGER PRIMARY KEY,
+    kind         TEXT NOT NULL,
+    location     TEXT NOT NULL,
+    sha256       TEXT,
+    imported_us  INTEGER NOT NULL,
+    n_samples    INTEGER NOT NULL DEFAULT 0,
+    n_rejected   INTEGER NOT NULL DEFAULT 0,
+    problems     TEXT NOT NULL DEFAULT '[]'
+);
+
+-- The simulator's predicted distribution of a metric: one row per quantile level.
+-- stage: "baseline", a stage name or "transition:<stage>"; relay_class "" for clients;
+-- network: index of the independently sampled network.
+CREATE TABLE predictions (
+    stage        TEXT NOT NULL,
+    metric       TEXT NOT NULL,
+    relay_class  TEXT NOT NULL DEFAULT '',
+    network      INTEGER NOT NULL,
+    quantile     REAL NOT NULL CHECK (quantile >= 0.0 AND quantile <= 1.0),
+    value        REAL NOT NULL,
+    PRIMARY KEY (stage, metric, relay_class, network, quantile)
+);
+
+-- Consensus documents seen in an archive: one row per (valid-after, flavour).
+CREATE TABLE consensuses (
+    valid_after_us  INTEGER NOT NULL,
+    flavour         TEXT NOT NULL,
+    digest          TEXT NOT NULL,
+    n_relays        INTEGER NOT NULL,
+    n_signatures    INTEGER NOT NULL,
+    n_valid         INTEGER NOT NULL,
+    verified        INTEGER NOT NULL,
+    location        TEXT NOT NULL,
+    PRIMARY KEY (valid_after_us, flavour)
+);
+
+-- The params line of each consensus (absent key = tor's default, not stored).
+CREATE TABLE consensus_params (
+    valid_after_us  INTEGER NOT NULL,
+    flavour         TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    value           INTEGER NOT NULL,
+    PRIMARY KEY (valid_after_us, flavour, name),
+    FOREIGN KEY (valid_after_us, flavour) REFERENCES consensuses (valid_after_us, flavour) ON DELETE CASCADE
+);
+
+-- What each authority voted: one row per (vote, parameter); a vote with no params line
+-- still gets a row in votes.
+CREATE TABLE votes (
+    valid_after_us  INTEGER NOT NULL,
+    authority       TEXT NOT NULL,      -- v3 identity fingerprint, uppercase hex
+    nickname        TEXT NOT NULL,
+    digest          TEXT NOT NULL,
+    verified        INTEGER NOT NULL,
+    location        TEXT NOT NULL,
+    PRIMARY KEY (valid_after_us, authority)
+);
+CREATE TABLE vote_params (
+    valid_after_us  INTEGER NOT NULL,
+    authority       TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    value           INTEGER NOT NULL,
+    PRIMARY KEY (valid_after_us, authority, name),
+    FOREIGN KEY (valid_after_us, authority) REFERENCES votes (valid_after_us, authority) ON DELETE CASCADE
+);
+"""
+
+# Append-only. Each entry is one SQL script; open_db runs it in a transaction together
+# with the user_version bump.
+MIGRATIONS: tuple[str, ...] = (_V1,)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _check_header(path: Path) -> None:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the experiment database: {exc.strerror or exc}") from None
+    if head and head != _SQLITE_MAGIC:
+        raise StoreError(f"{path}: not an SQLite database (corrupt or a different file)")
+
+
+def open_db(path: Path) -> sqlite3.Connection:
+    """Open (creating if absent) an experiment database and bring its schema up to date.
+
+    WAL mode lets the judge read while an import writes; foreign keys are enforced; a
+    locked database is waited for BUSY_TIMEOUT_MS. A corrupt file, a non-SQLite file or a
+    database from a newer kistexp raises StoreError naming the file.
+    """
+    path = Path(path)
+    _check_header(path)
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open the experiment database: {exc}") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"{path}: the database refused WAL mode (journal_mode is {mode})")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _migrate(conn, path)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{path}: corrupt experiment database: {exc}") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: database schema version {version} is newer than this kistexp understands "
+            f"({SCHEMA_VERSION}); upgrade kistexp")
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        script = MIGRATIONS[number - 1]
+        try:
+            conn.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.rollback()
+            raise StoreError(f"{path}: schema migration {number} failed: {exc}") from None
