@@ -54,7 +54,7 @@ def initial_status(spec: RolloutSpec) -> Status:
     return Status(values=spec.baseline_values)
 
 
-def carried(spec: RolloutSpec, values: Values, params: tuple[tuple[str, int], ...] | None) -> list[str]:
+def mismatched(spec: RolloutSpec, values: Values, params: tuple[tuple[str, int], ...] | None) -> list[str]:
     """Plan parameters whose consensus value differs from what ``values`` should produce."""
     if params is None:
         return list(spec.parameters)
@@ -128,7 +128,7 @@ def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
     if st.state == BASELINE or (st.state == PAUSED and st.resume_to == BASELINE):
         if not spec.baseline_values:
             return Outcome(st)
-        off = carried(spec, spec.baseline_values, ev.params)
+        off = mismatched(spec, spec.baseline_values, ev.params)
         if off and ev.params is not None:
             seen = dict(ev.params)
             words = ", ".join(f"{k}={seen.get(k, 'absent')}" for k in off)
@@ -142,7 +142,7 @@ def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
     if not pending or st.target_va is None or ev.valid_after != st.target_va:
         return Outcome(st)
     was = st.resume_to if st.state == PAUSED else st.state
-    off = carried(spec, st.values, ev.params)
+    off = mismatched(spec, st.values, ev.params)
     if not off:
         return _arrived(spec, st, was, ev.valid_after)
     rounds = st.rounds_waited + 1
