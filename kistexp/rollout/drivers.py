@@ -25,6 +25,7 @@ class VirtualDriver:
 
     def run(self, until: dt.datetime | None = None, on_step=None, stop=None) -> None:
         """Step until terminal, past ``until``, or ``stop(engine)`` says so."""
+        self.engine.step(self.clock.now())  # on resume: queued commands and overdue events first
         while not self.engine.status.terminal and not (stop is not None and stop(self.engine)):
             t = self.engine.next_wakeup(self.clock.now())
             if t is None or (until is not None and t > until):
