@@ -20,6 +20,8 @@ _MODULES = (
     "metrics",
     "population",
     "simulate",
+    "report",
+    "announce",
 )
 
 
