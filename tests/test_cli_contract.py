@@ -75,6 +75,13 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "metrics list": (["metrics", "list", "--dir", str(tmp_path / "exp"), "--json"], "json"),
         "metrics show": (["metrics", "show", "client_ttlb_1mib_s", "--dir", str(tmp_path / "exp"), "--json"], "json"),
         "metrics params": (["metrics", "params", "--dir", str(tmp_path / "exp"), "--json"], "json"),
+        # not a consensus / a load outside (0, 1): refused before any sampling or simulation
+        "population paths": (["population", "paths", plan, "--circuits", "10", "--json"], "error"),
+        "population summary": (["population", "summary", plan, "--json"], "error"),
+        "simulate": (["simulate", plan, "--dir", str(tmp_path / "sim"), "--load", "2", "--json"], "error"),
+        # the metrics directory above holds no rollout journal and no predictions
+        "report": (["report", str(tmp_path / "exp"), "--json"], "error"),
+        "announce": (["announce", plan, "--dir", str(tmp_path / "exp"), "--json"], "error"),
     }
 
 
