@@ -213,7 +213,9 @@ class PredictedMetrics:
         m = catalogue.get(metric)
         instances = RELAY_INSTANCES if m.population == "relays" else ONIONPERF_INSTANCES
         n = int(round(m.samples_per_hour * instances * ((t1 - t0) / self.spec.hour)))  # one window = a plan hour
-        digest = hashlib.sha256(f"{self.seed}:{metric}:{t0.isoformat()}".encode()).digest()
+        # seeded by the window's place in the plan, so a rebased or rerun plan draws the same samples
+        offset = (t0 - self.spec.baseline_start) / self.spec.hour
+        digest = hashlib.sha256(f"{self.seed}:{metric}:{offset:.6f}".encode()).digest()
         rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         offsets = (np.arange(n) + 0.5) / n * (t1 - t0).total_seconds()
         u = rng.random(n)
