@@ -17,6 +17,7 @@ _MODULES = (
     "localnet",
     "sim",
     "fidelity",
+    "rollout",
 )
 
 
