@@ -128,3 +128,176 @@ class SimulatedAuthorities:
         if len(votes) < votes_needed_to_compute(len(self.authorities)):
             return None, []
         return dict(compute_consensus_params(votes, len(self.authorities))), [v.authority for v in votes]
+
+
+# --- fake authorities' operator API ----------------------------------------------------------------
+
+def _parse_lines(lines) -> Params:
+    out: Params = {}
+    for line in lines if isinstance(lines, list) else [lines]:
+        for token in str(line).split():
+            k, _, v = token.partition("=")
+            out[k] = int(v)
+    return out
+
+
+OWN_KEYS = ("AuthDirMaxServersPerAddr",)  # keys an authority adds to its own vote (§1.2)
+
+
+class DirectoryObserver:
+    """Votes and consensuses as DirPorts serve them, through the directory client's checks:
+    ``next/authority`` before VA, ``current/authority`` after (rollout.md §3.1 step 3)."""
+
+    def __init__(self, directory, clock: Clock) -> None:
+        self.directory, self.clock = directory, clock
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        which = "next" if self.clock.now() < valid_after else "current"
+        try:
+            doc = self.directory.fetch_vote(authority, which)
+        except KistexpError:
+            return None
+        if doc.valid_after != valid_after:
+            return None
+        return {k: v for k, v in doc.params if k not in OWN_KEYS}
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        try:
+            doc = self.directory.fetch_consensus("microdesc")
+        except KistexpError:
+            return None, []
+        if doc.valid_after != valid_after:
+            return None, []
+        return ({k: v for k, v in doc.params if k not in OWN_KEYS},
+                [a.nickname for a in doc.authorities])
+
+
+class FakeAuthoritiesActuator:
+    """``fake_authorities``' operator API (bearer token) to act; their DirPorts, through the
+    directory client and its signature checks, to observe (rollout.md §4)."""
+
+    name = "fake"
+
+    def __init__(self, operator_url: str, token: str, directory, clock: Clock, *, transport=None) -> None:
+        import httpx
+
+        self.base = operator_url.rstrip("/") + "/kistexp/operator"
+        self._token = token  # never logged
+        self.observer = DirectoryObserver(directory, clock)
+        self._http = httpx.Client(transport=transport, timeout=10.0,
+                                  headers={"Authorization": f"Bearer {token}"})
+
+    def _call(self, method: str, path: str, **kw):
+        import httpx
+
+        try:
+            r = self._http.request(method, self.base + path, **kw)
+        except httpx.HTTPError as exc:
+            raise ActuationError(f"{self.base}{path}: {type(exc).__name__}: {exc}") from None
+        if r.status_code != 200:
+            raise ActuationError(f"{self.base}{path}: HTTP {r.status_code}: {r.text.strip()[:200]}")
+        return r.json()
+
+    def current(self, authority: str) -> Params | None:
+        try:
+            return _parse_lines(self._call("GET", f"/authorities/{authority}/params")["consensus_params"])
+        except ActuationError:
+            return None
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        body = {"params": " ".join(f"{k}={v}" for k, v in sorted(desired.items()))}
+        got = self._call("PUT", f"/authorities/{authority}/params", json=body,
+                         headers={"Idempotency-Key": idem_key})
+        return f"set {got.get('vote_params', '')}; applies from {got.get('applies_from', 'next vote')}"
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        return self.observer.fetch_vote(authority, valid_after)
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        return self.observer.fetch_consensus(valid_after)
+
+
+# --- real authorities: generated instructions ------------------------------------------------------
+
+def render_instructions(plan_name: str, stage_text: str, authority: str, desired: Params, valid_after: dt.datetime,
+                        cadence: Cadence, observed: Params | None, tz: dt.tzinfo = dt.timezone.utc) -> str:
+    """The message for one authority operator (rollout.md §4): the complete ConsensusParams line, the diff
+    against what their vote shows, the window in UTC and the plan's timezone, and how to check."""
+    line = "ConsensusParams " + " ".join(f"{k}={v}" for k, v in sorted(desired.items()))
+    opens = cadence.window_opens(valid_after)
+    closes = valid_after - dt.timedelta(seconds=cadence.lead_s)
+
+    def both(t: dt.datetime) -> str:
+        local = t.astimezone(tz)
+        zone = "" if local.utcoffset() == dt.timedelta(0) else f" ({local:%Y-%m-%d %H:%M %Z})"
+        return f"{t:%Y-%m-%d %H:%M} UTC{zone}"
+
+    changes = []
+    for k, v in sorted(desired.items()):
+        was = None if observed is None else observed.get(k)
+        if was != v:
+            changes.append(f"your vote lists {k}={was if was is not None else '(absent)'}; replace it with {v}")
+    return "\n".join([
+        f"Subject: [{plan_name}] {stage_text}: {authority}, set before {closes:%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Please set, in {authority}'s torrc, exactly one line:",
+        "",
+        f"    {line}",
+        "",
+        *(f"- {c}" for c in changes),
+        "- keep your other ConsensusParams keys on the same line; do not add a second entry for a key",
+        "",
+        f"Reload tor (SIGHUP) after {both(opens)} and before {both(closes)}",
+        f"(advised: {both(valid_after - dt.timedelta(minutes=60))} .. {both(valid_after - dt.timedelta(minutes=15))}).",
+        f"The first consensus carrying it is the one valid from {both(valid_after)}.",
+        "A reload before the window lands a round early; after it, the change slips one round (one hour).",
+        "",
+        "Check: GETCONF ConsensusParams; after the vote is built, /tor/status-vote/next/authority lists it;",
+        "consensus-health's parameter table shows your vote.",
+    ]) + "\n"
+
+
+class InstructionsActuator:
+    """For the real network, which kistexp never touches: each ``apply`` writes the operator's
+    instructions to ``EXP/outbox/<idem-key>.txt`` (temp, fsync, rename: idempotent), and
+    observation is by public votes and consensuses through the directory client."""
+
+    name = "instructions"
+
+    def __init__(self, outbox, plan_name: str, cadence: Cadence, directory, clock: Clock,
+                 tz: dt.tzinfo = dt.timezone.utc) -> None:
+        from pathlib import Path
+
+        self.outbox = Path(outbox)
+        self.plan_name, self.cadence, self.directory, self.clock, self.tz = plan_name, cadence, directory, clock, tz
+        self.observer = DirectoryObserver(directory, clock)
+
+    def current(self, authority: str) -> Params | None:
+        return None  # what the operator configured is only known from their next vote
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        import os
+
+        seq_va = idem_key.split(":")
+        va = dt.datetime.strptime(seq_va[-2], "%Y%m%dT%H%M%S").replace(tzinfo=dt.timezone.utc)
+        text = render_instructions(self.plan_name, f"transition {seq_va[-4]}", authority, desired, va,
+                                   self.cadence, self.fetch_vote(authority, va - dt.timedelta(
+                                       seconds=self.cadence.interval_s)), self.tz)
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        name = idem_key.replace(":", "_").replace("/", "_") + ".txt"
+        final = self.outbox / name
+        if final.exists():
+            return f"instructions already written: {final}"
+        tmp = final.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        return f"instructions written: {final}"
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        return self.observer.fetch_vote(authority, valid_after)
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        return self.observer.fetch_consensus(valid_after)

@@ -42,8 +42,8 @@ class VirtualDriver:
 class LiveDriver:
     JOB = "kistexp-wakeup"
 
-    def __init__(self, engine: Engine, clock: RealClock, poll_s: float = 2.0) -> None:
-        self.engine, self.clock, self.poll_s = engine, clock, poll_s
+    def __init__(self, engine: Engine, clock: RealClock, poll_s: float = 2.0, stop=None) -> None:
+        self.engine, self.clock, self.poll_s, self.stop = engine, clock, poll_s, stop
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._lock = threading.Lock()
@@ -57,7 +57,7 @@ class LiveDriver:
                 self.error = exc
                 self.done.set()
                 return
-            if self.engine.status.terminal:
+            if self.engine.status.terminal or (self.stop is not None and self.stop(self.engine)):
                 self.done.set()
                 return
             self._arm()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 import tempfile
 from collections.abc import Sequence
@@ -213,7 +214,9 @@ class PredictedMetrics:
         m = catalogue.get(metric)
         instances = RELAY_INSTANCES if m.population == "relays" else ONIONPERF_INSTANCES
         n = int(round(m.samples_per_hour * instances * ((t1 - t0) / self.spec.hour)))  # one window = a plan hour
-        digest = hashlib.sha256(f"{self.seed}:{metric}:{t0.isoformat()}".encode()).digest()
+        # seeded by the window's place in the plan, so a rebased or rerun plan draws the same samples
+        offset = (t0 - self.spec.baseline_start) / self.spec.hour
+        digest = hashlib.sha256(f"{self.seed}:{metric}:{offset:.6f}".encode()).digest()
         rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
         offsets = (np.arange(n) + 0.5) / n * (t1 - t0).total_seconds()
         u = rng.random(n)
@@ -302,6 +305,8 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
         exp = Path(tmp.name) / "exp"
     try:
         expdir = ExperimentDir.open_or_create(exp)
+        if Path(plan.path).is_file() and Path(plan.path).resolve() != expdir.plan_path.resolve():
+            expdir.save_plan(plan.path)  # status, history and rollback --dry-run read the plan from here
         source = ExperimentDir.open(predictions_from) if predictions_from else expdir
         curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
         journal = Journal(expdir.db_path, durable=False)
@@ -341,7 +346,9 @@ def _start_fresh(journal: Journal, spec: RolloutSpec) -> None:
                       "rollout_votes_seen", "rollout_consensus_seen"):
             c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
         c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)",
-                      [("mode", "dry-run"), ("spec", spec.canonical()), ("plan_canon_sha256", spec.digest())])
+                      [("mode", "dry-run"), ("experiment_id", f"dry-run:{spec.plan_name}"),
+                       ("cadence", json.dumps(attrs.asdict(spec.cadence))), ("start", spec.start.isoformat()),
+                       ("plan_canon_sha256", spec.digest())])
 
 
 def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: tuple[str, ...], where: str,

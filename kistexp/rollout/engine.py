@@ -95,8 +95,9 @@ class Engine:
         first_collect = spec.baseline_start + spec.hour
         for source in self.sources:
             out.append(tg.NamedTrigger(f"collect:{source}", tg.COLLECT, 0,
-                                       tg.interval_trigger(spec.hour, first_collect)))
-        out.append(tg.NamedTrigger("evaluate", tg.EVALUATE, 0, tg.interval_trigger(spec.hour, first_collect)))
+                                       tg.interval_trigger(spec.hour, first_collect), first_collect))
+        out.append(tg.NamedTrigger("evaluate", tg.EVALUATE, 0, tg.interval_trigger(spec.hour, first_collect),
+                                   first_collect))
         if st.state == BASELINE and st.stage_va is None and spec.baseline_values:
             va = spec.cadence.va_at_or_after(spec.baseline_start)
             out.append(tg.NamedTrigger(f"consensus_check:{va:%Y%m%dT%H%M%S}", tg.CONSENSUS_CHECK, 0,

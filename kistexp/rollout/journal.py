@@ -105,8 +105,11 @@ class RunLock:
 class Journal:
     def __init__(self, db_path: Path, *, durable: bool = True) -> None:
         self.path = Path(db_path)
-        self.conn = open_db(self.path)
-        self.conn.isolation_level = None  # explicit BEGIN IMMEDIATE (§3.6)
+        open_db(self.path).close()  # checks the file and brings the schema up to date
+        # the live driver steps on APScheduler's pool threads, one at a time (max_instances=1)
+        self.conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA foreign_keys = ON")  # explicit BEGIN IMMEDIATE below (§3.6)
         # FULL: a commit survives power loss, so a rollback intent is never lost (§3.6); dry runs NORMAL
         self.conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
 

@@ -57,13 +57,16 @@ class Cadence:
     dist_s: float
     n_valid: int = 3
     offset_s: int = 0
+    margin_override_s: float | None = None  # a wider margin for slow hosts driving fast networks
 
     @classmethod
-    def of(cls, schedule: VotingSchedule | AcceleratedSchedule) -> Cadence:
+    def of(cls, schedule: VotingSchedule | AcceleratedSchedule, margin_s: float | None = None) -> Cadence:
         if isinstance(schedule, VotingSchedule):
             vote, dist = schedule.effective_delays_s
-            return cls(schedule.interval_s, vote, dist, schedule.n_intervals_valid, schedule.start_offset_s)
-        return cls(schedule.interval_s, schedule.vote_delay_s, schedule.dist_delay_s, schedule.n_intervals_valid)
+            return cls(schedule.interval_s, vote, dist, schedule.n_intervals_valid, schedule.start_offset_s,
+                       margin_s)
+        return cls(schedule.interval_s, schedule.vote_delay_s, schedule.dist_delay_s, schedule.n_intervals_valid,
+                   0, margin_s)
 
     @property
     def lead_s(self) -> float:
@@ -73,6 +76,8 @@ class Cadence:
     @property
     def margin_s(self) -> float:
         """Engine deadline margin: 120 s live, min(120 s, interval/20) in fast networks (§2.1)."""
+        if self.margin_override_s is not None:
+            return self.margin_override_s
         return min(120.0, self.interval_s / 20)
 
     @property

@@ -79,8 +79,13 @@ class NamedTrigger:
     klass: int
     stage: int
     trigger: BaseTrigger = attrs.field(eq=False)
+    anchor: dt.datetime | None = None  # a first run is computed from here, not from now
 
     def next_fire(self, previous: dt.datetime | None, now: dt.datetime) -> dt.datetime | None:
+        if previous is None and self.anchor is not None:
+            # an Interval trigger without a previous run skips to the first boundary after now;
+            # the journal wants every window since the anchor, so the first one comes from there
+            now = min(now, self.anchor)
         return self.trigger.get_next_fire_time(previous, now)
 
 
