@@ -79,6 +79,14 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "population paths": (["population", "paths", plan, "--circuits", "10", "--json"], "error"),
         "population summary": (["population", "summary", plan, "--json"], "error"),
         "simulate": (["simulate", plan, "--dir", str(tmp_path / "sim"), "--load", "2", "--json"], "error"),
+        # rollouts: no predictions to draw from / a driver this version lacks / no rollout in the metrics directory
+        "dry-run": (["dry-run", plan, "--json"], "error"),
+        "run": (["run", plan, "--dir", str(tmp_path / "run"), "--authorities", "local", "--json"], "error"),
+        "status": (["status", str(tmp_path / "exp"), "--json"], "error"),
+        "history": (["history", str(tmp_path / "exp"), "--json"], "json"),
+        **{name: ([name, str(tmp_path / "exp"), "--json"], "error")
+           for name in ("pause", "resume", "promote", "abort", "retry", "undo")},
+        "rollback": (["rollback", str(tmp_path / "exp"), "--dry-run", "--json"], "error"),
         # the metrics directory above holds no rollout journal and no predictions
         "report": (["report", str(tmp_path / "exp"), "--json"], "error"),
         "announce": (["announce", plan, "--dir", str(tmp_path / "exp"), "--json"], "error"),

@@ -196,7 +196,7 @@ def test_damaged_journal(rolled_back, tmp_path):
     exp = tmp_path / "exp"
     shutil.copytree(rolled_back, exp)
     with sqlite3.connect(exp / "experiment.db") as c:
-        c.execute("UPDATE rollout_meta SET value = '{\"plan_name\": 1}' WHERE key = 'spec'")
+        c.execute("UPDATE rollout_meta SET value = '{\"bogus\": 1}' WHERE key = 'cadence'")
     _one_line_error(_cli("report", str(exp)), "corrupt rollout journal")
 
 

@@ -1,7 +1,8 @@
 """What a report shows, read from an experiment directory; nothing here computes a result.
 
-The journal's own readers (``kistexp.rollout.journal.Journal``) give decisions, transitions,
-intents, votes and consensuses; the few columns they leave out (a verdict's interval, operator
+The run's spec and status come from ``kistexp.rollout.runs.load_spec`` (the plan copy and cadence the
+run was laid on); the journal's own readers (``kistexp.rollout.journal.Journal``) give decisions,
+transitions, intents, votes and consensuses; the few columns they leave out (a verdict's interval, operator
 commands, the phases of metric batches) are read here from the tables of
 ``kistexp/store/schema.py``. Predictions come from ``MetricStore.load_predictions`` and are
 summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
@@ -23,11 +24,12 @@ from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
 from kistexp.metrics.series import Prediction, from_us
 from kistexp.metrics.store import MetricStore
-from kistexp.plan.model import Criterion, Plan
+from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
-from kistexp.rollout.journal import Journal, status_from_json
+from kistexp.rollout.journal import Journal
 from kistexp.rollout.rollback import RollbackPlan, plan_rollback
-from kistexp.rollout.spec import Cadence, CriterionSpec, RolloutSpec, StageSpec
+from kistexp.rollout.runs import load_spec
+from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import REVERT_DEFAULT, Status
 
 # Relay costs operators ask about first (issue 9): CPU, memory, bandwidth.
@@ -78,7 +80,7 @@ class ExperimentData:
     path: Path
     mode: str  # dry-run | live
     spec: RolloutSpec
-    status: Status | None
+    status: Status
     votes: tuple[dict, ...]  # authority, valid_after, params
     consensuses: tuple[dict, ...]  # valid_after, params, signers
     transitions: tuple[dict, ...]
@@ -96,39 +98,11 @@ class ExperimentData:
         return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
 
 
-# --- the rollout spec, as the journal keeps it -----------------------------------------------
-
-def spec_from_json(text: str) -> RolloutSpec:
-    """The ``RolloutSpec`` a run was started with, from ``rollout_meta.spec`` (``RolloutSpec.canonical``)."""
-    d = json.loads(text)
-
-    def values(v) -> tuple:
-        return tuple((k, x) for k, x in v)
-
-    def seconds(s) -> dt.timedelta:
-        return dt.timedelta(seconds=float(s))
-
-    criteria = tuple(CriterionSpec(c["name"], Criterion(**c["base"]),
-                                   **{k: c[k] for k in ("failure_limit", "consecutive_error_limit",
-                                                        "consecutive_success", "shadow", "on_error")})
-                     for c in d["criteria"])
-    stages = tuple(StageSpec(s["index"], s["name"], values(s["values"]), seconds(s["duration"]), s["gate"])
-                   for s in d["stages"])
-    return RolloutSpec(
-        plan_name=d["plan_name"], kind=d["kind"], parameters=tuple(d["parameters"]),
-        baseline_start=dt.datetime.fromisoformat(d["baseline_start"]),
-        baseline_duration=seconds(d["baseline_duration"]), baseline_values=values(d["baseline_values"]),
-        stages=stages, criteria=criteria, authorities=tuple(d["authorities"]),
-        participating=tuple(d["participating"]), others=d["others"], cadence=Cadence(**d["cadence"]),
-        hour=seconds(d["hour"]), washout=seconds(d["washout"]), tor_versions=d["tor_versions"],
-        consensus_rounds=d["consensus_rounds"])
-
-
 # --- reading -----------------------------------------------------------------------------------
 
 def _has_journal(conn: sqlite3.Connection) -> bool:
     try:
-        row = conn.execute("SELECT value FROM rollout_meta WHERE key = 'spec'").fetchone()
+        row = conn.execute("SELECT value FROM rollout_meta WHERE key = 'cadence'").fetchone()
     except sqlite3.Error:
         return False
     return row is not None
@@ -185,7 +159,7 @@ def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...]) -> 
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status | None) -> tuple[Rollback, ...]:
+def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[Rollback, ...]:
     """Each rollback the journal decided, planned by the engine's own ``plan_rollback``; and the
     rehearsal: what reverting to the baseline would take at the end of the record."""
     transitions = journal.transitions()
@@ -199,10 +173,9 @@ def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status | None) -> tu
         current = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
         stage = prev[-1]["stage"] if prev else 0
         out.append(Rollback(d["at"], d["message"], plan_rollback(spec, kind, current, stage, d["at"]), False))
-    if status is not None:
-        last = journal.decisions()
-        at = last[-1]["at"] if last else spec.baseline_start
-        out.append(Rollback(at, "rehearsal: revert to the baseline's values at the last journaled decision",
+    last = journal.decisions()
+    at = last[-1]["at"] if last else spec.baseline_start
+    out.append(Rollback(at, "rehearsal: revert to the baseline's values at the last journaled decision",
                             plan_rollback(spec, REVERT_DEFAULT, status.values, status.stage, at), True))
     return tuple(out)
 
@@ -218,20 +191,17 @@ def load_experiment(path: str | Path) -> ExperimentData:
                               f"kistexp dry-run PLAN --dir {exp.path} or kistexp run PLAN --dir {exp.path})")
         try:
             return _read(exp, conn)
-        except (sqlite3.DatabaseError, ValueError, KeyError, TypeError) as exc:
+        except (sqlite3.DatabaseError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ReportError(f"{exp.db_path}: corrupt rollout journal: {exc}") from None
     finally:
         exp.close()
 
 
 def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
-    meta = dict(conn.execute("SELECT key, value FROM rollout_meta").fetchall())
-    spec = spec_from_json(meta["spec"])
+    spec, status, meta = load_spec(exp.path)  # the spec the run was laid on: its plan copy and cadence
     names = ("baseline",) + tuple(s.name for s in spec.stages)
     journal = Journal(exp.db_path, durable=False)
     try:
-        row = conn.execute("SELECT status FROM rollout_status ORDER BY id DESC LIMIT 1").fetchone()
-        status = None if row is None else status_from_json(row[0])
         store = MetricStore(conn)
         figures = summarize_predictions(store.load_predictions(), list(names))
         return ExperimentData(

@@ -161,7 +161,7 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         "data": data, "spec": spec, "param": param, "figures": figures, "cdfs": cdfs, "effects": effects,
         "costs": costs, "cost_rows": _cost_rows(data.figures, stage_list), "stages": stage_list,
         "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,
-        "status": data.status.describe() if data.status else "not started",
+        "status": data.status.describe(),
         "last_event": max((d["at"] for d in data.decisions), default=None),
     }
 
