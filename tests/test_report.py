@@ -288,3 +288,25 @@ def test_browser_check_catches_console_errors(tmp_path):
     shot = render(page, tmp_path / "bad.png", width=400, height=300, timeout_s=120)
     assert any("broken figure" in m for m in shot.console)
     assert any("nosuch is not defined" in m for m in shot.console)
+
+
+# --- terminal views -------------------------------------------------------------------------------------------
+
+def test_sparkline_and_bar():
+    from kistexp.report.terminal import bar, sparkline
+
+    assert sparkline([0, 0.5, 1.0, None]) == "▁▅█ "
+    assert sparkline([0.1, 0.3], lo=0, hi=0.3) == "▃█"
+    assert bar(0.5, 4) == "██  " and bar(2.0, 3) == "███" and bar(-1, 2) == "  "
+
+
+def test_status_and_history_tables(rolled_back):
+    status = _cli("status", str(rolled_back))
+    assert status.exit_code == 0, status.output
+    # the failed criterion with its latest estimate against the limit (+~65 % of +25 %: past it)
+    row = next(line for line in status.stdout.splitlines() if "relay CPU" in line)
+    assert "fail" in row and "█" in row and re.search(r"2\d\d%", row)
+    history = _cli("history", str(rolled_back))
+    assert history.exit_code == 0
+    assert re.search(r"2027-03-01 15:00 .*rollback:step-back .*criterion 'relay CPU' failed", history.stdout)
+    assert _cli("status", str(rolled_back), "--json").stdout.lstrip().startswith("{")

@@ -98,13 +98,16 @@ def status_cmd(
     if as_json:
         emit_json(view)
         return
-    console.print(f"[bold]{view['summary']}[/bold]  values {view['values']}", highlight=False)
-    for k in ("awaiting_consensus", "stage_valid_after", "decision_at"):
-        if view[k] is not None:
-            console.print(f"  {k.replace('_', ' ')}: {_t(view[k])} UTC", highlight=False)
-    for name, c in view["criteria"].items():
-        console.print(f"  {name}: latest {c['latest'] or '-'}, failed {c['failed']}, "
-                      f"inconclusive {c['inconclusive']}, errors in a row {c['consecutive_error']}", highlight=False)
+    from kistexp.output import print_table
+    from kistexp.report.data import verdict_looks
+    from kistexp.report.html import effect_limit
+    from kistexp.report.terminal import status_table, times_table
+    from kistexp.rollout.runs import load_spec
+
+    spec, _, _ = load_spec(Path(exp))
+    limits = {c.name: effect_limit(c.comparison, c.threshold) for c in spec.criteria}
+    print_table(status_table(view, verdict_looks(exp), limits))
+    print_table(times_table(view))
 
 
 def history_cmd(
@@ -118,12 +121,10 @@ def history_cmd(
     if as_json:
         emit_json(view)
         return
-    for d in view["decisions"]:
-        console.print(f"{_t(d['at'])}  {d['decision']:<22} stage {d['stage']}  {d['message']}", highlight=False,
-                      soft_wrap=True)
-    for c in view["commands"]:
-        console.print(f"{_t(c['at'])}  command {c['kind']} by {c['user']}: {c['state']} {c['result']}",
-                      highlight=False)
+    from kistexp.output import print_table
+    from kistexp.report.terminal import history_table
+
+    print_table(history_table(view))
 
 
 def _command(kind: str, exp: str, args: dict, as_json: bool) -> None:

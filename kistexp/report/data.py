@@ -253,3 +253,25 @@ def load_plan_predictions(plan: Plan, exp_path: str | Path) -> PlanData:
 def metric_unit(metric: str) -> str:
     m = catalogue.get(metric)
     return m.unit if m else ""
+
+
+def verdict_looks(exp_path: str | Path) -> dict[str, list[dict]]:
+    """Each criterion's verdicts in time order (effect and interval per look), read-only so it works
+    beside a running engine; {} when the directory holds no journal."""
+    db = Path(exp_path) / "experiment.db"
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return {}
+    try:
+        rows = conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, ci_low, ci_high "
+                            "FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r[0], []).append({"window_end": from_us(r[1]), "stage": r[2], "outcome": r[3],
+                                         "effect": r[4], "ci_low": r[5], "ci_high": r[6]})
+    return out
