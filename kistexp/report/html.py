@@ -11,6 +11,7 @@ import jinja2
 import numpy as np
 
 from kistexp.metrics import catalogue
+from kistexp.plan.durations import format_duration
 from kistexp.plan.model import Plan
 from kistexp.plan.timeline import build_timeline
 from kistexp.report import plots
@@ -32,6 +33,7 @@ def environment() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["utc"] = lambda t: "" if t is None else t.astimezone(dt.timezone.utc).strftime(ISO)
     env.filters["pct"] = lambda x: "" if x is None else f"{100 * x:+.1f} %"
+    env.filters["duration"] = format_duration
     env.filters["num"] = lambda x: "" if x is None else (f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}")
     return env
 

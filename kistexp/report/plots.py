@@ -73,10 +73,15 @@ def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float |
     the consensus (thick), stage spans behind; below, the share of relays and clients that hold the
     latest consensus change (adoption shading)."""
     fig, (ax, ad) = plt.subplots(2, 1, figsize=(9, 4.6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    for i, (name, start, stop) in enumerate(stages):
-        ax.axvspan(start, stop, color="#90a4ae" if i % 2 else "#cfd8dc", alpha=0.25, lw=0)
-        ax.annotate(name, (start, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
-                    textcoords="offset points", fontsize=8, color="#37474f")
+    changes = [t for (t, v), (_, prev) in zip(consensus[1:], consensus[:-1], strict=True) if v != prev]
+    # weeks of unchanged baseline would squeeze the changes into a sliver: show one day of it
+    start = min([end] + [t for t, _ in consensus])
+    if changes:
+        start = max(start, changes[0] - dt.timedelta(days=1))
+    for i, (name, begin, stop) in enumerate(stages):
+        ax.axvspan(begin, stop, color="#90a4ae" if i % 2 else "#cfd8dc", alpha=0.25, lw=0)
+        ax.annotate(name, (max(begin, start), 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12 - 10 * (i % 2)),
+                    textcoords="offset points", fontsize=8, color="#37474f", annotation_clip=True)
     n = max(1, len(votes))
     cmap = plt.get_cmap("tab10")
     for i, (auth, points) in enumerate(sorted(votes.items())):
@@ -90,11 +95,11 @@ def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float |
     ax.legend(fontsize=7, ncol=4, loc="lower left", framealpha=0.8)
     ax.set_title(f"{param} in each authority's vote and in the consensus")
     # adoption: after each change, the share on the new value rises along the propagation curve
-    changes = [t for (t, v), (_, prev) in zip(consensus[1:], consensus[:-1], strict=True) if v != prev]
-    if consensus:
-        grid_t = np.array([consensus[0][0] + (end - consensus[0][0]) * f for f in np.linspace(0, 1, 1500)])
+    ax.set_xlim(start, end)
+    if changes:
+        grid_t = np.array([start + (end - start) * f for f in np.linspace(0, 1, 1500)])
         for pop, colour in (("relays", RELAYS_COLOUR), ("clients", CLIENTS_COLOUR)):
-            share = np.ones(grid_t.size)
+            share = np.full(grid_t.size, np.nan)  # nothing to adopt before the first change
             for c in changes:
                 since = np.array([(t - c).total_seconds() for t in grid_t])
                 after = since >= 0
@@ -192,7 +197,7 @@ def relay_costs(metric: str, stages: Sequence[str], classes: Sequence[str],
                 measured: Mapping[tuple[str, str], tuple[float, int]], scale: float, unit: str) -> Figure:
     """Per relay class and stage: the predicted median with its 95 % range over sampled networks
     (bars with whiskers) beside the measured median (diamonds)."""
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.42 * max(1, len(classes)) * max(1, len(stages)) / 2))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.22 * max(1, len(classes)) * max(1, len(stages))))
     width = 0.8 / max(1, len(stages))
     cmap = plt.get_cmap("viridis")
     ys = np.arange(len(classes))
@@ -209,10 +214,12 @@ def relay_costs(metric: str, stages: Sequence[str], classes: Sequence[str],
         if np.isfinite(got).any():
             ax.plot(got, pos, "D", color=colour, mec="black", ms=5, label=f"{stage}: measured")
     ax.set_yticks(ys, labels=list(classes), fontsize=7)
-    ax.invert_yaxis()
+    ax.set_ylim(len(classes) - 0.5, -0.5)  # first class on top
+    ax.set_xlim(left=0)
     ax.set_xlabel(f"{metric} ({unit})")
     ax.set_title(f"{metric} per relay class: predicted (bar, 95 % range) and measured (diamond)")
-    ax.legend(fontsize=7, ncol=2, loc="lower right")
+    # below the axes: inside, the legend would hide the bars it explains
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.6 / fig.get_figheight()))
     alt = f"Horizontal bars of {metric} for {len(classes)} relay classes and {len(stages)} stages."
     return _encode(fig, f"{metric} per relay class", alt)
 
