@@ -44,8 +44,16 @@ def dry_run_cmd(
     if exp is None and predictions is None:
         raise KistexpError(f"{plan_path}: a dry run draws from the population's predictions: make them with "
                            f"`kistexp simulate {plan_path} --dir EXP`, then pass --dir EXP")
-    r = dry_run(plan, Path(exp) if exp else None, injections=inject, seed=seed,
-                predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kistexp.output import err_console
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=err_console, disable=as_json, transient=True) as bar:
+        task = bar.add_task("rehearsing", total=1.0)
+        r = dry_run(plan, Path(exp) if exp else None, injections=inject, seed=seed,
+                    predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates,
+                    progress=lambda f, what: bar.update(task, completed=f, description=what))
     if as_json:
         emit_json(r.to_json())
         return

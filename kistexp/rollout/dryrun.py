@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -291,9 +291,11 @@ def initial_configs(spec: RolloutSpec) -> dict[str, dict[str, int]]:
 
 
 def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = (), seed: int = 1,
-            predictions_from: Path | None = None, approve_gates: bool = True) -> DryRunResult:
+            predictions_from: Path | None = None, approve_gates: bool = True,
+            progress: Callable[[float, str], None] | None = None) -> DryRunResult:
     """Rehearse ``plan``; manual gates are approved (a journaled ``promote``) unless ``approve_gates``
-    is False, in which case the rehearsal stops at the first gate."""
+    is False, in which case the rehearsal stops at the first gate. ``progress(fraction, what)`` is told
+    how far through the plan's time the rehearsal is, after each engine step."""
     import time
 
     started = time.monotonic()
@@ -318,7 +320,11 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
                 (sim.down_from if f.kind == "down" else sim.stale_from)[f.authority] = f.at
         metrics = PredictedMetrics(spec, curves, levels, sim, seed=seed, injections=parsed)
         engine = Engine(spec, journal, sim, metrics, clock, experiment_id=f"dry-run:{plan.name}")
+        planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
+
         def operator(eng: Engine) -> None:
+            if progress is not None:
+                progress(min(1.0, (clock.now() - spec.baseline_start) / planned), eng.status.describe())
             if approve_gates and eng.status.state == "PAUSED" and eng.status.reasons == {"gate"}:
                 journal.queue_command("promote", {}, "dry-run (gate approved)", clock.now())
                 eng.step(clock.now())
