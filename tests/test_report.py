@@ -310,3 +310,20 @@ def test_status_and_history_tables(rolled_back):
     assert history.exit_code == 0
     assert re.search(r"2027-03-01 15:00 .*rollback:step-back .*criterion 'relay CPU' failed", history.stdout)
     assert _cli("status", str(rolled_back), "--json").stdout.lstrip().startswith("{")
+
+
+def test_names_from_the_plan_are_text_not_markup(tmp_path):
+    """A criterion or stage name with HTML or mathtext characters is shown as written."""
+    text = open(PLAN).read().replace('name = "relay CPU"', 'name = "<b>CPU</b> $x_{1}$ & more"')
+    plan = tmp_path / "plan.toml"
+    plan.write_text(text)
+    exp = tmp_path / "exp"
+    write_predictions(exp, KIST_EFFECTS).close()
+    dry_run(load_plan(str(plan)), exp, injections=[INJECT])
+    out = tmp_path / "r.html"
+    assert _cli("report", str(exp), "-o", str(out)).exit_code == 0
+    html = out.read_text()
+    assert "<b>CPU</b>" not in html and "&lt;b&gt;CPU&lt;/b&gt; $x_{1}$ &amp; more" in html
+    page, _ = _parse(out)
+    for img in page.images:
+        _decode_svg(img["src"])

@@ -20,8 +20,10 @@ import numpy as np  # noqa: E402
 from kistexp.dirauth.propagation import NodeClass, PropagationModel  # noqa: E402
 from kistexp.metrics import catalogue  # noqa: E402
 
-# Byte-identical SVGs for identical input: no random ids, no timestamp.
+# Byte-identical SVGs for identical input: no random ids, no timestamp. Names from plans (stages,
+# criteria) are text, never mathtext: "$" in a criterion name must not be parsed (or fail to parse).
 matplotlib.rcParams.update({"svg.hashsalt": "kistexp", "svg.fonttype": "none", "figure.dpi": 96,
+                            "text.parse_math": False,
                             "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
 OUTCOME_COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#f9a825", "error": "#6a1b9a"}
 BASELINE_COLOUR, STAGE_COLOUR = "#546e7a", "#1565c0"
