@@ -327,3 +327,15 @@ def test_names_from_the_plan_are_text_not_markup(tmp_path):
     page, _ = _parse(out)
     for img in page.images:
         _decode_svg(img["src"])
+
+
+def test_error_is_the_only_line_on_stderr(tmp_path):
+    import subprocess
+    import sys
+
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    (exp / "experiment.db").write_bytes(b"garbage" * 10)
+    proc = subprocess.run([sys.executable, "-m", "kistexp", "report", str(exp)], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("kistexp: error: ") and proc.stderr.count("\n") == 1

@@ -29,7 +29,9 @@ def report(
     from kistexp.safeio import write_atomic
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=err_console, disable=as_json, transient=True) as bar:
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  # only on a terminal: a piped stderr keeps nothing but the one-line error
+                  disable=as_json or not err_console.is_terminal) as bar:
         task = bar.add_task("reading", total=1.0)
 
         def progress(fraction: float, what: str) -> None:

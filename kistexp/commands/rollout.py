@@ -49,7 +49,9 @@ def dry_run_cmd(
     from kistexp.output import err_console
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=err_console, disable=as_json, transient=True) as bar:
+                  TimeElapsedColumn(), console=err_console, transient=True,
+                  # only on a terminal: a piped stderr keeps nothing but the one-line error
+                  disable=as_json or not err_console.is_terminal) as bar:
         task = bar.add_task("rehearsing", total=1.0)
         r = dry_run(plan, Path(exp) if exp else None, injections=inject, seed=seed,
                     predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates,
