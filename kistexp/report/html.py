@@ -12,7 +12,7 @@ import numpy as np
 
 from kistexp.metrics import catalogue
 from kistexp.plan.durations import format_duration
-from kistexp.plan.model import Plan
+from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import build_timeline
 from kistexp.report import plots
 from kistexp.report.data import RELAY_COSTS, ExperimentData, PlanData
@@ -58,11 +58,11 @@ def _stat(values: np.ndarray, statistic: str) -> float | None:
 
 
 def class_order(figures, metric: str) -> list[str]:
-    """Coarse classes first (all, positions, scheduler+HZ), then the finest, by how often they appear."""
+    """The relay classes shown for ``metric``, coarse to fine, at most MAX_CLASSES."""
     seen = list(dict.fromkeys(f.relay_class for f in figures if f.metric == metric and f.relay_class))
-    coarse = [c for c in seen if c.count(" ") <= 1]
-    fine = [c for c in seen if c.count(" ") > 1]
-    return (coarse + fine)[:MAX_CLASSES]
+    # "all", then positions ("exit", "guard+exit"), then scheduler and tick ("KIST HZ=250"), then the finest
+    ranked = sorted(seen, key=lambda c: (c != "all", c.count(" "), seen.index(c)))
+    return ranked[:MAX_CLASSES]
 
 
 def _cost_figures(figures, stages: list[str], measured) -> list[plots.Figure]:
@@ -193,11 +193,15 @@ def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict
     progress(0.75, "relay costs")
     costs = _cost_figures(data.figures, stages, {})
     progress(0.85, "timeline")
-    consensus = [(r.first_valid_after, dict(r.values).get(plan.parameters[0])) for r in timeline.rows]
-    spans = [(r.stage, r.start, r.end) for r in timeline.rows]
+    param = plan.parameters[0]
+    base_value = dict(plan.baseline.values).get(param)
+    consensus = [(timeline.baseline_start, None if base_value == UNSET else base_value)]
+    consensus += [(r.first_valid_after, None if dict(r.values).get(param) == UNSET else dict(r.values).get(param))
+                  for r in timeline.rows]
+    spans = [("baseline", timeline.baseline_start, plan.start)] + [(r.stage, r.start, r.end) for r in timeline.rows]
     end = max(r.end for r in timeline.rows)
     planned_votes = {a: [(t, v) for t, v in consensus] for a in plan.authorities.participating}
-    timeline_fig = plots.timeline(plan.parameters[0], planned_votes, consensus, end, LIVE_CADENCE, spans)
+    timeline_fig = plots.timeline(param, planned_votes, consensus, end, LIVE_CADENCE, spans)
     return {
         "title": f"{plan.name}: plan report (predictions before any run)", "plan": plan, "stages": stages,
         "order": order, "timeline": timeline, "timeline_figure": timeline_fig, "client_rows": client_rows,

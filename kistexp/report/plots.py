@@ -94,7 +94,7 @@ def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float |
     xs, ys = _steps(consensus, end)
     ax.plot(xs, ys, lw=3.2, color="black", alpha=0.85, label="consensus")
     ax.set_ylabel(param)
-    ax.legend(fontsize=7, ncol=4, loc="lower left", framealpha=0.8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)  # beside: lines stay visible
     ax.set_title(f"{param} in each authority's vote and in the consensus")
     # adoption: after each change, the share on the new value rises along the propagation curve
     ax.set_xlim(start, end)
@@ -110,7 +110,7 @@ def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float |
             ad.plot(grid_t, share, color=colour, lw=0.8)
     ad.set_ylim(0, 1.05)
     ad.set_ylabel("adopted")
-    ad.legend(fontsize=7, loc="lower right")
+    ad.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _time_axis(ad)
     alt = (f"Step plot of {param} over time: {len(votes)} authorities' votes and the consensus, with "
            f"{len(changes)} consensus changes and the relays' and clients' adoption after each.")
@@ -221,7 +221,7 @@ def relay_costs(metric: str, stages: Sequence[str], classes: Sequence[str],
     ax.set_xlabel(f"{metric} ({unit})")
     ax.set_title(f"{metric} per relay class: predicted (bar, 95 % range) and measured (diamond)")
     # below the axes: inside, the legend would hide the bars it explains
-    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.6 / fig.get_figheight()))
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, 0.0), borderaxespad=4.5)
     alt = f"Horizontal bars of {metric} for {len(classes)} relay classes and {len(stages)} stages."
     return _encode(fig, f"{metric} per relay class", alt)
 
