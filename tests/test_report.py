@@ -339,3 +339,33 @@ def test_error_is_the_only_line_on_stderr(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "kistexp", "report", str(exp)], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("kistexp: error: ") and proc.stderr.count("\n") == 1
+
+
+def test_measured_relay_costs_per_class_and_value_in_effect(rolled_back, tmp_path):
+    """Samples in the metric store (collectors, operator reports) count for the stage whose value was in
+    effect when they were taken; samples of unknown value are left out."""
+    import datetime as dt
+    import shutil
+
+    from kistexp.expdir import ExperimentDir
+    from kistexp.metrics.series import Sample
+    from kistexp.metrics.store import MetricStore
+
+    exp = tmp_path / "exp"
+    shutil.copytree(rolled_back, exp)
+    t = dt.datetime(2027, 3, 1, 12, tzinfo=dt.timezone.utc)
+    with ExperimentDir.open(exp) as e:
+        MetricStore(e.db).add_samples("relay_cpu_utilization", [
+            Sample(t, 0.30, {"relay_class": "exit"}, 10), Sample(t, 0.34, {"relay_class": "exit"}, 10),
+            Sample(t, 0.50, {"relay_class": "exit"}, 2), Sample(t, 0.90, {"relay_class": "exit"}, None),
+            Sample(t, 0.20, {"position": "guard"}, 2),
+            # after the step back at 16:00 the journal's rollback transition runs 10 ms again
+            Sample(t + dt.timedelta(hours=5), 0.31, {"relay_class": "exit"}, 10)])
+    data = load_experiment(exp)
+    got = {k: sorted(v.tolist()) for k, v in data.measured.items()}
+    assert got == {("relay_cpu_utilization", "exit", "baseline"): [0.30, 0.31, 0.34],
+                   ("relay_cpu_utilization", "exit", "2ms"): [0.50],
+                   ("relay_cpu_utilization", "guard", "2ms"): [0.20]}
+    out = tmp_path / "r.html"
+    assert _cli("report", str(exp), "-o", str(out)).exit_code == 0
+    assert "Horizontal bars of relay_cpu_utilization for 3 relay classes and 4 stages." in out.read_text()

@@ -139,19 +139,36 @@ def _batches(conn: sqlite3.Connection, journal: Journal) -> dict[tuple[str, int]
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...]) -> dict[tuple[str, str, str], np.ndarray]:
+def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...], transitions: list[dict]
+              ) -> dict[tuple[str, str, str], np.ndarray]:
     """Stored relay-cost samples (collectors, operator reports) per relay class and the stage whose
-    value was in effect when each was taken (``param_value``); samples of unknown value are left out."""
-    by_value: dict[int, str] = {}
-    if len(spec.parameters) == 1:  # param_value names one parameter's value
-        for i in range(len(names)):
-            v = dict(spec.values_of(i)).get(spec.parameters[0])
-            if isinstance(v, int):
-                by_value.setdefault(v, names[i])
+    value was in effect when each was taken (``param_value``): the latest stage begun by then that runs
+    that value (so 10 ms in the last stage is not counted as the 10 ms baseline, and a relay still on
+    the old value while a consensus propagates counts for the stage it runs). Samples of unknown value
+    are left out."""
+    if len(spec.parameters) != 1:  # param_value names one parameter's value
+        return {}
+    param = spec.parameters[0]
+    # (start, stage name, value) of each stage as it happened, from the journal's transitions
+    planned = [dict(spec.values_of(i)).get(param) for i in range(len(names))]
+
+    def name_of(t: dict) -> str:
+        if t["kind"] == "rollback":  # back on an earlier stage's value: counted with that stage
+            value = t["targets"].get(param)
+            return names[planned.index(value)] if value in planned else "rollback"
+        return names[t["stage"]] if 0 <= t["stage"] < len(names) else f"stage {t['stage']}"
+
+    spans = [(spec.baseline_start, names[0], planned[0])]
+    spans += [(t["valid_after"], name_of(t), t["targets"].get(param)) for t in transitions]
     out: dict[tuple[str, str, str], list[float]] = {}
     for metric in RELAY_COSTS:
         for s in store.select(metric):
-            stage = by_value.get(s.param_value) if s.param_value is not None else None
+            if s.param_value is None:
+                continue
+            stage = next((name for start, name, value in reversed(spans)
+                          if value == s.param_value and start <= s.time), None)
+            if stage is None:
+                stage = next((name for _start, name, value in spans if value == s.param_value), None)
             if stage is None:
                 continue
             cls = s.labels.get("relay_class") or s.labels.get("position") or "all"
@@ -209,7 +226,8 @@ def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
             votes=tuple(journal.votes()), consensuses=tuple(journal.consensuses()),
             transitions=tuple(journal.transitions()), decisions=tuple(journal.decisions()),
             intents=tuple(journal.intents()), commands=_commands(conn), verdicts=_verdicts(conn),
-            batches=_batches(conn, journal), measured=_measured(store, spec, names), figures=tuple(figures),
+            batches=_batches(conn, journal), measured=_measured(store, spec, names, journal.transitions()),
+            figures=tuple(figures),
             rollbacks=_rollbacks(spec, journal, status), stage_names=names)
     finally:
         journal.close()

@@ -4,6 +4,7 @@ with every figure inlined as an SVG ``data:`` URI, readable without JavaScript o
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,12 +142,21 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
             effects.append(plots.effects_over_time(c, looks, effect_limit(c.comparison, c.threshold), names))
     progress(0.8, "relay costs")
     stage_list = list(data.stage_names)
-    measured = dict(data.measured)
+
+    def arm(name: str) -> str:
+        # a switchback's periods (treatment-3, control-3) pool into the arms the predictions name
+        return re.sub(r"-\d+$", "", name) if spec.kind == "switchback" else name
+
+    cost_stages = list(dict.fromkeys(arm(s) for s in stage_list))
+    pooled: dict[tuple[str, str, str], list[np.ndarray]] = {}
+    for (metric, cls, stage), values in data.measured.items():
+        pooled.setdefault((metric, cls, arm(stage)), []).append(values)
     # a dry run's judged relay batches have no class: show them as "all"
     for (metric, stage), values in data.batches.items():
         if metric in RELAY_COSTS and not any(k[0] == metric for k in data.measured):
-            measured[(metric, "all", data.stage_name(stage))] = values
-    costs = _cost_figures(data.figures, stage_list, measured)
+            pooled.setdefault((metric, "all", arm(data.stage_name(stage))), []).append(values)
+    measured = {k: np.concatenate(v) for k, v in pooled.items()}
+    costs = _cost_figures(data.figures, cost_stages, measured)
     progress(0.9, "rollbacks")
     rollbacks = [{"r": r, "figure": plots.rollback_recovery(r.plan.kind, r.plan.valid_after, r.at, spec.cadence)}
                  for r in data.rollbacks]
@@ -161,7 +171,8 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
     return {
         "title": f"{spec.plan_name}: {'dry run' if data.mode == 'dry-run' else 'experiment'} report",
         "data": data, "spec": spec, "param": param, "figures": figures, "cdfs": cdfs, "effects": effects,
-        "costs": costs, "cost_rows": _cost_rows(data.figures, stage_list), "stages": stage_list,
+        "costs": costs, "cost_rows": _cost_rows(data.figures, cost_stages), "cost_stages": cost_stages,
+        "stages": stage_list,
         "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,
         "status": data.status.describe(),
         "last_event": max((d["at"] for d in data.decisions), default=None),
