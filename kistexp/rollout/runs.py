@@ -23,25 +23,17 @@ from kistexp.plan.model import Plan
 from kistexp.rollout.journal import Journal, RunLock, status_from_json
 from kistexp.rollout.machine import initial_status, step
 from kistexp.rollout.rollback import plan_rollback
-from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, spec_from_plan
+from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, json_value, spec_from_plan
 from kistexp.rollout.state import COMMANDS, REMOVE_PARAM, REVERT_DEFAULT, ROLLBACK_KINDS, STEP_BACK, Command, Status
 
 
 def plan_hashes(plan_path: Path) -> tuple[str, str, dict]:
     """(sha256 of the bytes, sha256 of the canonical parse, the canonical parse)."""
     raw = Path(plan_path).read_bytes()
-    canon = attrs.asdict(load_plan(plan_path), value_serializer=_ser)
+    canon = attrs.asdict(load_plan(plan_path), value_serializer=json_value)
     canon.pop("path", None)
     text = json.dumps(canon, sort_keys=True)
     return hashlib.sha256(raw).hexdigest(), hashlib.sha256(text.encode()).hexdigest(), canon
-
-
-def _ser(_i, _f, v):
-    if isinstance(v, dt.datetime):
-        return v.isoformat()
-    if isinstance(v, dt.timedelta):
-        return v.total_seconds()
-    return v
 
 
 def plan_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
