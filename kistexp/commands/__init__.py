@@ -17,6 +17,8 @@ _MODULES = (
     "localnet",
     "sim",
     "fidelity",
+    "population",
+    "simulate",
     "rollout",
 )
 

@@ -1,0 +1,58 @@
+"""A relay's MetricsPort (tor's Prometheus exporter) -> relay samples.
+
+tor exports process-lifetime counters (metrics-sources.md §2.2, §2.4), so a sample is
+the change between two scrapes: bandwidth = Δ(tor_relay_traffic_bytes read + written)/Δt,
+global rate-limit hits per hour, bytes freed by the OOM handler in the interval. A
+counter that goes down means tor restarted (SIGHUP does not reset, §2.4): the new value
+is the increase since the restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import httpx
+
+from kistexp.metrics.collectors.prometheus import Exposition, Limits, Poller, counter_delta
+from kistexp.metrics.series import Sample
+
+KIND = "metricsport"
+
+TRAFFIC = "tor_relay_traffic_bytes"
+RATE_LIMIT = "tor_relay_load_global_rate_limit_reached_total"
+OOM = "tor_relay_load_oom_bytes_total"
+
+
+def between(prev: Exposition, cur: Exposition, labels: Mapping[str, str],
+            param_value: int | None = None) -> list[tuple[str, Sample]]:
+    """Catalogue samples for the interval between two scrapes of one relay, stamped at
+    the later scrape."""
+    dt_s = (cur.time - prev.time).total_seconds()
+    if dt_s <= 0:
+        return []
+    out = []
+    traffic = counter_delta(prev.value(TRAFFIC), cur.value(TRAFFIC))
+    if traffic is not None:
+        out.append(("relay_bandwidth_bytes_per_s", Sample(cur.time, traffic / dt_s, labels, param_value)))
+    hits = counter_delta(prev.value(RATE_LIMIT), cur.value(RATE_LIMIT))
+    if hits is not None:
+        out.append(("relay_global_rate_limit_reached", Sample(cur.time, hits * 3600.0 / dt_s, labels, param_value)))
+    oom = counter_delta(prev.value(OOM), cur.value(OOM))
+    if oom is not None:
+        out.append(("relay_oom_bytes", Sample(cur.time, oom, labels, param_value)))
+    return out
+
+
+class MetricsPortCollector:
+    """Polls one relay's MetricsPort; each poll after the first yields samples for the
+    interval since the previous one. ``labels`` should name the relay (fingerprint) and
+    its class."""
+
+    def __init__(self, url: str, labels: Mapping[str, str], *, limits: Limits = Limits(), clock=None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.labels = dict(labels)
+        self.poller = Poller(url, limits=limits, clock=clock, transport=transport)
+
+    def poll(self, param_value: int | None = None) -> list[tuple[str, Sample]]:
+        prev, cur = self.poller.next()
+        return [] if prev is None else between(prev, cur, self.labels, param_value)

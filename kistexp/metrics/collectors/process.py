@@ -1,0 +1,124 @@
+"""CPU and resident memory of a tor process: from /proc/PID of a local tor, or from a
+process-exporter endpoint beside a remote relay (metrics-sources.md §2.6).
+
+relay_cpu_utilization = Δ(utime + stime) / CLK_TCK / Δwall (1.0 = one core), all
+threads; relay_rss_bytes = VmRSS. A changed process start time means tor restarted:
+the CPU interval is then not computed across the restart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+import httpx
+
+from kistexp.errors import KistexpError
+from kistexp.metrics.collectors import SystemClock
+from kistexp.metrics.collectors.prometheus import Exposition, Limits, Poller, counter_delta
+from kistexp.metrics.series import Sample
+
+KIND = "proc"
+EXPORTER_KIND = "prometheus"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class ProcessGone(KistexpError):
+    """The process to measure does not exist (any more) or cannot be read."""
+
+
+@attrs.frozen
+class ProcSnapshot:
+    pid: int
+    time: dt.datetime
+    monotonic: float
+    cpu_s: float  # utime + stime of all threads
+    start_ticks: int  # field 22: start time after boot, in clock ticks
+    rss_bytes: int
+    threads: int
+
+
+def read_proc(pid: int, *, clock=None, proc: Path = Path("/proc")) -> ProcSnapshot:
+    clock = clock or SystemClock()
+    base = proc / str(pid)
+    try:
+        stat = (base / "stat").read_text()
+        status = (base / "status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        raise ProcessGone(f"{base}: no such process") from None
+    except OSError as exc:
+        raise ProcessGone(f"{base}: cannot read: {exc.strerror or exc}") from None
+    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        utime, stime, start = int(fields[11]), int(fields[12]), int(fields[19])
+        info = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        rss_kb = int(info["VmRSS"].split()[0])
+        threads = int(info["Threads"])
+    except (IndexError, KeyError, ValueError) as exc:
+        raise ProcessGone(f"{base}: unexpected stat/status format ({exc})") from None
+    return ProcSnapshot(pid, clock.now(), clock.monotonic(), (utime + stime) / CLK_TCK, start, rss_kb * 1024, threads)
+
+
+def proc_between(prev: ProcSnapshot | None, cur: ProcSnapshot, labels: Mapping[str, str],
+                 param_value: int | None = None) -> list[tuple[str, Sample]]:
+    out = [("relay_rss_bytes", Sample(cur.time, cur.rss_bytes, labels, param_value))]
+    if prev is not None and prev.start_ticks == cur.start_ticks and prev.pid == cur.pid:
+        wall = cur.monotonic - prev.monotonic
+        if wall > 0:
+            out.append(("relay_cpu_utilization", Sample(cur.time, (cur.cpu_s - prev.cpu_s) / wall, labels,
+                                                        param_value)))
+    return out
+
+
+class ProcessSampler:
+    """Samples one local process: RSS on every poll, CPU from the second poll on."""
+
+    def __init__(self, pid: int, labels: Mapping[str, str], *, clock=None, proc: Path = Path("/proc")) -> None:
+        self.pid, self.labels, self.proc = pid, dict(labels), proc
+        self.clock = clock or SystemClock()
+        self.last: ProcSnapshot | None = None
+
+    def poll(self, param_value: int | None = None) -> list[tuple[str, Sample]]:
+        cur = read_proc(self.pid, clock=self.clock, proc=self.proc)
+        prev, self.last = self.last, cur
+        return proc_between(prev, cur, self.labels, param_value)
+
+
+# --- process-exporter (ncabatoff/process-exporter) -------------------------------------
+
+CPU = "namedprocess_namegroup_cpu_seconds_total"
+MEMORY = "namedprocess_namegroup_memory_bytes"
+START = "namedprocess_namegroup_oldest_start_time_seconds"
+
+
+def exporter_between(prev: Exposition | None, cur: Exposition, groupname: str, labels: Mapping[str, str],
+                     param_value: int | None = None) -> list[tuple[str, Sample]]:
+    """Samples of one process group (e.g. "tor") between two process-exporter scrapes."""
+    out = []
+    rss = cur.value(MEMORY, groupname=groupname, memtype="resident")
+    if rss is not None:
+        out.append(("relay_rss_bytes", Sample(cur.time, rss, labels, param_value)))
+    if prev is not None:
+        wall = (cur.time - prev.time).total_seconds()
+        restarted = prev.value(START, groupname=groupname) != cur.value(START, groupname=groupname)
+        cpu = counter_delta(prev.value(CPU, groupname=groupname), cur.value(CPU, groupname=groupname))
+        if cpu is not None and wall > 0 and not restarted:
+            out.append(("relay_cpu_utilization", Sample(cur.time, cpu / wall, labels, param_value)))
+    return out
+
+
+class ExporterCollector:
+    """Polls a process-exporter endpoint for one process group."""
+
+    def __init__(self, url: str, groupname: str, labels: Mapping[str, str], *, limits: Limits = Limits(),
+                 clock=None, transport: httpx.BaseTransport | None = None) -> None:
+        self.groupname, self.labels = groupname, dict(labels)
+        self.poller = Poller(url, limits=limits, clock=clock, transport=transport)
+
+    def poll(self, param_value: int | None = None) -> list[tuple[str, Sample]]:
+        prev, cur = self.poller.next()
+        return exporter_between(prev, cur, self.groupname, self.labels, param_value)

@@ -1,0 +1,188 @@
+"""Fetching and parsing Prometheus text exposition, bounded in time and size.
+
+Used by the MetricsPort collector (tor's own counters) and the process collector (a
+process-exporter or node_exporter beside the relay). Parsing is prometheus_client's
+parser; kistexp only isolates bad lines so that one garbage line does not lose a scrape.
+Limits: metrics-sources.md §5.3 (5 s, 4 MiB body, 4 KiB line, 1k families, 50k samples).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from kistexp.errors import KistexpError
+from kistexp.metrics.collectors import CorruptSource, MiB, SourceTooLarge, SystemClock
+
+
+class ScrapeError(KistexpError):
+    """An endpoint could not be scraped (refused, timed out, bad status)."""
+
+
+@attrs.frozen
+class Limits:
+    timeout_s: float = 5.0
+    max_bytes: int = 4 * MiB
+    max_line: int = 4096
+    max_families: int = 1000
+    max_samples: int = 50_000
+
+
+@attrs.frozen
+class Exposition:
+    """One parsed scrape: samples by sample name, the family type of each sample name,
+    and the lines left out (as "SOURCE:LINE: what")."""
+
+    location: str
+    time: dt.datetime
+    samples: Mapping[str, tuple[tuple[Mapping[str, str], float], ...]] = attrs.field(hash=False)
+    types: Mapping[str, str] = attrs.field(hash=False)
+    problems: tuple[str, ...] = ()
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (None if none)."""
+        found = [v for lab, v in self.samples.get(name, ()) if all(lab.get(k) == x for k, x in labels.items())]
+        return sum(found) if found else None
+
+    def labelled(self, name: str, **labels: str) -> tuple[tuple[Mapping[str, str], float], ...]:
+        return tuple((lab, v) for lab, v in self.samples.get(name, ())
+                     if all(lab.get(k) == x for k, x in labels.items()))
+
+
+def fetch(url: str, *, limits: Limits = Limits(), clock=None, transport: httpx.BaseTransport | None = None) -> bytes:
+    """GET ``url`` and return the body, within ``limits.timeout_s`` in total (a server
+    that drips bytes is cut off too) and ``limits.max_bytes``."""
+    clock = clock or SystemClock()
+    deadline = clock.monotonic() + limits.timeout_s
+    # Each blocking read waits at most half the budget, so a silent server is noticed
+    # within 1.5 x timeout_s even if it stalls right before the deadline.
+    timeout = httpx.Timeout(limits.timeout_s, read=limits.timeout_s / 2)
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False, transport=transport) as client:
+            with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as resp:
+                if resp.status_code != 200:
+                    raise ScrapeError(f"{url}: HTTP {resp.status_code} {resp.reason_phrase}".rstrip())
+                declared = resp.headers.get("content-length")
+                if declared and declared.isdigit() and int(declared) > limits.max_bytes:
+                    raise SourceTooLarge(f"{url}: Content-Length {declared} is over the {limits.max_bytes}-byte limit")
+                body = bytearray()
+                for chunk in resp.iter_raw():
+                    body += chunk
+                    if len(body) > limits.max_bytes:
+                        raise SourceTooLarge(f"{url}: answer is over the {limits.max_bytes}-byte limit")
+                    if clock.monotonic() > deadline:
+                        raise ScrapeError(f"{url}: answer not complete within {limits.timeout_s:g} s")
+    except httpx.TimeoutException:
+        raise ScrapeError(f"{url}: no answer within {limits.timeout_s:g} s") from None
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from None
+    return bytes(body)
+
+
+_TYPE_NAME = re.compile(r"^# TYPE ([A-Za-z_:][A-Za-z0-9_:]*) ", re.M)
+_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped", "info", "stateset", "gaugehistogram",
+                    "unknown"})
+
+
+def _good_lines(text: str, location: str, limits: Limits) -> tuple[str, list[str]]:
+    """The lines prometheus_client accepts one by one, and a problem per other line."""
+    keep, problems = [], []
+    for no, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if len(line) > limits.max_line:
+            problems.append(f"{location}:{no}: line of {len(line)} characters is over the {limits.max_line} limit")
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 2 and parts[1] == "TYPE" and (len(parts) != 4 or parts[3].strip() not in _TYPES):
+                problems.append(f"{location}:{no}: malformed TYPE line: {line[:80]!r}")
+                continue
+            keep.append(line)
+            continue
+        try:
+            list(text_string_to_metric_families(line + "\n"))
+        except (ValueError, IndexError, TypeError) as exc:
+            problems.append(f"{location}:{no}: not a Prometheus sample ({exc}): {line[:80]!r}")
+            continue
+        keep.append(line)
+    return "\n".join(keep) + "\n", problems
+
+
+def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits = Limits()) -> Exposition:
+    """Parse Prometheus text 0.0.4. Bad lines are left out and reported; the rest is kept.
+    Raises CorruptSource only if nothing usable remains or a count limit is exceeded."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    problems: list[str] = []
+    families = None
+    if all(len(line) <= limits.max_line for line in text.split("\n")):
+        try:
+            families = list(text_string_to_metric_families(text))
+        except (ValueError, IndexError, TypeError):
+            families = None
+    if families is None:
+        cleaned, problems = _good_lines(text, location, limits)
+        try:
+            families = list(text_string_to_metric_families(cleaned))
+        except (ValueError, IndexError, TypeError) as exc:
+            raise CorruptSource(f"{location}: not Prometheus text even without its bad lines: {exc}") from None
+    if len(families) > limits.max_families:
+        raise CorruptSource(f"{location}: {len(families)} metric families is over the limit of {limits.max_families}")
+    # prometheus_client names a counter family without "_total" and its samples with it,
+    # whatever the text said; kistexp keys samples by the name tor wrote (its TYPE line).
+    typed = set(_TYPE_NAME.findall(text))
+    samples: dict[str, list] = {}
+    types: dict[str, str] = {}
+    n = 0
+    for fam in families:
+        for s in fam.samples:
+            n += 1
+            if n > limits.max_samples:
+                raise CorruptSource(f"{location}: over {limits.max_samples} samples")
+            name = s.name
+            if fam.type == "counter" and name == fam.name + "_total" and fam.name in typed:
+                name = fam.name
+            samples.setdefault(name, []).append((MappingProxyType(dict(s.labels)), float(s.value)))
+            types[name] = fam.type
+    if not samples and problems:
+        raise CorruptSource(f"{location}: no valid Prometheus samples; first problem: {problems[0]}")
+    return Exposition(location, time, {k: tuple(v) for k, v in samples.items()}, types, tuple(problems))
+
+
+def scrape(url: str, *, limits: Limits = Limits(), clock=None,
+           transport: httpx.BaseTransport | None = None) -> Exposition:
+    """Fetch and parse one endpoint; the exposition's time is when the answer arrived."""
+    clock = clock or SystemClock()
+    body = fetch(url, limits=limits, clock=clock, transport=transport)
+    return parse(body, url, time=clock.now(), limits=limits)
+
+
+def counter_delta(prev: float | None, cur: float | None) -> float | None:
+    """Increase of a counter between two scrapes; a decrease means the process restarted
+    and counted again from zero (Prometheus' rate() rule, metrics-sources.md §2.4)."""
+    if prev is None or cur is None:
+        return None
+    return cur if cur < prev else cur - prev
+
+
+class Poller:
+    """Scrapes one endpoint repeatedly and remembers the previous answer, since counters
+    only mean something as the change between two scrapes."""
+
+    def __init__(self, url: str, *, limits: Limits = Limits(), clock=None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url, self.limits, self.transport = url, limits, transport
+        self.clock = clock or SystemClock()
+        self.last: Exposition | None = None
+
+    def next(self) -> tuple[Exposition | None, Exposition]:
+        cur = scrape(self.url, limits=self.limits, clock=self.clock, transport=self.transport)
+        prev, self.last = self.last, cur
+        return prev, cur
