@@ -48,7 +48,7 @@ PLAN = (VALID_PLAN.replace('duration = "7d"', 'duration = "2h"').replace('durati
         .replace('gate = "manual"', 'gate = "auto"')
         .replace('metric = "client_ttlb_1mib_s"', 'metric = "relay_cpu_utilization"')
         .replace('min_samples = 100', 'min_samples = 50'))
-EFFECTS = {"baseline": {}, "two": {"relay_cpu_utilization": 0.0}, "five": {"relay_cpu_utilization": 0.60}}
+EFFECTS = {"baseline": {}, "two": {"relay_cpu_utilization": 0.0}, "eight": {"relay_cpu_utilization": 0.60}}
 
 
 def stepped_back(engine):

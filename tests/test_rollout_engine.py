@@ -27,7 +27,7 @@ from tests.plan_helpers import VALID_PLAN
 from tests.rollout_helpers import KIST_EFFECTS, write_predictions
 
 SHORT_PLAN = VALID_PLAN.replace('duration = "7d"', 'duration = "2d"').replace('duration = "14d"', 'duration = "2d"')
-SHORT_EFFECTS = {"baseline": {}, "two": {"client_ttlb_1mib_s": -0.04}, "five": {"client_ttlb_1mib_s": -0.02}}
+SHORT_EFFECTS = {"baseline": {}, "two": {"client_ttlb_1mib_s": -0.04}, "eight": {"client_ttlb_1mib_s": -0.02}}
 KIST = "KISTSchedRunInterval"
 
 

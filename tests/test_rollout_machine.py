@@ -127,7 +127,7 @@ def test_all_pass_at_decision_advances_and_manual_gate_pauses(spec):
     st = into_measuring(spec)
     st = run(spec, st, Evaluate(st.decision_at - H, verdicts(spec)))
     out = step(spec, st, DecisionDue(st.decision_at, 1))
-    # stage 2 ("five") has gate = manual
+    # stage 2 ("eight") has gate = manual
     assert out.status.state == PAUSED and out.status.reasons == {"gate"}
     assert out.transition is None
     promoted = step(spec, out.status, Command(st.decision_at, "promote"))
@@ -165,7 +165,7 @@ def test_fail_rolls_back_at_once_most_severe_kind_wins(spec):
     # step-back (first criterion) and revert-default (cpu) fail together: revert-default wins
     assert out.status.state == ROLLING_BACK and out.status.rollback_kind == "revert-default"
     assert out.transition.kind == "rollback"
-    assert dict(out.transition.values) == {"KISTSchedRunInterval": 3}
+    assert dict(out.transition.values) == {"KISTSchedRunInterval": 10}  # the baseline's
     # earliest feasible consensus: the next VA whose deadline is still ahead
     assert out.transition.target_va == at + H
 

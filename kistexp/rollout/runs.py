@@ -23,25 +23,17 @@ from kistexp.plan.model import Plan
 from kistexp.rollout.journal import Journal, RunLock, status_from_json
 from kistexp.rollout.machine import initial_status, step
 from kistexp.rollout.rollback import plan_rollback
-from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, spec_from_plan
+from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, json_value, spec_from_plan
 from kistexp.rollout.state import COMMANDS, REMOVE_PARAM, REVERT_DEFAULT, ROLLBACK_KINDS, STEP_BACK, Command, Status
 
 
 def plan_hashes(plan_path: Path) -> tuple[str, str, dict]:
     """(sha256 of the bytes, sha256 of the canonical parse, the canonical parse)."""
     raw = Path(plan_path).read_bytes()
-    canon = attrs.asdict(load_plan(plan_path), value_serializer=_ser)
+    canon = attrs.asdict(load_plan(plan_path), value_serializer=json_value)
     canon.pop("path", None)
     text = json.dumps(canon, sort_keys=True)
     return hashlib.sha256(raw).hexdigest(), hashlib.sha256(text.encode()).hexdigest(), canon
-
-
-def _ser(_i, _f, v):
-    if isinstance(v, dt.datetime):
-        return v.isoformat()
-    if isinstance(v, dt.timedelta):
-        return v.total_seconds()
-    return v
 
 
 def plan_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -83,6 +75,8 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
     exp_path = Path(exp_path)
     fresh = not (exp_path / DB_NAME).is_file()
     exp = ExperimentDir.create(exp_path, plan_path) if fresh else ExperimentDir.open(exp_path)
+    if not exp.plan_path.is_file():
+        exp.save_plan(plan_path)  # status, history and rollback --dry-run read the plan from here
     journal = Journal(exp.db_path, durable=True)
     run_lock = None
     if lock:
@@ -242,7 +236,7 @@ class _PublishedHistory:
 
 def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
              predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
-             hook=None) -> Status:
+             hook=None, key_bits: tuple[int, int] = (3072, 2048)) -> Status:
     """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
     one plan hour per voting interval) or, with ``instructions``, against the real network by
     writing each operator's instructions and watching public votes and consensuses."""
@@ -276,7 +270,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             state = setup.exp.path / "fake-authorities"
             fresh = not (state / "consensus-params.json").is_file()
             net = FakeAuthorityNetwork(count=len(spec.authorities), interval_s=interval_s, port=0,
-                                       nicknames=list(spec.authorities), state_dir=state,
+                                       nicknames=list(spec.authorities), state_dir=state, key_bits=key_bits,
                                        initial_params=initial_configs(spec) if fresh else None).start()
             client = DirectoryClient(net.directory_authorities(), retries=1, timeout_s=max(1.0, interval_s / 4))
             actuator = FakeAuthoritiesActuator(net.operator_url, net.token, client, clock)

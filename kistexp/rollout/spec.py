@@ -213,7 +213,7 @@ class RolloutSpec:
         return dict(_expected(self, tuple(values)))
 
     def canonical(self) -> str:
-        return json.dumps(attrs.asdict(self, value_serializer=_ser), sort_keys=True)
+        return json.dumps(attrs.asdict(self, value_serializer=json_value), sort_keys=True)
 
     def digest(self) -> str:
         return hashlib.sha256(self.canonical().encode()).hexdigest()
@@ -226,7 +226,8 @@ def _expected(spec: RolloutSpec, values: Values) -> tuple[tuple[str, int | None]
     return tuple((k, params.get(k)) for k in spec.parameters)
 
 
-def _ser(_inst, _field, value):
+def json_value(_inst, _field, value):
+    """attrs value serializer: datetimes as ISO text, durations as seconds."""
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, dt.timedelta):
