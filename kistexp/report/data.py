@@ -30,7 +30,7 @@ from kistexp.rollout.journal import Journal
 from kistexp.rollout.rollback import RollbackPlan, plan_rollback
 from kistexp.rollout.runs import load_spec
 from kistexp.rollout.spec import RolloutSpec
-from kistexp.rollout.state import REVERT_DEFAULT, Status
+from kistexp.rollout.state import REVERT_DEFAULT, ROLLBACK_KINDS, Status
 
 # Relay costs operators ask about first (issue 9): CPU, memory, bandwidth.
 RELAY_COSTS = ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_bytes_per_s")
@@ -92,6 +92,7 @@ class ExperimentData:
     measured: Mapping[tuple[str, str, str], np.ndarray]  # (metric, relay_class, stage) -> store samples
     figures: tuple[StageFigure, ...]  # predictions summarised
     rollbacks: tuple[Rollback, ...]
+    rehearsals: tuple[RollbackPlan, ...]  # each kind from where the record ends
     stage_names: tuple[str, ...]  # index -> name, 0 = "baseline"
 
     def stage_name(self, index: int) -> str:
@@ -193,8 +194,15 @@ def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[Rol
     last = journal.decisions()
     at = last[-1]["at"] if last else spec.baseline_start
     out.append(Rollback(at, "rehearsal: revert to the baseline's values at the last journaled decision",
-                            plan_rollback(spec, REVERT_DEFAULT, status.values, status.stage, at), True))
+                        plan_rollback(spec, REVERT_DEFAULT, status.values, status.stage, at), True))
     return tuple(out)
+
+
+def _rehearsals(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[RollbackPlan, ...]:
+    """Every rollback kind from where the record ends, as ``kistexp rollback --dry-run`` answers it."""
+    last = journal.decisions()
+    at = last[-1]["at"] if last else spec.baseline_start
+    return tuple(plan_rollback(spec, kind, status.values, status.stage, at) for kind in ROLLBACK_KINDS)
 
 
 def load_experiment(path: str | Path) -> ExperimentData:
@@ -228,7 +236,8 @@ def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
             intents=tuple(journal.intents()), commands=_commands(conn), verdicts=_verdicts(conn),
             batches=_batches(conn, journal), measured=_measured(store, spec, names, journal.transitions()),
             figures=tuple(figures),
-            rollbacks=_rollbacks(spec, journal, status), stage_names=names)
+            rollbacks=_rollbacks(spec, journal, status), rehearsals=_rehearsals(spec, journal, status),
+            stage_names=names)
     finally:
         journal.close()
 
