@@ -9,6 +9,7 @@ import datetime as dt
 
 import jinja2
 
+from kistexp import params as param_catalogue
 from kistexp.metrics.collectors import operator_report
 from kistexp.plan.durations import format_duration
 from kistexp.plan.model import UNSET, Plan
@@ -21,6 +22,8 @@ FORMATS = ("text", "markdown")
 REPORT_COLUMNS = ("relay_fingerprint", "window_start_utc", "window_end_utc", "phase", "param_name",
                   "param_value", "cpu_pct_core_mean", "rss_mib_mean", "read_mbit_s_mean", "write_mbit_s_mean",
                   "cpu_source", "bw_source", "notes")
+# Operators look for their own class ("exit linux HZ=250 >100 Mbit/s"): the coarse ones and the finest.
+ANNOUNCE_CLASSES = 16
 EXAMPLE_FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
 ISO = "%Y-%m-%d %H:%M UTC"
 
@@ -59,7 +62,7 @@ def context(plan: Plan, data: PlanData) -> dict:
     for metric in RELAY_COSTS:
         unit, scale = DISPLAY[metric]
         rows = []
-        for cls in class_order(data.figures, metric):
+        for cls in class_order(data.figures, metric, ANNOUNCE_CLASSES):
             base = by.get(("baseline", metric, cls))
             cells = [{"stage": s, "median": by[(s, metric, cls)].median * scale,
                       "change": by[(s, metric, cls)].change} for s in names if (s, metric, cls) in by]
@@ -87,6 +90,9 @@ def context(plan: Plan, data: PlanData) -> dict:
         "start": start, "end": end, "report_format": operator_report.FORMAT, "report_columns": REPORT_COLUMNS,
         "report_example": example, "networks": max((f.networks for f in data.figures), default=0),
         "description": " ".join(plan.description.split()),
+        "params": [{"name": n, "meaning": e.meaning if e else "", "read_by": e.read_by if e else "",
+                    "torrc_override": e.torrc_override if e else ""}
+                   for n, e in ((n, param_catalogue.get(n)) for n in plan.parameters)],
         "lead": format_duration(stages[0].first_valid_after - stages[0].vote_deadline) if stages else "",
     }
 

@@ -58,12 +58,12 @@ def _stat(values: np.ndarray, statistic: str) -> float | None:
     return statistic_interval(values, statistic)[0] if values.size else None
 
 
-def class_order(figures, metric: str) -> list[str]:
-    """The relay classes shown for ``metric``, coarse to fine, at most MAX_CLASSES."""
+def class_order(figures, metric: str, limit: int = MAX_CLASSES) -> list[str]:
+    """The relay classes shown for ``metric``, coarse to fine, at most ``limit``."""
     seen = list(dict.fromkeys(f.relay_class for f in figures if f.metric == metric and f.relay_class))
     # "all", then positions ("exit", "guard+exit"), then scheduler and tick ("KIST HZ=250"), then the finest
     ranked = sorted(seen, key=lambda c: (c != "all", c.count(" "), seen.index(c)))
-    return ranked[:MAX_CLASSES]
+    return ranked[:limit]
 
 
 def _cost_figures(figures, stages: list[str], measured) -> list[plots.Figure]:
