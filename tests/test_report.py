@@ -84,6 +84,8 @@ def test_experiment_report_shows_the_run(rolled_back, tmp_path):
     out = tmp_path / "r.html"
     result = _cli("report", str(rolled_back), "-o", str(out), "--json")
     assert result.exit_code == 0, result.output
+    doc = __import__("json").loads(result.stdout)
+    assert doc == {"report": str(out), "kind": "experiment", "bytes": out.stat().st_size, "figures": 14}
     page, text = _parse(out)
     assert page.scripts == 0 and page.external == []  # self-contained, readable without JavaScript
     # timeline, one CDF per criterion in stage 1, effects per criterion, relay CPU, the rollback's recovery twice
@@ -213,6 +215,8 @@ def test_plan_without_predictions_says_how_to_make_them(tmp_path):
 def test_unwritable_output_leaves_nothing(rolled_back, tmp_path):
     _one_line_error(_cli("report", str(rolled_back), "-o", str(tmp_path / "missing" / "r.html")),
                     "cannot write the report")
+    _one_line_error(_cli("announce", PLAN, "--dir", str(rolled_back), "-o", str(tmp_path / "missing" / "a.txt")),
+                    "cannot write the announcement")
     (tmp_path / "adir").mkdir()
     _one_line_error(_cli("report", str(rolled_back), "-o", str(tmp_path / "adir")), "is a directory")
     locked = tmp_path / "locked"
