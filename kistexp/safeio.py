@@ -17,6 +17,7 @@ is read (a log still being written, a kernel file) is refused too: what was chec
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -101,3 +102,34 @@ def read_bounded_text(path: str | os.PathLike[str], limit: int, what: str,
         raise error(f"{os.fsdecode(path)}: {what} is not UTF-8 text (byte {exc.start})") from None
 
 
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, what: str,
+                 error: type[KistexpError] = KistexpError) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file in the same directory,
+    flushed, then renamed over ``path``. A reader never sees half a file and a failure (no such
+    directory, no permission, disk full, a directory in the way) leaves nothing behind."""
+    import tempfile
+
+    name = os.fsdecode(path)
+    if os.path.isdir(name):
+        raise error(f"{name}: cannot write {what}: it is a directory")
+    folder = os.path.dirname(os.path.abspath(name))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(name)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise error(f"{name}: cannot write {what}: {exc.strerror or exc}") from None
+    try:
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, name)
+        except OSError as exc:
+            raise error(f"{name}: cannot write {what}: {exc.strerror or exc}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

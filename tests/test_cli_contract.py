@@ -84,6 +84,17 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "population summary": (["population", "summary", str(microdesc), "--scale", "0.01", "--json"], "json"),
         # a load of 0 is refused before anything runs
         "simulate": (["simulate", plan, "--load", "0", "--dir", str(tmp_path / "sim"), "--json"], "error"),
+        # rollouts: no predictions to draw from / a driver this version lacks / no rollout in the metrics directory
+        "dry-run": (["dry-run", plan, "--json"], "error"),
+        "run": (["run", plan, "--dir", str(tmp_path / "run"), "--authorities", "local", "--json"], "error"),
+        "status": (["status", str(tmp_path / "exp"), "--json"], "error"),
+        "history": (["history", str(tmp_path / "exp"), "--json"], "json"),
+        **{name: ([name, str(tmp_path / "exp"), "--json"], "error")
+           for name in ("pause", "resume", "promote", "abort", "retry", "undo")},
+        "rollback": (["rollback", str(tmp_path / "exp"), "--dry-run", "--json"], "error"),
+        # the metrics directory above holds no rollout journal and no predictions
+        "report": (["report", str(tmp_path / "exp"), "--json"], "error"),
+        "announce": (["announce", plan, "--dir", str(tmp_path / "exp"), "--json"], "error"),
     }
 
 

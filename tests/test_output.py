@@ -73,7 +73,7 @@ def test_plan_text_is_not_markup_and_cannot_retitle_terminal(tmp_path, command):
 def test_lint_finding_text_with_markup_in_file_name(tmp_path):
     (tmp_path / "a[").mkdir()
     path = tmp_path / "a[" / "red]plan\x1b[2J.toml"  # the path holds "a[/red]plan"
-    path.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 5", "KISTSchedRunInterval = 500"))
+    path.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 8", "KISTSchedRunInterval = 500"))
     proc = _run(["lint", str(path), "--now", "2029-01-01T00:00:00Z"], tmp_path)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr

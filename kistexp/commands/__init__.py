@@ -21,6 +21,9 @@ _MODULES = (
     "judge",
     "population",
     "simulate",
+    "rollout",
+    "report",
+    "announce",
 )
 
 

@@ -122,9 +122,147 @@ CREATE TABLE vote_params (
 );
 """
 
+# The rollout journal (rollout.md §3.5): intents before effects, evidence after, and every
+# processed event, metric batch, verdict, decision and command. Status is the last
+# status_log row; nothing about the run lives outside these tables.
+_V2_ROLLOUT_JOURNAL = """
+CREATE TABLE rollout_meta (
+    key    TEXT PRIMARY KEY,   -- experiment_id, plan_path, plan_sha256, plan_canon_sha256, mode, spec
+    value  TEXT NOT NULL
+);
+CREATE TABLE rollout_runs (
+    id        INTEGER PRIMARY KEY,
+    pid       INTEGER NOT NULL,
+    host      TEXT NOT NULL,
+    argv      TEXT NOT NULL,
+    start_us  INTEGER NOT NULL,
+    end_us    INTEGER,
+    reason    TEXT
+);
+-- Who holds the run lock, for the refusal message only (the lock itself is flock on run.lock).
+CREATE TABLE rollout_owner (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    pid           INTEGER NOT NULL,
+    host          TEXT NOT NULL,
+    since_us      INTEGER NOT NULL,
+    heartbeat_us  INTEGER NOT NULL
+);
+CREATE TABLE rollout_events (
+    id            INTEGER PRIMARY KEY,
+    event_key     TEXT NOT NULL UNIQUE,   -- trigger:stage:iso-time
+    trigger       TEXT NOT NULL,
+    due_us        INTEGER NOT NULL,
+    processed_us  INTEGER NOT NULL,
+    lateness_s    REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE rollout_status (
+    id         INTEGER PRIMARY KEY,
+    event_key  TEXT NOT NULL,
+    at_us      INTEGER NOT NULL,
+    state      TEXT NOT NULL,
+    status     TEXT NOT NULL             -- the Status value as JSON
+);
+CREATE TABLE rollout_transitions (
+    seq          INTEGER PRIMARY KEY,
+    at_us        INTEGER NOT NULL,
+    from_state   TEXT NOT NULL,
+    to_state     TEXT NOT NULL,
+    stage        INTEGER NOT NULL,
+    kind         TEXT NOT NULL,          -- stage | rollback | reassert | retry | undo
+    targets      TEXT NOT NULL,          -- JSON {param: value | "unset"}
+    valid_after_us INTEGER NOT NULL,
+    cause        TEXT NOT NULL
+);
+CREATE TABLE rollout_intents (
+    id              INTEGER PRIMARY KEY,
+    idem_key        TEXT NOT NULL UNIQUE,  -- experiment:seq:authority:T:sha(desired)
+    transition_seq  INTEGER NOT NULL REFERENCES rollout_transitions (seq),
+    authority       TEXT NOT NULL,
+    desired         TEXT NOT NULL,         -- the full ConsensusParams set, JSON
+    valid_after_us  INTEGER NOT NULL,
+    state           TEXT NOT NULL CHECK (state IN ('intended', 'acted', 'verified', 'done', 'superseded', 'failed')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    error           TEXT NOT NULL DEFAULT '',
+    evidence        TEXT NOT NULL DEFAULT '',
+    intended_us     INTEGER NOT NULL,
+    acted_us        INTEGER,
+    verified_us     INTEGER,
+    done_us         INTEGER
+);
+CREATE INDEX rollout_intents_state ON rollout_intents (state);
+CREATE TABLE rollout_decisions (
+    id         INTEGER PRIMARY KEY,
+    event_key  TEXT NOT NULL,
+    at_us      INTEGER NOT NULL,
+    decision   TEXT NOT NULL,
+    stage      INTEGER NOT NULL,
+    valid_after_us INTEGER,
+    message    TEXT NOT NULL
+);
+CREATE TABLE rollout_commands (
+    id         INTEGER PRIMARY KEY,
+    kind       TEXT NOT NULL,
+    args       TEXT NOT NULL,            -- JSON
+    user       TEXT NOT NULL,
+    queued_us  INTEGER NOT NULL,
+    state      TEXT NOT NULL CHECK (state IN ('queued', 'applied', 'refused')),
+    result     TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE rollout_metric_batches (
+    id           INTEGER PRIMARY KEY,
+    source       TEXT NOT NULL,
+    metric       TEXT NOT NULL,
+    window_us    INTEGER NOT NULL,       -- window start; windows are one plan hour
+    phase        TEXT NOT NULL,          -- baseline | stage:<i>:<valid-after> | excluded
+    n            INTEGER NOT NULL,
+    missing      INTEGER NOT NULL DEFAULT 0,
+    summary      TEXT NOT NULL,          -- JSON: mean, median, min, max
+    payload      BLOB,                   -- float64 little-endian sample values
+    sha256       TEXT NOT NULL,
+    UNIQUE (source, metric, window_us)
+);
+CREATE TABLE rollout_verdicts (
+    id          INTEGER PRIMARY KEY,
+    criterion   TEXT NOT NULL,
+    window_end_us INTEGER NOT NULL,
+    stage       INTEGER NOT NULL,
+    outcome     TEXT NOT NULL,
+    effect      REAL,
+    ci_low      REAL,
+    ci_high     REAL,
+    n_baseline  INTEGER NOT NULL,
+    n_stage     INTEGER NOT NULL,
+    shadow      INTEGER NOT NULL,
+    detail      TEXT NOT NULL,
+    UNIQUE (criterion, window_end_us)
+);
+CREATE TABLE rollout_votes_seen (
+    authority       TEXT NOT NULL,
+    valid_after_us  INTEGER NOT NULL,
+    params          TEXT NOT NULL,       -- JSON, null when no vote was served
+    digest          TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (authority, valid_after_us)
+);
+CREATE TABLE rollout_consensus_seen (
+    valid_after_us  INTEGER NOT NULL,
+    flavour         TEXT NOT NULL,
+    params          TEXT NOT NULL,       -- JSON, null when no consensus was published
+    signers         TEXT NOT NULL,       -- JSON list
+    PRIMARY KEY (valid_after_us, flavour)
+);
+CREATE TABLE rollout_plan_acks (
+    id              INTEGER PRIMARY KEY,
+    old_sha256      TEXT NOT NULL,
+    new_sha256      TEXT NOT NULL,
+    diff            TEXT NOT NULL,
+    who             TEXT NOT NULL,
+    at_us           INTEGER NOT NULL
+);
+"""
+
 # Append-only. Each entry is one SQL script; open_db runs it in a transaction together
 # with the user_version bump.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

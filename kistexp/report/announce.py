@@ -1,0 +1,118 @@
+"""The announcement of a plan: the tor-relays mail, the per-authority instructions and the
+status-page entry (status.torproject.org "Network experiments": what changed, when it starts
+and stops, what to look for and how to report it), from the plan, its timeline and the
+predictions of ``kistexp simulate``. Plain text and Markdown from Jinja2 templates."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import jinja2
+
+from kistexp import params as param_catalogue
+from kistexp.metrics.collectors import operator_report
+from kistexp.plan.durations import format_duration
+from kistexp.plan.model import UNSET, Plan
+from kistexp.plan.timeline import authorities_needed, build_timeline
+from kistexp.report.data import RELAY_COSTS, PlanData
+from kistexp.report.html import DISPLAY, class_order
+
+FORMATS = ("text", "markdown")
+# What an operator reports, in the order of the kistexp-operator-report/1 columns they fill in.
+REPORT_COLUMNS = ("relay_fingerprint", "window_start_utc", "window_end_utc", "phase", "param_name",
+                  "param_value", "cpu_pct_core_mean", "rss_mib_mean", "read_mbit_s_mean", "write_mbit_s_mean",
+                  "cpu_source", "bw_source", "notes")
+# Operators look for their own class ("exit linux HZ=250 >100 Mbit/s"): the coarse ones and the finest.
+ANNOUNCE_CLASSES = 16
+EXAMPLE_FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
+ISO = "%Y-%m-%d %H:%M UTC"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kistexp.report", "templates"), autoescape=False,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    env.filters["utc"] = lambda t: t.astimezone(dt.timezone.utc).strftime(ISO)
+    env.filters["pct"] = lambda x: "n/a" if x is None else f"{100 * x:+.1f} %"
+    env.filters["num"] = lambda x: f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return env
+
+
+def _params_line(values) -> str:
+    return "ConsensusParams " + " ".join(f"{k}={v}" for k, v in values if v != UNSET)
+
+
+def _instruction(values) -> str:
+    sets = [f"{k}={v}" for k, v in values if v != UNSET]
+    drops = [k for k, v in values if v == UNSET]
+    parts = []
+    if sets:
+        parts.append(f"set {' '.join(sets)} in your ConsensusParams line (keep your other keys)")
+    if drops:
+        parts.append(f"remove {', '.join(drops)} from your ConsensusParams line")
+    return " and ".join(parts)
+
+
+def context(plan: Plan, data: PlanData) -> dict:
+    timeline = build_timeline(plan)
+    stages = list(timeline.rows)
+    names = [s for s in data.stages if s != "baseline"]
+    by = {(f.stage, f.metric, f.relay_class): f for f in data.figures}
+    watch = []
+    for metric in RELAY_COSTS:
+        unit, scale = DISPLAY[metric]
+        rows = []
+        for cls in class_order(data.figures, metric, ANNOUNCE_CLASSES):
+            base = by.get(("baseline", metric, cls))
+            cells = [{"stage": s, "median": by[(s, metric, cls)].median * scale,
+                      "change": by[(s, metric, cls)].change} for s in names if (s, metric, cls) in by]
+            if base is not None and cells:
+                rows.append({"relay_class": cls, "baseline": base.median * scale, "stages": cells})
+        watch.append({"metric": metric, "unit": unit, "rows": rows})
+    n = len(plan.authorities.authorities)
+    authorities = []
+    for auth in plan.authorities.participating:
+        steps = [{"stage": r.stage, "line": _params_line(r.values), "what": _instruction(r.values),
+                  "before": r.vote_deadline, "valid_after": r.first_valid_after} for r in stages]
+        authorities.append({"nickname": auth, "steps": steps})
+    others = [a.nickname for a in plan.authorities.authorities if a.nickname not in plan.authorities.participating]
+    start, end = stages[0].start if stages else plan.start, max(r.end for r in stages) if stages else plan.start
+    changes = [r for r in stages if r.stage != "baseline"]
+    example = ",".join(REPORT_COLUMNS) + "\n" + ",".join([
+        EXAMPLE_FINGERPRINT, f"{plan.start:%Y-%m-%dT%H:00:00Z}",
+        f"{plan.start + dt.timedelta(hours=1):%Y-%m-%dT%H:00:00Z}", "treatment", plan.parameters[0],
+        str(next((v for _k, v in changes[0].values if v != UNSET), "")) if changes else "", "12.5", "850",
+        "40.1", "41.3", "proc", "vnstat", ""]) + "\n"
+    return {
+        "plan": plan, "timeline": timeline, "stages": stages, "changes": changes, "watch": watch,
+        "authorities": authorities, "others": others, "others_mode": plan.authorities.others,
+        "need": authorities_needed(n, plan.authorities.others), "n_authorities": n,
+        "start": start, "end": end, "report_format": operator_report.FORMAT, "report_columns": REPORT_COLUMNS,
+        "report_example": example, "networks": max((f.networks for f in data.figures), default=0),
+        "description": " ".join(plan.description.split()),
+        "params": [{"name": n, "meaning": e.meaning if e else "", "read_by": e.read_by if e else "",
+                    "torrc_override": e.torrc_override if e else ""}
+                   for n, e in ((n, param_catalogue.get(n)) for n in plan.parameters)],
+        "lead": format_duration(stages[0].first_valid_after - stages[0].vote_deadline) if stages else "",
+    }
+
+
+def render(plan: Plan, data: PlanData, fmt: str = "text") -> str:
+    template = {"text": "announce.txt.j2", "markdown": "announce.md.j2"}[fmt]
+    return _env().get_template(template).render(**context(plan, data))
+
+
+def to_json(plan: Plan, data: PlanData) -> dict:
+    ctx = context(plan, data)
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    return {
+        "plan": plan.name, "start": ctx["start"].strftime(iso), "end": ctx["end"].strftime(iso),
+        "schedule": ctx["timeline"].to_dict()["stages"],
+        "watch": ctx["watch"],
+        "authorities": [{"nickname": a["nickname"], "steps": [
+            {**s, "before": s["before"].strftime(iso), "valid_after": s["valid_after"].strftime(iso)}
+            for s in a["steps"]]} for a in ctx["authorities"]],
+        "report_format": ctx["report_format"], "report_columns": list(ctx["report_columns"]),
+        "report_example": ctx["report_example"],
+        "text": render(plan, data, "text"), "markdown": render(plan, data, "markdown"),
+    }

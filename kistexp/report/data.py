@@ -1,0 +1,304 @@
+"""What a report shows, read from an experiment directory; nothing here computes a result.
+
+The run's spec and status come from ``kistexp.rollout.runs.load_spec`` (the plan copy and cadence the
+run was laid on); the journal's own readers (``kistexp.rollout.journal.Journal``) give decisions,
+transitions, intents, votes and consensuses; the few columns they leave out (a verdict's interval, operator
+commands, the phases of metric batches) are read here from the tables of
+``kistexp/store/schema.py``. Predictions come from ``MetricStore.load_predictions`` and are
+summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from kistexp.errors import KistexpError
+from kistexp.expdir import ExperimentDir
+from kistexp.metrics import catalogue
+from kistexp.metrics.series import Prediction, from_us
+from kistexp.metrics.store import MetricStore
+from kistexp.plan.model import Plan
+from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
+from kistexp.rollout.journal import Journal
+from kistexp.rollout.rollback import RollbackPlan, plan_rollback
+from kistexp.rollout.runs import load_spec
+from kistexp.rollout.spec import RolloutSpec
+from kistexp.rollout.state import REVERT_DEFAULT, ROLLBACK_KINDS, Status
+
+# Relay costs operators ask about first (issue 9): CPU, memory, bandwidth.
+RELAY_COSTS = ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_bytes_per_s")
+
+
+class ReportError(KistexpError):
+    """A report cannot be made from what the experiment directory or plan holds."""
+
+
+@attrs.frozen
+class Verdict:
+    criterion: str
+    window_end: dt.datetime
+    stage: int
+    outcome: str
+    effect: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_baseline: int
+    n_stage: int
+    shadow: bool
+    detail: str
+
+
+@attrs.frozen
+class Command:
+    kind: str
+    args: Mapping[str, object]
+    user: str
+    queued: dt.datetime
+    state: str
+    result: str
+
+
+@attrs.frozen
+class Rollback:
+    """A rollback the run decided (or the rehearsed abort), with its engine-computed plan."""
+
+    at: dt.datetime
+    cause: str
+    plan: RollbackPlan
+    rehearsal: bool
+
+
+@attrs.frozen
+class ExperimentData:
+    path: Path
+    mode: str  # dry-run | live
+    spec: RolloutSpec
+    status: Status
+    votes: tuple[dict, ...]  # authority, valid_after, params
+    consensuses: tuple[dict, ...]  # valid_after, params, signers
+    transitions: tuple[dict, ...]
+    decisions: tuple[dict, ...]
+    intents: tuple[dict, ...]
+    commands: tuple[Command, ...]
+    verdicts: tuple[Verdict, ...]
+    batches: Mapping[tuple[str, int], np.ndarray]  # (metric, stage index; 0 = baseline) -> judged samples
+    measured: Mapping[tuple[str, str, str], np.ndarray]  # (metric, relay_class, stage) -> store samples
+    figures: tuple[StageFigure, ...]  # predictions summarised
+    rollbacks: tuple[Rollback, ...]
+    rehearsals: tuple[RollbackPlan, ...]  # each kind from where the record ends
+    stage_names: tuple[str, ...]  # index -> name, 0 = "baseline"
+
+    def stage_name(self, index: int) -> str:
+        return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+def _has_journal(conn: sqlite3.Connection) -> bool:
+    try:
+        row = conn.execute("SELECT value FROM rollout_meta WHERE key = 'cadence'").fetchone()
+    except sqlite3.Error:
+        return False
+    return row is not None
+
+
+def _verdicts(conn: sqlite3.Connection) -> tuple[Verdict, ...]:
+    rows = conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, ci_low, ci_high, n_baseline, "
+                        "n_stage, shadow, detail FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
+    return tuple(Verdict(r[0], from_us(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10])
+                 for r in rows)
+
+
+def _commands(conn: sqlite3.Connection) -> tuple[Command, ...]:
+    rows = conn.execute("SELECT kind, args, user, queued_us, state, result FROM rollout_commands "
+                        "ORDER BY id").fetchall()
+    return tuple(Command(r[0], json.loads(r[1]), r[2], from_us(r[3]), r[4], r[5]) for r in rows)
+
+
+def _stage_of_phase(phase: str) -> int | None:
+    """Batches are tagged ``baseline``, ``stage:<i>:<valid-after>`` or ``excluded`` (schema.py)."""
+    if phase == "baseline":
+        return 0
+    if phase.startswith("stage:"):
+        return int(phase.split(":")[1])
+    return None
+
+
+def _batches(conn: sqlite3.Connection, journal: Journal) -> dict[tuple[str, int], np.ndarray]:
+    out: dict[tuple[str, int], list[np.ndarray]] = {}
+    for metric, phase in conn.execute("SELECT DISTINCT metric, phase FROM rollout_metric_batches").fetchall():
+        stage = _stage_of_phase(phase)
+        if stage is not None:
+            out.setdefault((metric, stage), []).append(journal.batch_values(metric, phase))
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...], transitions: list[dict]
+              ) -> dict[tuple[str, str, str], np.ndarray]:
+    """Stored relay-cost samples (collectors, operator reports) per relay class and the stage whose
+    value was in effect when each was taken (``param_value``): the latest stage begun by then that runs
+    that value (so 10 ms in the last stage is not counted as the 10 ms baseline, and a relay still on
+    the old value while a consensus propagates counts for the stage it runs). Samples of unknown value
+    are left out."""
+    if len(spec.parameters) != 1:  # param_value names one parameter's value
+        return {}
+    param = spec.parameters[0]
+    # (start, stage name, value) of each stage as it happened, from the journal's transitions
+    planned = [dict(spec.values_of(i)).get(param) for i in range(len(names))]
+
+    def name_of(t: dict) -> str:
+        if t["kind"] == "rollback":  # back on an earlier stage's value: counted with that stage
+            value = t["targets"].get(param)
+            return names[planned.index(value)] if value in planned else "rollback"
+        return names[t["stage"]] if 0 <= t["stage"] < len(names) else f"stage {t['stage']}"
+
+    spans = [(spec.baseline_start, names[0], planned[0])]
+    spans += [(t["valid_after"], name_of(t), t["targets"].get(param)) for t in transitions]
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for metric in RELAY_COSTS:
+        for s in store.select(metric):
+            if s.param_value is None:
+                continue
+            stage = next((name for start, name, value in reversed(spans)
+                          if value == s.param_value and start <= s.time), None)
+            if stage is None:
+                stage = next((name for _start, name, value in spans if value == s.param_value), None)
+            if stage is None:
+                continue
+            cls = s.labels.get("relay_class") or s.labels.get("position") or "all"
+            out.setdefault((metric, cls, stage), []).append(s.value)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[Rollback, ...]:
+    """Each rollback the journal decided, planned by the engine's own ``plan_rollback``; and the
+    rehearsal: what reverting to the baseline would take at the end of the record."""
+    transitions = journal.transitions()
+    out = []
+    for d in journal.decisions():
+        if not d["decision"].startswith("rollback:") or d["decision"] == "rollback:hold":
+            continue
+        kind = d["decision"].split(":", 1)[1]
+        t = next((x for x in transitions if x["valid_after"] == d["valid_after"] and x["kind"] == "rollback"), None)
+        prev = [x for x in transitions if t is None or x["seq"] < t["seq"]]
+        current = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
+        stage = prev[-1]["stage"] if prev else 0
+        out.append(Rollback(d["at"], d["message"], plan_rollback(spec, kind, current, stage, d["at"]), False))
+    last = journal.decisions()
+    at = last[-1]["at"] if last else spec.baseline_start
+    out.append(Rollback(at, "rehearsal: revert to the baseline's values at the last journaled decision",
+                        plan_rollback(spec, REVERT_DEFAULT, status.values, status.stage, at), True))
+    return tuple(out)
+
+
+def _rehearsals(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[RollbackPlan, ...]:
+    """Every rollback kind from where the record ends, as ``kistexp rollback --dry-run`` answers it."""
+    last = journal.decisions()
+    at = last[-1]["at"] if last else spec.baseline_start
+    return tuple(plan_rollback(spec, kind, status.values, status.stage, at) for kind in ROLLBACK_KINDS)
+
+
+def load_experiment(path: str | Path) -> ExperimentData:
+    """Everything the report of experiment directory ``path`` shows. One-line errors for a missing
+    directory, a corrupt database and a directory whose database holds no rollout journal."""
+    exp = ExperimentDir.open(path)  # StoreError: missing, not a directory, corrupt, newer schema
+    try:
+        conn = exp.db
+        if not _has_journal(conn):
+            raise ReportError(f"{exp.db_path}: no rollout journal in this experiment (make one with "
+                              f"kistexp dry-run PLAN --dir {exp.path} or kistexp run PLAN --dir {exp.path})")
+        try:
+            return _read(exp, conn)
+        except (sqlite3.DatabaseError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ReportError(f"{exp.db_path}: corrupt rollout journal: {exc}") from None
+    finally:
+        exp.close()
+
+
+def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
+    spec, status, meta = load_spec(exp.path)  # the spec the run was laid on: its plan copy and cadence
+    names = ("baseline",) + tuple(s.name for s in spec.stages)
+    journal = Journal(exp.db_path, durable=False)
+    try:
+        store = MetricStore(conn)
+        figures = summarize_predictions(store.load_predictions(), list(names))
+        return ExperimentData(
+            path=exp.path, mode=meta.get("mode", "live"), spec=spec, status=status,
+            votes=tuple(journal.votes()), consensuses=tuple(journal.consensuses()),
+            transitions=tuple(journal.transitions()), decisions=tuple(journal.decisions()),
+            intents=tuple(journal.intents()), commands=_commands(conn), verdicts=_verdicts(conn),
+            batches=_batches(conn, journal), measured=_measured(store, spec, names, journal.transitions()),
+            figures=tuple(figures),
+            rollbacks=_rollbacks(spec, journal, status), rehearsals=_rehearsals(spec, journal, status),
+            stage_names=names)
+    finally:
+        journal.close()
+
+
+@attrs.frozen
+class PlanData:
+    plan: Plan
+    stages: tuple[str, ...]  # prediction stage names in plan order
+    figures: tuple[StageFigure, ...]
+    predictions: tuple[Prediction, ...]
+    source: Path
+
+
+def plan_stage_names(plan: Plan) -> tuple[str, ...]:
+    return tuple(t.to_stage for t in plan_transitions(plan))
+
+
+def load_plan_predictions(plan: Plan, exp_path: str | Path) -> PlanData:
+    """The predictions ``kistexp simulate PLAN --dir EXP`` saved, for the report and announcement
+    made before a run. No predictions: a one-line error saying how to make them."""
+    how = f"make them with: kistexp simulate {plan.path} --dir {exp_path}"
+    if not (Path(exp_path) / "experiment.db").is_file():
+        raise ReportError(f"{exp_path}: no predictions for plan {plan.name!r} (no experiment database); {how}")
+    exp = ExperimentDir.open(exp_path)
+    try:
+        rows = MetricStore(exp.db).load_predictions()
+    except sqlite3.DatabaseError as exc:
+        raise ReportError(f"{exp.db_path}: corrupt experiment database: {exc}") from None
+    finally:
+        exp.close()
+    stages = plan_stage_names(plan)
+    have = {r.stage for r in rows}
+    missing = [s for s in stages if s not in have]
+    if not rows or missing:
+        what = "no predictions" if not rows else f"no predictions for stage(s) {', '.join(missing)}"
+        raise ReportError(f"{exp_path}: {what} of plan {plan.name!r}; {how}")
+    return PlanData(plan, stages, tuple(summarize_predictions(rows, list(stages))), tuple(rows), Path(exp_path))
+
+
+def metric_unit(metric: str) -> str:
+    m = catalogue.get(metric)
+    return m.unit if m else ""
+
+
+def verdict_looks(exp_path: str | Path) -> dict[str, list[dict]]:
+    """Each criterion's verdicts in time order (effect and interval per look), read-only so it works
+    beside a running engine; {} when the directory holds no journal."""
+    db = Path(exp_path) / "experiment.db"
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return {}
+    try:
+        rows = conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, ci_low, ci_high "
+                            "FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r[0], []).append({"window_end": from_us(r[1]), "stage": r[2], "outcome": r[3],
+                                         "effect": r[4], "ci_low": r[5], "ci_high": r[6]})
+    return out

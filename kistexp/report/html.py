@@ -1,0 +1,237 @@
+"""The HTML report: one self-contained page from Jinja2 templates (kistexp/report/templates/)
+with every figure inlined as an SVG ``data:`` URI, readable without JavaScript or network."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import jinja2
+import numpy as np
+
+from kistexp.metrics import catalogue
+from kistexp.plan.durations import format_duration
+from kistexp.plan.model import UNSET, Plan
+from kistexp.plan.timeline import build_timeline
+from kistexp.report import plots
+from kistexp.report.data import RELAY_COSTS, ExperimentData, PlanData
+from kistexp.rollout.judging import statistic_interval
+from kistexp.rollout.spec import LIVE_CADENCE
+
+Progress = Callable[[float, str], None]
+ISO = "%Y-%m-%d %H:%M UTC"
+# metric -> (unit shown, factor) for relay costs; CPU as % of one core like tor's operators read it
+DISPLAY = {"relay_cpu_utilization": ("% of a core", 100.0), "relay_rss_bytes": ("MB", 1e-6),
+           "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6)}
+MAX_CLASSES = 8
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("kistexp.report", "templates"),
+                             autoescape=jinja2.select_autoescape(("html", "j2")), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["utc"] = lambda t: "" if t is None else t.astimezone(dt.timezone.utc).strftime(ISO)
+    env.filters["pct"] = lambda x: "" if x is None else f"{100 * x:+.1f} %"
+    env.filters["duration"] = format_duration
+    env.filters["num"] = lambda x: "" if x is None else (f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}")
+    return env
+
+
+def _noop(_f: float, _what: str) -> None:
+    pass
+
+
+def limit_in_units(comparison: str, threshold: float, base: float) -> float:
+    """The stage statistic at which a criterion fails, in the metric's units, for drawing
+    (the inverse of kistexp.rollout.judging's effect for each comparison)."""
+    return {"relative-increase": base * (1 + threshold), "relative-decrease": base * (1 - threshold),
+            "absolute-increase": base + threshold, "absolute-decrease": base - threshold}.get(comparison, threshold)
+
+
+def effect_limit(comparison: str, threshold: float) -> float:
+    return -threshold if comparison == "below" else threshold
+
+
+def _stat(values: np.ndarray, statistic: str) -> float | None:
+    return statistic_interval(values, statistic)[0] if values.size else None
+
+
+def class_order(figures, metric: str, limit: int = MAX_CLASSES) -> list[str]:
+    """The relay classes shown for ``metric``, coarse to fine, at most ``limit``."""
+    seen = list(dict.fromkeys(f.relay_class for f in figures if f.metric == metric and f.relay_class))
+    # "all", then positions ("exit", "guard+exit"), then scheduler and tick ("KIST HZ=250"), then the finest
+    ranked = sorted(seen, key=lambda c: (c != "all", c.count(" "), seen.index(c)))
+    return ranked[:limit]
+
+
+def _cost_figures(figures, stages: list[str], measured) -> list[plots.Figure]:
+    out = []
+    for metric in RELAY_COSTS:
+        classes = class_order(figures, metric)
+        meas_classes = sorted({c for (m, c, _s) in measured if m == metric})
+        classes += [c for c in meas_classes if c not in classes][: max(0, MAX_CLASSES - len(classes))]
+        if not classes:
+            continue
+        predicted = {(f.stage, f.relay_class): (f.median, f.low, f.high) for f in figures if f.metric == metric}
+        got = {(s, c): (float(np.median(v)), int(v.size)) for (m, c, s), v in measured.items()
+               if m == metric and v.size}
+        unit, scale = DISPLAY[metric]
+        out.append(plots.relay_costs(metric, stages, classes, predicted, got, scale, unit))
+    return out
+
+
+def _cost_rows(figures, stages: list[str]) -> list[dict]:
+    rows = []
+    for metric in RELAY_COSTS:
+        unit, scale = DISPLAY[metric]
+        for cls in class_order(figures, metric):
+            by = {f.stage: f for f in figures if f.metric == metric and f.relay_class == cls}
+            rows.append({"metric": metric, "unit": unit, "relay_class": cls,
+                         "cells": [None if s not in by else {"median": by[s].median * scale, "low": by[s].low * scale,
+                                                              "high": by[s].high * scale, "change": by[s].change}
+                                   for s in stages]})
+    return rows
+
+
+def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict:
+    spec = data.spec
+    param = spec.parameters[0] if spec.parameters else ""
+    end = max([d["at"] for d in data.decisions] + [c["valid_after"] for c in data.consensuses]
+              + [spec.baseline_start + spec.hour]) + 6 * spec.hour
+    votes: dict[str, list] = {}
+    for v in data.votes:
+        value = None if not v["params"] else v["params"].get(param)
+        votes.setdefault(v["authority"], []).append((v["valid_after"], value))
+    consensus = [(c["valid_after"], None if not c["params"] else c["params"].get(param)) for c in data.consensuses]
+    # stage spans as they happened: from the consensus that brought each transition in
+    spans, begin, name = [], spec.baseline_start, "baseline"
+    for t in data.transitions:
+        spans.append((name, begin, t["valid_after"]))
+        begin = t["valid_after"]
+        name = data.stage_name(t["stage"]) if t["kind"] != "rollback" else f"rollback ({data.stage_name(t['stage'])})"
+    spans.append((name, begin, end))
+    progress(0.1, "timeline")
+    figures = {"timeline": plots.timeline(param, votes, consensus, end, spec.cadence, spans) if param else None}
+    # per stage and criterion: CDF against the baseline with the limit and the last verdict there
+    last: dict[tuple[str, int], object] = {}
+    for v in data.verdicts:
+        last[(v.criterion, v.stage)] = v
+    stages_run = sorted({s for (_m, s) in data.batches if s > 0})
+    cdfs = []
+    total = max(1, len(stages_run) * len(spec.criteria))
+    for i, stage in enumerate(stages_run):
+        for j, c in enumerate(spec.criteria):
+            progress(0.15 + 0.5 * (i * len(spec.criteria) + j) / total, f"CDF {c.name}, {data.stage_name(stage)}")
+            base = data.batches.get((c.metric, 0), np.zeros(0))
+            here = data.batches.get((c.metric, stage), np.zeros(0))
+            b_stat, s_stat = _stat(base, c.statistic), _stat(here, c.statistic)
+            limit = None if b_stat is None else limit_in_units(c.comparison, c.threshold, b_stat)
+            v = last.get((c.name, stage))
+            outcome, detail = (v.outcome, v.detail) if v is not None else ("not judged", "no verdict in the journal")
+            cdfs.append({"stage": data.stage_name(stage), "criterion": c.name, "outcome": outcome, "detail": detail,
+                         "figure": plots.criterion_cdf(c, data.stage_name(stage), base, here, b_stat, s_stat, limit,
+                                                       outcome, detail)})
+    effects = []
+    names = dict(enumerate(data.stage_names))
+    for c in spec.criteria:
+        looks = [v for v in data.verdicts if v.criterion == c.name]
+        if looks:
+            progress(0.7, f"effects {c.name}")
+            effects.append(plots.effects_over_time(c, looks, effect_limit(c.comparison, c.threshold), names))
+    progress(0.8, "relay costs")
+    stage_list = list(data.stage_names)
+
+    def arm(name: str) -> str:
+        # a switchback's periods (treatment-3, control-3) pool into the arms the predictions name
+        return re.sub(r"-\d+$", "", name) if spec.kind == "switchback" else name
+
+    cost_stages = list(dict.fromkeys(arm(s) for s in stage_list))
+    pooled: dict[tuple[str, str, str], list[np.ndarray]] = {}
+    for (metric, cls, stage), values in data.measured.items():
+        pooled.setdefault((metric, cls, arm(stage)), []).append(values)
+    # a dry run's judged relay batches have no class: show them as "all"
+    for (metric, stage), values in data.batches.items():
+        if metric in RELAY_COSTS and not any(k[0] == metric for k in data.measured):
+            pooled.setdefault((metric, "all", arm(data.stage_name(stage))), []).append(values)
+    measured = {k: np.concatenate(v) for k, v in pooled.items()}
+    costs = _cost_figures(data.figures, cost_stages, measured)
+    progress(0.9, "rollbacks")
+    rollbacks = [{"r": r, "figure": plots.rollback_recovery(r.plan.kind, r.plan.valid_after, r.at, spec.cadence)}
+                 for r in data.rollbacks]
+    decisions = [{**d, "stage_name": data.stage_name(d["stage"])} for d in data.decisions]
+    criteria_rows = []
+    for c in spec.criteria:
+        row = {"name": c.name, "rule": c.base.describe(), "cells": []}
+        for s in range(len(data.stage_names)):
+            v = last.get((c.name, s))
+            row["cells"].append(None if v is None else {"outcome": v.outcome, "detail": v.detail})
+        criteria_rows.append(row)
+    return {
+        "title": f"{spec.plan_name}: {'dry run' if data.mode == 'dry-run' else 'experiment'} report",
+        "data": data, "spec": spec, "param": param, "figures": figures, "cdfs": cdfs, "effects": effects,
+        "costs": costs, "cost_rows": _cost_rows(data.figures, cost_stages), "cost_stages": cost_stages,
+        "stages": stage_list,
+        "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,
+        "status": data.status.describe(),
+        "last_event": max((d["at"] for d in data.decisions), default=None),
+    }
+
+
+def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict:
+    stages = list(data.stages)
+    order = stages + [f"transition:{s}" for s in stages if s != "baseline"]
+    timeline = build_timeline(plan)
+    metrics = list(dict.fromkeys(f.metric for f in data.figures))
+    client_rows, prediction_figures = [], []
+    for i, metric in enumerate(metrics):
+        progress(0.1 + 0.6 * i / max(1, len(metrics)), f"predictions {metric}")
+        m = catalogue.get(metric)
+        unit, scale = DISPLAY.get(metric, (m.unit if m else "", 1.0))
+        classes = [f.relay_class for f in data.figures if f.metric == metric]
+        cls = "all" if "all" in classes else "" if "" in classes else classes[0]
+        by = {f.stage: f for f in data.figures if f.metric == metric and f.relay_class == cls}
+        if not by:
+            continue
+        client_rows.append({"metric": metric, "unit": unit, "relay_class": cls,
+                            "cells": [None if s not in by else {"median": by[s].median * scale,
+                                                                 "low": by[s].low * scale,
+                                                                 "high": by[s].high * scale,
+                                                                 "change": by[s].change} for s in order]})
+        prediction_figures.append(plots.predictions(
+            metric, stages, {s: (f.median, f.low, f.high) for s, f in by.items()}, scale, unit))
+    progress(0.75, "relay costs")
+    costs = _cost_figures(data.figures, stages, {})
+    progress(0.85, "timeline")
+    param = plan.parameters[0]
+    base_value = dict(plan.baseline.values).get(param)
+    consensus = [(timeline.baseline_start, None if base_value == UNSET else base_value)]
+    consensus += [(r.first_valid_after, None if dict(r.values).get(param) == UNSET else dict(r.values).get(param))
+                  for r in timeline.rows]
+    spans = [("baseline", timeline.baseline_start, plan.start)] + [(r.stage, r.start, r.end) for r in timeline.rows]
+    end = max(r.end for r in timeline.rows)
+    planned_votes = {a: [(t, v) for t, v in consensus] for a in plan.authorities.participating}
+    timeline_fig = plots.timeline(param, planned_votes, consensus, end, LIVE_CADENCE, spans)
+    return {
+        "title": f"{plan.name}: plan report (predictions before any run)", "plan": plan, "stages": stages,
+        "order": order, "timeline": timeline, "timeline_figure": timeline_fig, "client_rows": client_rows,
+        "prediction_figures": prediction_figures, "costs": costs, "cost_rows": _cost_rows(data.figures, stages),
+        "source": data.source, "networks": max((f.networks for f in data.figures), default=0),
+    }
+
+
+def render_experiment(data: ExperimentData, progress: Progress = _noop) -> str:
+    html = environment().get_template("experiment.html.j2").render(**experiment_context(data, progress))
+    progress(1.0, "done")
+    return html
+
+
+def render_plan(plan: Plan, data: PlanData, progress: Progress = _noop) -> str:
+    html = environment().get_template("plan.html.j2").render(**plan_context(plan, data, progress))
+    progress(1.0, "done")
+    return html
+
+
+def default_output(exp_path: Path) -> Path:
+    return Path(exp_path) / "report.html"

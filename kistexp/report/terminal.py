@@ -1,0 +1,94 @@
+"""Terminal views of a rollout for people: rich tables with sparklines and bars, built with
+kistexp.output (all text printed literally). The commands' --json output is left as it is."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+
+from rich.table import Table
+
+from kistexp.output import add_row, make_table, plain
+
+SPARKS = "▁▂▃▄▅▆▇█"
+OUTCOME_STYLE = {"pass": "green", "fail": "bold red", "inconclusive": "yellow", "error": "magenta"}
+ISO = "%Y-%m-%d %H:%M"
+
+
+def sparkline(values: Sequence[float | None], lo: float | None = None, hi: float | None = None) -> str:
+    """One character per value, ▁ (lowest) to █ (highest); a missing value is a space."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return " " * len(values)
+    lo = min(finite) if lo is None else lo
+    hi = max(finite) if hi is None else hi
+    span = hi - lo
+    out = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(" ")
+            continue
+        k = 0 if span <= 0 else int((min(max(v, lo), hi) - lo) / span * (len(SPARKS) - 1) + 0.5)
+        out.append(SPARKS[k])
+    return "".join(out)
+
+
+def bar(fraction: float, width: int = 12) -> str:
+    """A horizontal bar of ``fraction`` in [0, 1] (clipped), eighths of a cell resolved."""
+    cells = max(0.0, min(1.0, fraction)) * width
+    full = int(cells)
+    rest = int((cells - full) * 8)
+    return ("█" * full + ("▏▎▍▌▋▊▉"[rest - 1] if rest else "")).ljust(width)
+
+
+def _t(value: dt.datetime | None) -> str:
+    return "" if value is None else value.strftime(ISO)
+
+
+def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], thresholds: Mapping[str, float],
+                 width: int = 24) -> Table:
+    """Per criterion: the latest outcome, the counters of the verdict aggregation, and a sparkline of
+    the last ``width`` effect estimates against the criterion's limit (the bar: how close the latest
+    estimate came to it)."""
+    table = make_table(title=f"{view['summary']} — values {view['values']}",
+                       columns=("criterion", "latest", ("effect, last looks", {"no_wrap": True}),
+                                ("latest / limit", {"no_wrap": True}), ("failed", {"justify": "right"}),
+                                ("inconclusive", {"justify": "right"}), ("errors in a row", {"justify": "right"})),
+                       title_justify="left")
+    # every criterion of the plan (counters restart after a transition), latest outcome from the journal
+    for name in dict.fromkeys([*thresholds, *view["criteria"]]):
+        counters = view["criteria"].get(name, {})
+        recent = list(looks.get(name, ()))[-width:]
+        effects = [v.get("effect") for v in recent]
+        limit = thresholds.get(name)
+        latest = next((e for e in reversed(effects) if e is not None), None)
+        closeness = "" if latest is None or not limit else f"{bar(latest / limit, 10)} {latest / limit:4.0%}"
+        outcome = counters.get("latest") or (recent[-1]["outcome"] if recent else "-")
+        known = [e for e in effects if e is not None and math.isfinite(e)]
+        # scaled from no effect (or the lowest) to the limit (or the highest): a full block is at the limit
+        spark = sparkline(effects, lo=min([0.0, *known]), hi=max([limit or 0.0, *known]))
+        add_row(table, name, plain(outcome, OUTCOME_STYLE.get(outcome)), spark, closeness,
+                counters.get("failed", 0), counters.get("inconclusive", 0), counters.get("consecutive_error", 0))
+    return table
+
+
+def times_table(view: Mapping) -> Table:
+    table = make_table(columns=("awaiting consensus", "stage in consensus since", "next decision"), box=None)
+    add_row(table, *(f"{_t(view.get(k))} UTC" if view.get(k) else "-"
+                     for k in ("awaiting_consensus", "stage_valid_after", "decision_at")))
+    return table
+
+
+def history_table(view: Mapping) -> Table:
+    """Decisions and operator commands, in time order, one row each."""
+    table = make_table(title="decisions and commands", columns=(("time (UTC)", {"no_wrap": True}), "what", "stage",
+                                                                  "detail"), title_justify="left")
+    rows = [(d["at"], d["decision"], str(d["stage"]), d["message"], None) for d in view["decisions"]]
+    rows += [(c["at"], f"command {c['kind']}", "", f"by {c['user'] or '?'}: {c['state']} {c['result']}".strip(),
+              "cyan") for c in view["commands"]]
+    for at, what, stage, detail, style in sorted(rows, key=lambda r: r[0]):
+        style = style or ("bold red" if what.startswith("rollback") else "yellow" if what.startswith("pause")
+                          else None)
+        add_row(table, _t(at), plain(what, style), stage, detail)
+    return table

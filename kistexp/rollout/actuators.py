@@ -1,0 +1,303 @@
+"""Actuators: how the engine changes authorities' ConsensusParams and observes the result (rollout.md §4).
+
+Interface per authority: ``current``, ``apply(desired, idem_key)`` (the whole set, never a delta),
+``fetch_vote(T)``; and ``fetch_consensus(T)``. Success is what the votes and the consensus show,
+never an API's answer.
+
+``SimulatedAuthorities`` is the dry run's network: authorities on the clock seam that vote what
+they were configured with at each round's voting_starts (a reload changes the next vote built,
+never the pending one, §2.1) and form the consensus by tor's rule (kistexp.dirauth.voting), with
+the dry run's faults (``down``: no vote, no answers; ``stale``: keeps serving its old vote, which
+the others refuse for its old valid-after).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+from collections.abc import Mapping
+from typing import Protocol
+
+import attrs
+
+from kistexp.clock import Clock
+from kistexp.dirauth.voting import Vote, compute_consensus_params, votes_needed_to_compute
+from kistexp.errors import KistexpError
+from kistexp.rollout.spec import Cadence
+
+Params = dict[str, int]
+
+
+class ActuationError(KistexpError):
+    """An authority could not be reached or refused the change."""
+
+
+class Actuator(Protocol):
+    name: str
+
+    def current(self, authority: str) -> Params | None: ...
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str: ...
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None: ...
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]: ...
+
+
+@attrs.frozen
+class Change:
+    """One state change of an authority's configuration (the change log of §3.10)."""
+
+    at: dt.datetime
+    authority: str
+    old: tuple[tuple[str, int], ...]
+    new: tuple[tuple[str, int], ...]
+    idem_key: str
+
+
+class SimulatedAuthorities:
+    name = "simulated"
+
+    def __init__(self, authorities: tuple[str, ...], initial: Mapping[str, Params], cadence: Cadence,
+                 clock: Clock) -> None:
+        self.authorities = authorities
+        self.cadence = cadence
+        self.clock = clock
+        # per authority: sorted change times and the params from then on
+        self._times: dict[str, list[dt.datetime]] = {a: [] for a in authorities}
+        self._params: dict[str, list[Params]] = {a: [] for a in authorities}
+        self._initial = {a: dict(initial.get(a, {})) for a in authorities}
+        self.changes: list[Change] = []
+        self._keys: set[str] = set()
+        self.down_from: dict[str, dt.datetime] = {}
+        self.stale_from: dict[str, dt.datetime] = {}
+
+    def _config_at(self, authority: str, t: dt.datetime) -> Params:
+        i = bisect.bisect_right(self._times[authority], t)
+        return dict(self._params[authority][i - 1]) if i else dict(self._initial[authority])
+
+    def _down(self, authority: str, t: dt.datetime) -> bool:
+        return authority in self.down_from and t >= self.down_from[authority]
+
+    def current(self, authority: str) -> Params | None:
+        now = self.clock.now()
+        if self._down(authority, now):
+            return None
+        return self._config_at(authority, now)
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        now = self.clock.now()
+        if self._down(authority, now):
+            raise ActuationError(f"{authority}: not answering")
+        if idem_key in self._keys:
+            return "unchanged (idempotency key seen)"
+        old = self._config_at(authority, now)
+        self._keys.add(idem_key)
+        if old == desired:
+            return "unchanged"
+        self._times[authority].append(now)
+        self._params[authority].append(dict(desired))
+        self.changes.append(Change(now, authority, tuple(sorted(old.items())), tuple(sorted(desired.items())),
+                                   idem_key))
+        return "set; used from the next vote"
+
+    def _vote_for(self, authority: str, va: dt.datetime) -> tuple[dt.datetime, Params] | None:
+        """(valid-after the vote is for, its params), as the authority serves it."""
+        vote_at = dt.datetime.fromtimestamp(self.cadence.round(va).vote_at, tz=dt.timezone.utc)
+        if self._down(authority, vote_at):
+            return None
+        stale = self.stale_from.get(authority)
+        if stale is not None and vote_at >= stale:
+            old_va = self.cadence.va_at_or_after(stale)
+            old_vote_at = dt.datetime.fromtimestamp(self.cadence.round(old_va).vote_at, tz=dt.timezone.utc)
+            return old_va, self._config_at(authority, old_vote_at)
+        return va, self._config_at(authority, vote_at)
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        if self._down(authority, self.clock.now()):
+            return None
+        got = self._vote_for(authority, valid_after)
+        return None if got is None else got[1]
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        votes = []
+        for a in self.authorities:
+            got = self._vote_for(a, valid_after)
+            if got is not None and got[0] == valid_after:  # an old valid-after is refused
+                votes.append(Vote(a, got[1]))
+        if len(votes) < votes_needed_to_compute(len(self.authorities)):
+            return None, []
+        return dict(compute_consensus_params(votes, len(self.authorities))), [v.authority for v in votes]
+
+
+# --- fake authorities' operator API ----------------------------------------------------------------
+
+def _parse_lines(lines) -> Params:
+    out: Params = {}
+    for line in lines if isinstance(lines, list) else [lines]:
+        for token in str(line).split():
+            k, _, v = token.partition("=")
+            out[k] = int(v)
+    return out
+
+
+OWN_KEYS = ("AuthDirMaxServersPerAddr",)  # keys an authority adds to its own vote (§1.2)
+
+
+class DirectoryObserver:
+    """Votes and consensuses as DirPorts serve them, through the directory client's checks:
+    ``next/authority`` before VA, ``current/authority`` after (rollout.md §3.1 step 3)."""
+
+    def __init__(self, directory, clock: Clock) -> None:
+        self.directory, self.clock = directory, clock
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        which = "next" if self.clock.now() < valid_after else "current"
+        try:
+            doc = self.directory.fetch_vote(authority, which)
+        except KistexpError:
+            return None
+        if doc.valid_after != valid_after:
+            return None
+        return {k: v for k, v in doc.params if k not in OWN_KEYS}
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        try:
+            doc = self.directory.fetch_consensus("microdesc")
+        except KistexpError:
+            return None, []
+        if doc.valid_after != valid_after:
+            return None, []
+        return ({k: v for k, v in doc.params if k not in OWN_KEYS},
+                [a.nickname for a in doc.authorities])
+
+
+class FakeAuthoritiesActuator:
+    """``fake_authorities``' operator API (bearer token) to act; their DirPorts, through the
+    directory client and its signature checks, to observe (rollout.md §4)."""
+
+    name = "fake"
+
+    def __init__(self, operator_url: str, token: str, directory, clock: Clock, *, transport=None) -> None:
+        import httpx
+
+        self.base = operator_url.rstrip("/") + "/kistexp/operator"
+        self._token = token  # never logged
+        self.observer = DirectoryObserver(directory, clock)
+        self._http = httpx.Client(transport=transport, timeout=10.0,
+                                  headers={"Authorization": f"Bearer {token}"})
+
+    def _call(self, method: str, path: str, **kw):
+        import httpx
+
+        try:
+            r = self._http.request(method, self.base + path, **kw)
+        except httpx.HTTPError as exc:
+            raise ActuationError(f"{self.base}{path}: {type(exc).__name__}: {exc}") from None
+        if r.status_code != 200:
+            raise ActuationError(f"{self.base}{path}: HTTP {r.status_code}: {r.text.strip()[:200]}")
+        return r.json()
+
+    def current(self, authority: str) -> Params | None:
+        try:
+            return _parse_lines(self._call("GET", f"/authorities/{authority}/params")["consensus_params"])
+        except ActuationError:
+            return None
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        body = {"params": " ".join(f"{k}={v}" for k, v in sorted(desired.items()))}
+        got = self._call("PUT", f"/authorities/{authority}/params", json=body,
+                         headers={"Idempotency-Key": idem_key})
+        return f"set {got.get('vote_params', '')}; applies from {got.get('applies_from', 'next vote')}"
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        return self.observer.fetch_vote(authority, valid_after)
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        return self.observer.fetch_consensus(valid_after)
+
+
+# --- real authorities: generated instructions ------------------------------------------------------
+
+def render_instructions(plan_name: str, stage_text: str, authority: str, desired: Params, valid_after: dt.datetime,
+                        cadence: Cadence, observed: Params | None, tz: dt.tzinfo = dt.timezone.utc) -> str:
+    """The message for one authority operator (rollout.md §4): the complete ConsensusParams line, the diff
+    against what their vote shows, the window in UTC and the plan's timezone, and how to check."""
+    line = "ConsensusParams " + " ".join(f"{k}={v}" for k, v in sorted(desired.items()))
+    opens = cadence.window_opens(valid_after)
+    closes = valid_after - dt.timedelta(seconds=cadence.lead_s)
+
+    def both(t: dt.datetime) -> str:
+        local = t.astimezone(tz)
+        zone = "" if local.utcoffset() == dt.timedelta(0) else f" ({local:%Y-%m-%d %H:%M %Z})"
+        return f"{t:%Y-%m-%d %H:%M} UTC{zone}"
+
+    changes = []
+    for k, v in sorted(desired.items()):
+        was = None if observed is None else observed.get(k)
+        if was != v:
+            changes.append(f"your vote lists {k}={was if was is not None else '(absent)'}; replace it with {v}")
+    return "\n".join([
+        f"Subject: [{plan_name}] {stage_text}: {authority}, set before {closes:%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Please set, in {authority}'s torrc, exactly one line:",
+        "",
+        f"    {line}",
+        "",
+        *(f"- {c}" for c in changes),
+        "- keep your other ConsensusParams keys on the same line; do not add a second entry for a key",
+        "",
+        f"Reload tor (SIGHUP) after {both(opens)} and before {both(closes)}",
+        f"(advised: {both(valid_after - dt.timedelta(minutes=60))} .. {both(valid_after - dt.timedelta(minutes=15))}).",
+        f"The first consensus carrying it is the one valid from {both(valid_after)}.",
+        "A reload before the window lands a round early; after it, the change slips one round (one hour).",
+        "",
+        "Check: GETCONF ConsensusParams; after the vote is built, /tor/status-vote/next/authority lists it;",
+        "consensus-health's parameter table shows your vote.",
+    ]) + "\n"
+
+
+class InstructionsActuator:
+    """For the real network, which kistexp never touches: each ``apply`` writes the operator's
+    instructions to ``EXP/outbox/<idem-key>.txt`` (temp, fsync, rename: idempotent), and
+    observation is by public votes and consensuses through the directory client."""
+
+    name = "instructions"
+
+    def __init__(self, outbox, plan_name: str, cadence: Cadence, directory, clock: Clock,
+                 tz: dt.tzinfo = dt.timezone.utc) -> None:
+        from pathlib import Path
+
+        self.outbox = Path(outbox)
+        self.plan_name, self.cadence, self.directory, self.clock, self.tz = plan_name, cadence, directory, clock, tz
+        self.observer = DirectoryObserver(directory, clock)
+
+    def current(self, authority: str) -> Params | None:
+        return None  # what the operator configured is only known from their next vote
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        import os
+
+        seq_va = idem_key.split(":")
+        va = dt.datetime.strptime(seq_va[-2], "%Y%m%dT%H%M%S").replace(tzinfo=dt.timezone.utc)
+        text = render_instructions(self.plan_name, f"transition {seq_va[-4]}", authority, desired, va,
+                                   self.cadence, self.fetch_vote(authority, va - dt.timedelta(
+                                       seconds=self.cadence.interval_s)), self.tz)
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        name = idem_key.replace(":", "_").replace("/", "_") + ".txt"
+        final = self.outbox / name
+        if final.exists():
+            return f"instructions already written: {final}"
+        tmp = final.with_suffix(".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        return f"instructions written: {final}"
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        return self.observer.fetch_vote(authority, valid_after)
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        return self.observer.fetch_consensus(valid_after)

@@ -1,0 +1,85 @@
+"""Two drivers over the same triggers (rollout.md §2.5).
+
+``VirtualDriver``: pop the earliest fire time, move the virtual clock there, step; no sleeping.
+``LiveDriver``: APScheduler 3 as the alarm clock only: one ``kistexp-wakeup`` DateTrigger job at
+the engine's earliest fire time, re-armed after every step, plus a command poll. ``coalesce``,
+``max_instances=1`` and ``misfire_grace_time=None`` because the 3.x default grace of 1 s drops a
+late run as EVENT_JOB_MISSED and would stall the engine after a suspend.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from kistexp.clock import UTC, RealClock, VirtualClock
+from kistexp.rollout.engine import Engine
+from kistexp.rollout.triggers import date_trigger, interval_trigger
+
+
+class VirtualDriver:
+    def __init__(self, engine: Engine, clock: VirtualClock) -> None:
+        self.engine, self.clock = engine, clock
+
+    def run(self, until: dt.datetime | None = None, on_step=None, stop=None) -> None:
+        """Step until terminal, past ``until``, or ``stop(engine)`` says so."""
+        self.engine.step(self.clock.now())  # on resume: queued commands and overdue events first
+        while not self.engine.status.terminal and not (stop is not None and stop(self.engine)):
+            t = self.engine.next_wakeup(self.clock.now())
+            if t is None or (until is not None and t > until):
+                break
+            if t > self.clock.now():
+                self.clock.run_until(t)
+            self.engine.step(max(t, self.clock.now()))
+            if on_step is not None:
+                on_step(self.engine)
+        if until is not None and self.clock.now() < until:
+            self.clock.run_until(until)
+
+
+class LiveDriver:
+    JOB = "kistexp-wakeup"
+
+    def __init__(self, engine: Engine, clock: RealClock, poll_s: float = 2.0, stop=None) -> None:
+        self.engine, self.clock, self.poll_s, self.stop = engine, clock, poll_s, stop
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._sched = BackgroundScheduler(timezone=UTC)
+
+    def _wake(self) -> None:
+        with self._lock:
+            try:
+                self.engine.step(self.clock.now())
+            except BaseException as exc:  # surface to run(); the journal keeps the place
+                self.error = exc
+                self.done.set()
+                return
+            if self.engine.status.terminal or (self.stop is not None and self.stop(self.engine)):
+                self.done.set()
+                return
+            self._arm()
+
+    def _arm(self) -> None:
+        t = self.engine.next_wakeup(self.clock.now())
+        if t is None:
+            self.done.set()
+            return
+        self._sched.add_job(self._wake, date_trigger(max(t, self.clock.now())), id=self.JOB,
+                            replace_existing=True, coalesce=True, max_instances=1, misfire_grace_time=None)
+
+    def run(self, timeout_s: float | None = None) -> None:
+        self._sched.start()
+        try:
+            self._sched.add_job(self._wake, interval_trigger(dt.timedelta(seconds=self.poll_s),
+                                                             self.clock.now() + dt.timedelta(seconds=self.poll_s)),
+                                id="kistexp-poll", coalesce=True, max_instances=1, misfire_grace_time=None)
+            self._wake()
+            if not self.done.wait(timeout_s):
+                raise TimeoutError(f"live run not finished within {timeout_s} s")
+        finally:
+            self._sched.shutdown(wait=True)
+        if self.error is not None:
+            raise self.error

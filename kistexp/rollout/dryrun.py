@@ -1,0 +1,389 @@
+"""Dry runs: the whole plan on the virtual clock (rollout.md §5).
+
+Simulated authorities vote on virtual time, the engine acts on them through the same intents,
+and metric samples are drawn per collection hour from the population's predicted distributions
+(the ``predictions`` table, written by ``kistexp simulate``) at the catalogue's sample rates:
+each sample comes from the distribution of the value its relay or client holds then, so while a
+consensus propagates the samples mix old and new values (§2.3 adoption curves). Draws are seeded
+per (seed, metric, window), so event order cannot change them and reruns are byte-identical.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from kistexp.clock import VirtualClock
+from kistexp.dirauth.propagation import NodeClass, PropagationModel
+from kistexp.errors import KistexpError
+from kistexp.expdir import ExperimentDir
+from kistexp.metrics import catalogue
+from kistexp.metrics.store import MetricStore
+from kistexp.plan.durations import parse_duration
+from kistexp.plan.model import Plan
+from kistexp.rollout.actuators import SimulatedAuthorities
+from kistexp.rollout.drivers import VirtualDriver
+from kistexp.rollout.engine import Engine, metric_source_of
+from kistexp.rollout.journal import Journal, desired_params
+from kistexp.rollout.rollback import plan_rollback
+from kistexp.rollout.spec import RolloutSpec, Values, spec_from_plan
+
+RELAY_INSTANCES = 10  # exporters scraped per collection: one per sampled relay
+ONIONPERF_INSTANCES = 2  # OnionPerf vantage points
+
+
+class InjectionError(KistexpError):
+    """A malformed ``--inject`` option."""
+
+
+# --- injections (§5) ---------------------------------------------------------------------------
+
+@attrs.frozen
+class MetricShift:
+    stage: int  # 0 = baseline
+    metric: str
+    relative: float | None
+    absolute: float | None
+
+    def apply(self, values: np.ndarray) -> np.ndarray:
+        return values * (1 + self.relative) if self.relative is not None else values + self.absolute
+
+
+@attrs.frozen
+class AuthorityFault:
+    authority: str
+    kind: str  # down | stale
+    at: dt.datetime
+
+
+@attrs.frozen
+class MetricGap:
+    source: str
+    start: dt.datetime
+    end: dt.datetime
+
+
+Injection = MetricShift | AuthorityFault | MetricGap
+_WHEN = re.compile(r"^(?:day(\d+)|stage(\d+))(?:\+(\d+)h)?(?:(\d+)m)?$")
+
+
+def _when(text: str, spec: RolloutSpec, option: str) -> dt.datetime:
+    m = _WHEN.match(text)
+    if m:
+        day, stage, hours, minutes = m.groups()
+        if day is not None:
+            if int(day) < 1:
+                raise InjectionError(f"--inject {option!r}: days count from day1")
+            base = spec.baseline_start + (int(day) - 1) * dt.timedelta(days=1) * (spec.hour / dt.timedelta(hours=1))
+        else:
+            n = int(stage)
+            if not 1 <= n <= spec.n_stages:
+                raise InjectionError(f"--inject {option!r}: the plan has stages 1..{spec.n_stages}")
+            base = spec.start + sum((s.duration for s in spec.stages[: n - 1]), dt.timedelta())
+        return base + (int(hours or 0) * spec.hour) + int(minutes or 0) * spec.hour / 60
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InjectionError(f"--inject {option!r}: when {text!r} is not dayD[+Hh], stageN[+Hh] or ISO UTC") from None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def _span(text: str, spec: RolloutSpec, option: str) -> tuple[dt.datetime, dt.datetime]:
+    if ".." in text:
+        a, b = text.split("..", 1)
+        return _when(a, spec, option), _when(b, spec, option)
+    if "+for=" in text:
+        a, dur = text.split("+for=", 1)
+        start = _when(a, spec, option)
+        try:
+            length = parse_duration(dur)
+        except ValueError as exc:
+            raise InjectionError(f"--inject {option!r}: {exc}") from None
+        return start, start + length * (spec.hour / dt.timedelta(hours=1))
+    start = _when(text, spec, option)
+    return start, start + spec.hour
+
+
+def parse_injection(option: str, spec: RolloutSpec) -> Injection:
+    target, sep, effect = option.partition(":")
+    kind, eq, name = target.partition("=")
+    if not sep or not eq or not name:
+        raise InjectionError(f"--inject {option!r}: expected stage=N:METRIC=+X%, authority=NAME:down@dayD, "
+                             "authority=NAME:stale@dayD or metrics=SOURCE:gap@dayD+Hh")
+    if kind == "stage":
+        stage = 0 if name == "baseline" else int(name) if name.isdigit() else -1
+        if not 0 <= stage <= spec.n_stages:
+            raise InjectionError(f"--inject {option!r}: stage must be baseline or 1..{spec.n_stages}")
+        m = re.match(r"^([a-z0-9_]+)=([+-]\d+(?:\.\d+)?)(%|abs)$", effect)
+        if not m:
+            raise InjectionError(f"--inject {option!r}: effect must be METRIC=+X% or METRIC=+Xabs")
+        metric, amount, unit = m.groups()
+        if catalogue.get(metric) is None:
+            raise InjectionError(f"--inject {option!r}: unknown metric {metric!r} "
+                                 f"(one of {', '.join(catalogue.names())})")
+        value = float(amount)
+        return MetricShift(stage, metric, value / 100 if unit == "%" else None, value if unit == "abs" else None)
+    if kind == "authority":
+        if name not in spec.authorities:
+            raise InjectionError(f"--inject {option!r}: no authority {name!r} (one of {', '.join(spec.authorities)})")
+        what, _, when = effect.partition("@")
+        if what not in ("down", "stale"):
+            raise InjectionError(f"--inject {option!r}: authority effects are down and stale")
+        return AuthorityFault(name, what, _when(when, spec, option) if when else spec.baseline_start)
+    if kind == "metrics":
+        sources = sorted({metric_source_of(c.metric) for c in spec.criteria})
+        if name not in sources:
+            raise InjectionError(f"--inject {option!r}: no metric source {name!r} in this plan "
+                                 f"(one of {', '.join(sources)})")
+        what, _, when = effect.partition("@")
+        if what != "gap" or not when:
+            raise InjectionError(f"--inject {option!r}: metrics effect is gap@WHEN")
+        start, end = _span(when, spec, option)
+        return MetricGap(name, start, end)
+    raise InjectionError(f"--inject {option!r}: target must be stage=, authority= or metrics=")
+
+
+# --- predicted metrics --------------------------------------------------------------------------
+
+class NoPredictions(KistexpError):
+    pass
+
+
+class PredictedMetrics:
+    """A ``MetricSource`` drawing samples from predicted quantile curves."""
+
+    def __init__(self, spec: RolloutSpec, curves: dict[tuple[str, str], np.ndarray], levels: np.ndarray,
+                 actuator: SimulatedAuthorities, *, seed: int = 1, injections: Sequence[Injection] = ()) -> None:
+        self.spec, self.curves, self.levels, self.actuator, self.seed = spec, curves, levels, actuator, seed
+        self.shifts = [i for i in injections if isinstance(i, MetricShift)]
+        self.gaps = [i for i in injections if isinstance(i, MetricGap)]
+        model = PropagationModel(schedule=spec.cadence.schedule())
+        grid = np.linspace(0, 4 * model.interval_s, 2001)
+        factor = spec.cadence.interval_s / model.interval_s
+        self._adoption = {pop: (grid * factor, np.asarray(model.adoption(cls, grid)))
+                          for pop, cls in (("relays", NodeClass.CACHE), ("clients", NodeClass.CLIENT))}
+        self._consensus: dict[dt.datetime, tuple] = {}
+
+    def _params_at(self, va: dt.datetime) -> tuple:
+        if va not in self._consensus:
+            params, _ = self.actuator.fetch_consensus(va)
+            self._consensus[va] = tuple(sorted((params or {}).items())) if params is not None else None
+        return self._consensus[va]
+
+    def stage_of(self, params: tuple | None) -> int:
+        """The plan stage whose expected consensus these params are (0 = baseline; unknown -> baseline)."""
+        if params is None:
+            return 0
+        seen = dict(params)
+        for i in [0] + list(range(1, self.spec.n_stages + 1)):
+            want = self.spec.expected_consensus(self.spec.values_of(i))
+            if all(seen.get(k) == v for k, v in want.items()):
+                return i
+        return 0
+
+    def _key(self, stage: int) -> str:
+        return "baseline" if stage == 0 else self.spec.stage(stage).name
+
+    def _draw(self, stage: int, metric: str, u: np.ndarray, pick: np.ndarray) -> np.ndarray:
+        curves = self.curves.get((self._key(stage), metric))
+        if curves is None:
+            curves = self.curves[("baseline", metric)]
+        rows = curves[pick % curves.shape[0]]
+        j = np.clip(np.searchsorted(self.levels, u), 1, self.levels.size - 1)
+        lo, hi = self.levels[j - 1], self.levels[j]
+        w = (u - lo) / np.where(hi > lo, hi - lo, 1.0)
+        idx = np.arange(u.size)
+        out = rows[idx, j - 1] * (1 - w) + rows[idx, j] * w
+        for s in self.shifts:
+            if s.stage == stage and s.metric == metric:
+                out = s.apply(out)
+        return out
+
+    def collect(self, source: str, metric: str, t0: dt.datetime, t1: dt.datetime) -> np.ndarray | None:
+        for g in self.gaps:
+            if g.source == source and g.start < t1 and t0 < g.end:
+                return None
+        m = catalogue.get(metric)
+        instances = RELAY_INSTANCES if m.population == "relays" else ONIONPERF_INSTANCES
+        n = int(round(m.samples_per_hour * instances * ((t1 - t0) / self.spec.hour)))  # one window = a plan hour
+        # seeded by the window's place in the plan, so a rebased or rerun plan draws the same samples
+        offset = (t0 - self.spec.baseline_start) / self.spec.hour
+        digest = hashlib.sha256(f"{self.seed}:{metric}:{offset:.6f}".encode()).digest()
+        rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+        offsets = (np.arange(n) + 0.5) / n * (t1 - t0).total_seconds()
+        u = rng.random(n)
+        pick = rng.integers(0, 1 << 30, n)
+        coin = rng.random(n)
+        # the consensus each sample's node holds: the newest, or the one before it while it propagates
+        interval = dt.timedelta(seconds=self.spec.cadence.interval_s)
+        va_now = self.spec.cadence.va_at_or_after(t0 + interval) - interval
+        new, old = self.stage_of(self._params_at(va_now)), self.stage_of(self._params_at(va_now - interval))
+        older = self.stage_of(self._params_at(va_now - 2 * interval))
+        grid, curve = self._adoption[m.population]
+        since = (t0 - va_now).total_seconds() + offsets
+        on_new = coin < np.interp(since, grid, curve)
+        # clients take up to two intervals: those not on the previous consensus yet hold the one before
+        on_old = coin < np.interp(since + interval.total_seconds(), grid, curve)
+        stages = np.where(on_new, new, np.where(on_old, old, older))
+        out = np.empty(n)
+        for s in np.unique(stages):
+            mask = stages == s
+            out[mask] = self._draw(int(s), metric, u[mask], pick[mask])
+        return out
+
+
+def load_curves(store: MetricStore, spec: RolloutSpec, plan_path: str) -> tuple[dict, np.ndarray]:
+    curves: dict[tuple[str, str], list] = {}
+    levels: list[float] | None = None
+    for metric in sorted({c.metric for c in spec.criteria}):
+        rows = store.load_predictions(metric=metric)
+        by: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
+        for p in rows:
+            if p.stage.startswith("transition:"):
+                continue
+            by.setdefault((p.stage, p.relay_class, p.network), []).append((p.quantile, p.value))
+        for (stage, _cls, _net), pts in sorted(by.items()):
+            pts.sort()
+            lv = [q for q, _ in pts]
+            if levels is None:
+                levels = lv
+            if lv != levels:
+                raise NoPredictions(f"predictions for {metric} ({stage}) use other quantile levels than the rest")
+            curves.setdefault((stage, metric), []).append([v for _, v in pts])
+        if ("baseline", metric) not in curves:
+            raise NoPredictions(f"no predictions of {metric} for the baseline in the experiment directory; "
+                                f"make them with: kistexp simulate {plan_path} --dir EXP")
+    return {k: np.asarray(v) for k, v in curves.items()}, np.asarray(levels)
+
+
+# --- the dry run ------------------------------------------------------------------------------------
+
+@attrs.frozen
+class DryRunResult:
+    plan: str
+    final_state: str
+    status: str
+    decisions: tuple[dict, ...]
+    transitions: tuple[dict, ...]
+    consensus_changes: tuple[dict, ...]
+    rollbacks: tuple[dict, ...]
+    verdict_counts: dict
+    injections: tuple[str, ...]
+    journal: str
+    wall_s: float
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def initial_configs(spec: RolloutSpec) -> dict[str, dict[str, int]]:
+    base = desired_params(spec.baseline_values)
+    others = spec.others_vote()
+    return {a: (base if a in spec.participating else others) for a in spec.authorities}
+
+
+def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = (), seed: int = 1,
+            predictions_from: Path | None = None, approve_gates: bool = True,
+            progress: Callable[[float, str], None] | None = None) -> DryRunResult:
+    """Rehearse ``plan``; manual gates are approved (a journaled ``promote``) unless ``approve_gates``
+    is False, in which case the rehearsal stops at the first gate. ``progress(fraction, what)`` is told
+    how far through the plan's time the rehearsal is, after each engine step."""
+    import time
+
+    started = time.monotonic()
+    spec = spec_from_plan(plan)
+    parsed = [parse_injection(i, spec) for i in injections]
+    tmp = None
+    if exp is None:
+        tmp = tempfile.TemporaryDirectory(prefix="kistexp-dry-run-")
+        exp = Path(tmp.name) / "exp"
+    try:
+        expdir = ExperimentDir.open_or_create(exp)
+        if Path(plan.path).is_file() and Path(plan.path).resolve() != expdir.plan_path.resolve():
+            expdir.save_plan(plan.path)  # status, history and rollback --dry-run read the plan from here
+        source = ExperimentDir.open(predictions_from) if predictions_from else expdir
+        curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
+        journal = Journal(expdir.db_path, durable=False)
+        _start_fresh(journal, spec)
+        clock = VirtualClock(spec.baseline_start)
+        sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
+        for f in parsed:
+            if isinstance(f, AuthorityFault):
+                (sim.down_from if f.kind == "down" else sim.stale_from)[f.authority] = f.at
+        metrics = PredictedMetrics(spec, curves, levels, sim, seed=seed, injections=parsed)
+        engine = Engine(spec, journal, sim, metrics, clock, experiment_id=f"dry-run:{plan.name}")
+        planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
+
+        def operator(eng: Engine) -> None:
+            if progress is not None:
+                progress(min(1.0, (clock.now() - spec.baseline_start) / planned), eng.status.describe())
+            if approve_gates and eng.status.state == "PAUSED" and eng.status.reasons == {"gate"}:
+                journal.queue_command("promote", {}, "dry-run (gate approved)", clock.now())
+                eng.step(clock.now())
+
+        end = spec.start + 3 * sum((s.duration for s in spec.stages), dt.timedelta())
+        def waits_for_people(eng: Engine) -> bool:
+            # a pause only an operator can lift ends the rehearsal: it shows where the run would wait
+            return eng.status.state == "PAUSED" and bool(eng.status.reasons - {"gate"})
+
+        VirtualDriver(engine, clock).run(until=end, on_step=operator, stop=waits_for_people)
+        result = summarize(spec, journal, engine, tuple(injections), str(expdir.db_path),
+                           time.monotonic() - started)
+        journal.close()
+        return result
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _start_fresh(journal: Journal, spec: RolloutSpec) -> None:
+    """A dry run rewrites the journal each time (its rows are a rehearsal, not a record)."""
+    with journal.write() as c:
+        for table in ("rollout_intents", "rollout_transitions", "rollout_events", "rollout_status",
+                      "rollout_decisions", "rollout_commands", "rollout_metric_batches", "rollout_verdicts",
+                      "rollout_votes_seen", "rollout_consensus_seen"):
+            c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+        c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)",
+                      [("mode", "dry-run"), ("experiment_id", f"dry-run:{spec.plan_name}"),
+                       ("cadence", json.dumps(attrs.asdict(spec.cadence))), ("start", spec.start.isoformat()),
+                       ("plan_canon_sha256", spec.digest())])
+
+
+def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: tuple[str, ...], where: str,
+              wall_s: float) -> DryRunResult:
+    decisions = tuple(d for d in journal.decisions() if d["decision"] not in ("hold",))
+    transitions = tuple(journal.transitions())
+    changes, last = [], object()
+    for c in journal.consensuses():
+        if c["params"] != last:
+            changes.append(c)
+            last = c["params"]
+    rollbacks = []
+    for d in journal.decisions():
+        if not d["decision"].startswith("rollback:") or d["decision"] == "rollback:hold":
+            continue
+        kind = d["decision"].split(":", 1)[1]
+        t = next(x for x in transitions if x["valid_after"] == d["valid_after"] and x["kind"] == "rollback")
+        prev = [x for x in transitions if x["seq"] < t["seq"]]
+        current: Values = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
+        stage = prev[-1]["stage"] if prev else 0
+        rp = plan_rollback(spec, kind, current, stage, d["at"])
+        rollbacks.append({"at": d["at"], "cause": d["message"], **rp.to_json(),
+                          "relays_back_after_s": (rp.relays_99 - d["at"]).total_seconds(),
+                          "clients_back_after_s": (rp.clients_99 - d["at"]).total_seconds()})
+    counts: dict[str, dict[str, int]] = {}
+    for v in journal.verdicts():
+        counts.setdefault(v["criterion"], {}).setdefault(v["outcome"], 0)
+        counts[v["criterion"]][v["outcome"]] += 1
+    return DryRunResult(plan=spec.plan_name, final_state=engine.status.state, status=engine.status.describe(),
+                        decisions=decisions, transitions=transitions, consensus_changes=tuple(changes),
+                        rollbacks=tuple(rollbacks), verdict_counts=counts, injections=injections, journal=where,
+                        wall_s=round(wall_s, 2))

@@ -1,0 +1,343 @@
+"""The rollout engine: triggers -> observations -> the pure state machine -> journaled intents -> actuation.
+
+Both drivers call ``next_wakeup()`` and ``step(now)``; the engine computes every fire time from
+the trigger objects of ``triggers()`` (derived from the status), processes what is due in
+(time, class, stage, name) order and journals each processed event under a unique key, so a
+restart never processes one twice and redoes, in order, whatever was due while it was down
+(rollout.md §2.5, §3.4).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from kistexp.clock import Clock
+from kistexp.metrics import catalogue
+from kistexp.rollout import triggers as tg
+from kistexp.rollout.actuators import ActuationError, Actuator
+from kistexp.rollout.journal import Journal, desired_params
+from kistexp.rollout.judging import Judge, default_judge
+from kistexp.rollout.machine import initial_status, mismatched, step
+from kistexp.rollout.spec import RolloutSpec
+from kistexp.rollout.state import (
+    BASELINE,
+    ERROR,
+    MEASURING,
+    PAUSED,
+    PENDING,
+    ROLLING_BACK,
+    TRANSITIONING,
+    WASHOUT,
+    Command,
+    ConsensusCheck,
+    DecisionDue,
+    Evaluate,
+    Outcome,
+    PlanChanged,
+    Start,
+    Status,
+    Verdict,
+    WashoutEnd,
+)
+
+
+class MetricSource(Protocol):
+    """Yields one collection window of a metric's samples, or None when the source has a gap."""
+
+    def collect(self, source: str, metric: str, t0: dt.datetime, t1: dt.datetime) -> np.ndarray | None: ...
+
+
+def metric_source_of(metric: str) -> str:
+    """The collector a metric is gathered from: the first one the catalogue names."""
+    m = catalogue.get(metric)
+    return m.collectors[0] if m else "unknown"
+
+
+Hook = Callable[[str], None]
+
+
+class Engine:
+    def __init__(self, spec: RolloutSpec, journal: Journal, actuator: Actuator, metrics: MetricSource,
+                 clock: Clock, *, judge: Judge | None = None, experiment_id: str = "",
+                 plan_check: Callable[[], str] | None = None, hook: Hook | None = None) -> None:
+        self.spec, self.journal, self.actuator, self.metrics, self.clock = spec, journal, actuator, metrics, clock
+        self.judge = judge or default_judge()
+        self.experiment_id = experiment_id or spec.plan_name
+        self.plan_check = plan_check
+        self.hook = hook or (lambda _name: None)
+        self.status: Status = journal.status() or initial_status(spec)
+        self.sources = sorted({metric_source_of(c.metric) for c in spec.criteria})
+        self._fired: dict[str, dt.datetime] = {}
+        for trig, due in journal.conn.execute("SELECT trigger, MAX(due_us) FROM rollout_events GROUP BY trigger"):
+            from kistexp.metrics.series import from_us
+            self._fired[trig] = from_us(due)
+        self._samples: dict[tuple[str, str], list[np.ndarray]] = {}
+        for metric, phase, payload in journal.conn.execute(
+                "SELECT metric, phase, payload FROM rollout_metric_batches WHERE missing = 0 ORDER BY window_us"):
+            self._samples.setdefault((phase, metric), []).append(np.frombuffer(payload, dtype="<f8"))
+        self._last_missing: dict[str, bool] = {}
+
+    # --- triggers ------------------------------------------------------------------------
+
+    def triggers(self) -> list[tg.NamedTrigger]:
+        st, spec = self.status, self.spec
+        out: list[tg.NamedTrigger] = []
+        if st.terminal:
+            return out
+        if st.state == PENDING:
+            out.append(tg.NamedTrigger("start", tg.START, 0, tg.date_trigger(spec.baseline_start)))
+            return out
+        first_collect = spec.baseline_start + spec.hour
+        for source in self.sources:
+            out.append(tg.NamedTrigger(f"collect:{source}", tg.COLLECT, 0,
+                                       tg.interval_trigger(spec.hour, first_collect), first_collect))
+        out.append(tg.NamedTrigger("evaluate", tg.EVALUATE, 0, tg.interval_trigger(spec.hour, first_collect),
+                                   first_collect))
+        if st.state == BASELINE and st.stage_va is None and spec.baseline_values:
+            va = spec.cadence.va_at_or_after(spec.baseline_start)
+            out.append(tg.NamedTrigger(f"consensus_check:{va:%Y%m%dT%H%M%S}", tg.CONSENSUS_CHECK, 0,
+                                       tg.TorScheduleTrigger(spec.cadence, "publish", va)))
+        if st.target_va is not None and (st.state in (TRANSITIONING, ROLLING_BACK)
+                                         or st.resume_to in (TRANSITIONING, ROLLING_BACK)):
+            va, tag = st.target_va, f"{st.target_va:%Y%m%dT%H%M%S}"
+            out.append(tg.NamedTrigger(f"consensus_check:{tag}", tg.CONSENSUS_CHECK, st.stage,
+                                       tg.TorScheduleTrigger(spec.cadence, "publish", va)))
+            out.append(tg.NamedTrigger(f"vote_check:{tag}", tg.VOTE_CHECK, st.stage,
+                                       tg.TorScheduleTrigger(spec.cadence, "votes", va)))
+            if self.journal.intents(("intended",)):
+                out.append(tg.NamedTrigger(f"act:{st.seq}:{tag}", tg.ACT, st.stage,
+                                           tg.TorScheduleTrigger(spec.cadence, "window", va)))
+        if st.state == WASHOUT and st.stage_va is not None:
+            out.append(tg.NamedTrigger(f"washout_end:{st.stage}:{st.stage_va:%Y%m%dT%H%M%S}", tg.WASHOUT_END,
+                                       st.stage, tg.date_trigger(st.stage_va + spec.washout)))
+        if st.state in (BASELINE, MEASURING) and st.decision_at is not None:
+            out.append(tg.NamedTrigger(f"decision_due:{st.stage}:{st.decision_at:%Y%m%dT%H%M%S}",
+                                       tg.DECISION_DUE, st.stage, tg.date_trigger(st.decision_at)))
+        return out
+
+    def _due(self, now: dt.datetime) -> list[tuple[dt.datetime, int, int, str, tg.NamedTrigger]]:
+        due = []
+        for t in self.triggers():
+            at = t.next_fire(self._fired.get(t.name), now)
+            if at is not None:
+                due.append((at, t.klass, t.stage, t.name, t))
+        return sorted(due, key=lambda d: d[:4])
+
+    def next_wakeup(self, now: dt.datetime | None = None) -> dt.datetime | None:
+        due = self._due(now or self.clock.now())
+        return due[0][0] if due else None
+
+    # --- stepping ------------------------------------------------------------------------
+
+    def step(self, now: dt.datetime | None = None) -> int:
+        """Process every event due at or before ``now``; returns how many were processed."""
+        now = now or self.clock.now()
+        n = self._commands(now)
+        while not self.status.terminal:
+            due = self._due(now)
+            if not due or due[0][0] > now:
+                break
+            at, _, _, name, trig = due[0]
+            key = tg.event_key(name, at)
+            if self.journal.processed(key):
+                self._fired[name] = at
+                continue
+            self._process(trig, at, key, now)
+            self._fired[name] = at
+            n += 1
+            n += self._commands(now)
+        return n
+
+    def _commands(self, now: dt.datetime) -> int:
+        n = 0
+        for cmd in self.journal.queued_commands():
+            args = tuple(sorted((k, str(v)) for k, v in cmd["args"].items() if v not in (None, False, "")))
+            ev = Command(now, cmd["kind"], args, cmd["user"])
+            out = step(self.spec, self.status, ev)
+            key = f"command:{cmd['id']}"
+            self._commit(key, "command", now, now, out, extra=lambda c, cmd=cmd, out=out: self.journal.command_result(
+                c, cmd["id"], "refused" if out.refused else "applied", out.message))
+            n += 1
+        return n
+
+    def _commit(self, key: str, trigger: str, due: dt.datetime, now: dt.datetime, out: Outcome,
+                extra: Callable | None = None) -> None:
+        before = self.status
+        if out.transition is not None:
+            self.hook("before_intent")
+        with self.journal.write() as c:
+            if extra is not None:
+                extra(c)
+            self.journal.record(c, event_key=key, trigger=trigger, due=due, now=now, before=before,
+                                after=out.status, transition=out.transition, participants=self.spec.participating,
+                                experiment_id=self.experiment_id, decision=out.decision, message=out.message)
+        self.status = out.status
+        if out.transition is not None:
+            self.hook("after_intent")
+            self._act(now)
+
+    def _machine(self, key: str, trigger: str, due: dt.datetime, now: dt.datetime, event,
+                 extra: Callable | None = None) -> None:
+        self._commit(key, trigger, due, now, step(self.spec, self.status, event), extra)
+
+    def _process(self, trig: tg.NamedTrigger, at: dt.datetime, key: str, now: dt.datetime) -> None:
+        kind = trig.name.split(":", 1)[0]
+        if kind == "start":
+            self._machine(key, trig.name, at, now, Start(at))
+        elif kind == "collect":
+            self._collect(trig.name.split(":", 1)[1], at, key, trig.name, now)
+        elif kind == "evaluate":
+            self._evaluate(at, key, trig.name, now)
+        elif kind == "washout_end":
+            self._machine(key, trig.name, at, now, WashoutEnd(at, trig.stage))
+        elif kind == "decision_due":
+            self._decide(at, key, trig.name, now)
+        elif kind == "act":
+            self._act(now)
+            with self.journal.write() as c:
+                self.journal.record(c, event_key=key, trigger=trig.name, due=at, now=now, before=self.status,
+                                    after=self.status)
+        elif kind == "vote_check":
+            self._vote_check(at, key, trig.name, now)
+        elif kind == "consensus_check":
+            self._consensus_check(at, key, trig.name, now)
+        else:
+            raise ValueError(f"unknown trigger {trig.name}")
+
+    # --- actuation (§3.1, §3.3) -------------------------------------------------------------
+
+    def _act(self, now: dt.datetime) -> None:
+        if self.plan_check is not None:
+            diff = self.plan_check()
+            if diff:
+                self._machine(f"plan-changed@{now.isoformat()}", "plan-changed", now, now, PlanChanged(now, diff))
+                return
+        for intent in self.journal.intents(("intended",)):
+            if now < self.spec.cadence.window_opens(intent["valid_after"]):
+                continue  # too early: it would land a round before T (§2.1); the act trigger returns
+            desired = intent["desired"]
+            try:
+                current = self.actuator.current(intent["authority"])
+                if current is not None and _plan_part(current, self.spec) == desired:
+                    response = "already set"
+                else:
+                    full = {k: v for k, v in (current or {}).items() if k not in self.spec.parameters}
+                    full.update(desired)  # the whole set: keep the operator's other keys
+                    response = self.actuator.apply(intent["authority"], full, intent["idem_key"])
+            except ActuationError as exc:
+                self.journal.mark_intent(intent["id"], "intended", now, error=str(exc), attempt=True)
+                continue
+            self.hook("after_act")
+            self.journal.mark_intent(intent["id"], "acted", now, evidence=json.dumps({"response": response}),
+                                     attempt=True)
+
+    def _vote_check(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
+        va = self.status.target_va
+        for a in self.spec.authorities:
+            self.journal.vote_seen(a, va, self.actuator.fetch_vote(a, va))
+        votes = {v["authority"]: v["params"] for v in self.journal.votes() if v["valid_after"] == va}
+        for intent in self.journal.intents(("acted",)):
+            if intent["valid_after"] != va:
+                continue
+            seen = votes.get(intent["authority"])
+            if seen is not None and _plan_part(seen, self.spec) == intent["desired"]:
+                self.journal.mark_intent(intent["id"], "verified", now,
+                                         evidence=json.dumps({"vote": seen, "valid_after": va.isoformat()}))
+                self.hook("after_verify")
+        with self.journal.write() as c:
+            self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
+                                after=self.status)
+
+    def _consensus_check(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
+        va = at - dt.timedelta(seconds=self.spec.cadence.check_delay_s)
+        params, signers = self.actuator.fetch_consensus(va)
+        self.journal.consensus_seen(va, params, signers)
+        items = None if params is None else tuple(sorted(params.items()))
+        laggards: tuple[str, ...] = ()
+        if self.status.target_va == va:
+            want = desired_params(self.status.values)
+            laggards = tuple(a for a in self.spec.participating
+                             if _plan_part(self.actuator.fetch_vote(a, va) or {}, self.spec) != want)
+            if not mismatched(self.spec, self.status.values, items):
+                self.hook("before_done")
+                with self.journal.write() as c:
+                    c.execute("UPDATE rollout_intents SET state = 'done', done_us = ? WHERE valid_after_us = ? "
+                              "AND state IN ('acted', 'verified')", (_us(now), _us(va)))
+        self._machine(key, name, at, now, ConsensusCheck(at, va, items, laggards))
+
+    # --- metrics and verdicts ---------------------------------------------------------------
+
+    def _phase(self, t0: dt.datetime) -> str:
+        st, spec = self.status, self.spec
+        state = st.resume_to if st.state == PAUSED else st.state
+        if state == BASELINE and st.stage == 0:
+            return "baseline"
+        if state == MEASURING and st.stage >= 1 and st.stage_va is not None and t0 >= st.stage_va + spec.washout:
+            return f"stage:{st.stage}:{st.stage_va:%Y%m%dT%H%M%S}"
+        return "excluded"  # windows overlapping a transition, washout or rollback (§1.4)
+
+    def _collect(self, source: str, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
+        t0 = at - self.spec.hour
+        phase = self._phase(t0)
+        metrics = sorted({c.metric for c in self.spec.criteria if metric_source_of(c.metric) == source})
+        batches = [(m, self.metrics.collect(source, m, t0, at)) for m in metrics]
+        self.hook("mid_batch")
+
+        def write(c) -> None:
+            for m, values in batches:
+                self.journal.add_batch(c, source, m, t0, phase, values)
+
+        with self.journal.write() as c:
+            write(c)
+            self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
+                                after=self.status)
+        for m, values in batches:
+            self._last_missing[m] = values is None
+            if values is not None:
+                self._samples.setdefault((phase, m), []).append(np.asarray(values, dtype="<f8"))
+
+    def values(self, phase: str, metric: str) -> np.ndarray:
+        parts = self._samples.get((phase, metric))
+        if not parts:
+            return np.zeros(0)
+        if len(parts) > 1:
+            parts[:] = [np.concatenate(parts)]
+        return parts[0]
+
+    def _evaluate(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
+        phase = self._phase(at - self.spec.hour)
+        verdicts: list[Verdict] = []
+        if phase.startswith("stage:"):
+            for c in self.spec.criteria:
+                if self._last_missing.get(c.metric):
+                    verdicts.append(Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"))
+                    continue
+                verdicts.append(self.judge(c, self.values("baseline", c.metric), self.values(phase, c.metric)))
+
+        def write(c) -> None:
+            for v in verdicts:
+                self.journal.add_verdict(c, v, at, self.status.stage, self.spec.criterion(v.criterion).shadow)
+
+        self._machine(key, name, at, now, Evaluate(at, tuple(verdicts)), extra=write)
+
+    def _decide(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
+        short: tuple[str, ...] = ()
+        if self.status.state == BASELINE:
+            short = tuple(c.name for c in self.spec.criteria
+                          if self.values("baseline", c.metric).size < c.min_samples)
+        self._machine(key, name, at, now, DecisionDue(at, self.status.stage, short))
+
+
+def _plan_part(params: dict, spec: RolloutSpec) -> dict:
+    return {k: v for k, v in params.items() if k in spec.parameters}
+
+
+def _us(t: dt.datetime) -> int:
+    from kistexp.metrics.series import to_us
+
+    return to_us(t)

@@ -1,0 +1,313 @@
+"""The rollout journal in the experiment database (rollout.md §3; tables in kistexp/store/schema.py).
+
+Rules (§3.1): no external effect without a durable intent; effects are whole sets; success is
+observed (votes, consensus), not an API's answer; the status is the journal's last status row.
+Writers use ``BEGIN IMMEDIATE`` on an autocommit connection so a read-then-write never fails
+half way with SQLITE_BUSY (§3.6). The run lock is ``flock`` on a separate ``run.lock`` (§3.7).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from kistexp.metrics.series import from_us, to_us
+from kistexp.rollout.spec import RolloutError
+from kistexp.rollout.state import Counters, Status, Transition
+from kistexp.store.schema import open_db
+
+LOCK_NAME = "run.lock"
+INTENT_STATES = ("intended", "acted", "verified", "done", "superseded", "failed")
+
+
+# --- Status <-> JSON --------------------------------------------------------------------------
+
+def _iso(t: dt.datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def _dt(s: str | None) -> dt.datetime | None:
+    return None if s is None else dt.datetime.fromisoformat(s)
+
+
+def status_to_json(st: Status) -> str:
+    d = attrs.asdict(st, recurse=False)
+    d["values"] = [list(kv) for kv in st.values]
+    for k in ("target_va", "stage_va", "decision_at"):
+        d[k] = _iso(d[k])
+    d["reasons"] = sorted(st.reasons)
+    d["counters"] = [[name, attrs.asdict(c)] for name, c in st.counters]
+    return json.dumps(d, sort_keys=True)
+
+
+def status_from_json(text: str) -> Status:
+    d = json.loads(text)
+    d["values"] = tuple(tuple(kv) for kv in d["values"])
+    for k in ("target_va", "stage_va", "decision_at"):
+        d[k] = _dt(d[k])
+    d["reasons"] = frozenset(d["reasons"])
+    d["counters"] = tuple((name, Counters(**c)) for name, c in d["counters"])
+    return Status(**d)
+
+
+def values_json(values) -> str:
+    return json.dumps({k: v for k, v in values}, sort_keys=True)
+
+
+def desired_params(values) -> dict[str, int]:
+    """The ConsensusParams set an authority is asked to run: unset keys are left out."""
+    return {k: int(v) for k, v in values if v != "unset"}
+
+
+# --- the lock ---------------------------------------------------------------------------------
+
+class LockedError(RolloutError):
+    """Another ``kistexp run`` holds the experiment directory."""
+
+
+class RunLock:
+    """``flock(LOCK_EX | LOCK_NB)`` on EXP/run.lock for the process lifetime: the kernel drops
+    it when the process dies, kill -9 included, so it is never stale (§3.7)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self, holder: str = "") -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockedError(f"{self.path.parent}: already being run{holder}; "
+                              "stop that run first (control commands work alongside it)") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# --- the journal ------------------------------------------------------------------------------
+
+class Journal:
+    def __init__(self, db_path: Path, *, durable: bool = True) -> None:
+        self.path = Path(db_path)
+        open_db(self.path).close()  # checks the file and brings the schema up to date
+        # the live driver steps on APScheduler's pool threads, one at a time (max_instances=1)
+        self.conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA foreign_keys = ON")  # explicit BEGIN IMMEDIATE below (§3.6)
+        # FULL: a commit survives power loss, so a rollback intent is never lost (§3.6); dry runs NORMAL
+        self.conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # meta
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM rollout_meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, **items: str) -> None:
+        with self.write() as c:
+            c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)", items.items())
+
+    # runs and owner (messages only; the lock is the flock)
+    def begin_run(self, argv: list[str], now: dt.datetime) -> int:
+        host, pid = socket.gethostname(), os.getpid()
+        with self.write() as c:
+            cur = c.execute("INSERT INTO rollout_runs (pid, host, argv, start_us) VALUES (?, ?, ?, ?)",
+                            (pid, host, json.dumps(argv), to_us(now)))
+            c.execute("INSERT OR REPLACE INTO rollout_owner (id, pid, host, since_us, heartbeat_us) "
+                      "VALUES (1, ?, ?, ?, ?)", (pid, host, to_us(now), to_us(now)))
+            return cur.lastrowid
+
+    def end_run(self, run_id: int, now: dt.datetime, reason: str) -> None:
+        with self.write() as c:
+            c.execute("UPDATE rollout_runs SET end_us = ?, reason = ? WHERE id = ?", (to_us(now), reason, run_id))
+
+    def owner_text(self) -> str:
+        row = self.conn.execute("SELECT pid, host, since_us FROM rollout_owner WHERE id = 1").fetchone()
+        if row is None:
+            return ""
+        return f" by pid {row[0]} on {row[1]} since {from_us(row[2]):%Y-%m-%d %H:%M:%S} UTC"
+
+    # events and status
+    def processed(self, event_key: str) -> bool:
+        row = self.conn.execute("SELECT 1 FROM rollout_events WHERE event_key = ?", (event_key,)).fetchone()
+        return row is not None
+
+    def last_fire(self, trigger: str) -> dt.datetime | None:
+        row = self.conn.execute("SELECT MAX(due_us) FROM rollout_events WHERE trigger = ?", (trigger,)).fetchone()
+        return None if row[0] is None else from_us(row[0])
+
+    def status(self) -> Status | None:
+        row = self.conn.execute("SELECT status FROM rollout_status ORDER BY id DESC LIMIT 1").fetchone()
+        return None if row is None else status_from_json(row[0])
+
+    def record(self, c: sqlite3.Connection, *, event_key: str, trigger: str, due: dt.datetime, now: dt.datetime,
+               before: Status, after: Status, transition: Transition | None = None,
+               participants: tuple[str, ...] = (), experiment_id: str = "", decision: str = "",
+               message: str = "") -> None:
+        """Inside ``write()``: the processed event, the new status, and a transition with one
+        intent per participating authority, all in one transaction (§3.1 step 1)."""
+        c.execute("INSERT INTO rollout_events (event_key, trigger, due_us, processed_us, lateness_s) "
+                  "VALUES (?, ?, ?, ?, ?)", (event_key, trigger, to_us(due), to_us(now),
+                                             max(0.0, (now - due).total_seconds())))
+        if after != before:
+            c.execute("INSERT INTO rollout_status (event_key, at_us, state, status) VALUES (?, ?, ?, ?)",
+                      (event_key, to_us(now), after.state, status_to_json(after)))
+        if decision:
+            c.execute("INSERT INTO rollout_decisions (event_key, at_us, decision, stage, valid_after_us, message) "
+                      "VALUES (?, ?, ?, ?, ?, ?)",
+                      (event_key, to_us(now), decision, after.stage,
+                       to_us(transition.target_va) if transition else None, message))
+        if transition is not None:
+            c.execute("UPDATE rollout_intents SET state = 'superseded', done_us = ? "
+                      "WHERE state IN ('intended', 'acted', 'verified')", (to_us(now),))
+            c.execute("INSERT INTO rollout_transitions (seq, at_us, from_state, to_state, stage, kind, targets, "
+                      "valid_after_us, cause) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (transition.seq, to_us(now), before.state, after.state, after.stage, transition.kind,
+                       values_json(transition.values), to_us(transition.target_va), transition.cause))
+            desired = json.dumps(desired_params(transition.values), sort_keys=True)
+            sha = hashlib.sha256(desired.encode()).hexdigest()[:16]
+            for auth in participants:
+                key = f"{experiment_id}:{transition.seq}:{auth}:{transition.target_va:%Y%m%dT%H%M%S}:{sha}"
+                c.execute("INSERT INTO rollout_intents (idem_key, transition_seq, authority, desired, "
+                          "valid_after_us, state, intended_us) VALUES (?, ?, ?, ?, ?, 'intended', ?)",
+                          (key, transition.seq, auth, desired, to_us(transition.target_va), to_us(now)))
+
+    # intents
+    def intents(self, states: tuple[str, ...] = INTENT_STATES) -> list[dict]:
+        marks = ",".join("?" * len(states))
+        rows = self.conn.execute(
+            f"SELECT id, idem_key, transition_seq, authority, desired, valid_after_us, state, attempts, evidence "
+            f"FROM rollout_intents WHERE state IN ({marks}) ORDER BY id", states).fetchall()
+        return [{"id": r[0], "idem_key": r[1], "seq": r[2], "authority": r[3], "desired": json.loads(r[4]),
+                 "valid_after": from_us(r[5]), "state": r[6], "attempts": r[7], "evidence": r[8]} for r in rows]
+
+    def mark_intent(self, intent_id: int, state: str, now: dt.datetime, *, evidence: str = "",
+                    error: str = "", attempt: bool = False) -> None:
+        column = {"acted": "acted_us", "verified": "verified_us", "done": "done_us", "failed": "done_us"}.get(state)
+        sets = ["state = ?", "evidence = CASE WHEN ? = '' THEN evidence ELSE ? END", "error = ?"]
+        args: list = [state, evidence, evidence, error]
+        if column:
+            sets.append(f"{column} = ?")
+            args.append(to_us(now))
+        if attempt:
+            sets.append("attempts = attempts + 1")
+        with self.write() as c:
+            c.execute(f"UPDATE rollout_intents SET {', '.join(sets)} WHERE id = ?", (*args, intent_id))
+
+    # observations
+    def vote_seen(self, authority: str, valid_after: dt.datetime, params: dict | None, digest: str = "") -> None:
+        with self.write() as c:
+            c.execute("INSERT OR REPLACE INTO rollout_votes_seen (authority, valid_after_us, params, digest) "
+                      "VALUES (?, ?, ?, ?)", (authority, to_us(valid_after), json.dumps(params), digest))
+
+    def consensus_seen(self, valid_after: dt.datetime, params: dict | None, signers: list[str],
+                       flavour: str = "microdesc") -> None:
+        with self.write() as c:
+            c.execute("INSERT OR REPLACE INTO rollout_consensus_seen (valid_after_us, flavour, params, signers) "
+                      "VALUES (?, ?, ?, ?)", (to_us(valid_after), flavour, json.dumps(params), json.dumps(signers)))
+
+    # metric batches and verdicts
+    def add_batch(self, c: sqlite3.Connection, source: str, metric: str, window: dt.datetime, phase: str,
+                  values: np.ndarray | None) -> None:
+        missing = values is None
+        arr = np.zeros(0) if values is None else np.asarray(values, dtype="<f8")
+        payload = arr.tobytes()
+        summary = {} if missing or not arr.size else {
+            "mean": float(arr.mean()), "median": float(np.median(arr)), "min": float(arr.min()),
+            "max": float(arr.max())}
+        c.execute("INSERT OR IGNORE INTO rollout_metric_batches (source, metric, window_us, phase, n, missing, "
+                  "summary, payload, sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (source, metric, to_us(window), phase, int(arr.size), int(missing), json.dumps(summary),
+                   payload, hashlib.sha256(payload).hexdigest()))
+
+    def batch_values(self, metric: str, phase: str) -> np.ndarray:
+        rows = self.conn.execute("SELECT payload FROM rollout_metric_batches WHERE metric = ? AND phase = ? "
+                                 "AND missing = 0 ORDER BY window_us", (metric, phase)).fetchall()
+        if not rows:
+            return np.zeros(0)
+        return np.concatenate([np.frombuffer(r[0], dtype="<f8") for r in rows])
+
+    def add_verdict(self, c: sqlite3.Connection, v, window_end: dt.datetime, stage: int, shadow: bool) -> None:
+        c.execute("INSERT OR IGNORE INTO rollout_verdicts (criterion, window_end_us, stage, outcome, effect, ci_low, "
+                  "ci_high, n_baseline, n_stage, shadow, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (v.criterion, to_us(window_end), stage, v.outcome, v.effect, v.ci_low, v.ci_high,
+                   v.n_baseline, v.n_stage, int(shadow), v.detail))
+
+    # commands (queued by control commands, which take no lock)
+    def queue_command(self, kind: str, args: dict, user: str, now: dt.datetime) -> int:
+        with self.write() as c:
+            return c.execute("INSERT INTO rollout_commands (kind, args, user, queued_us, state) "
+                             "VALUES (?, ?, ?, ?, 'queued')", (kind, json.dumps(args, sort_keys=True), user,
+                                                               to_us(now))).lastrowid
+
+    def queued_commands(self) -> list[dict]:
+        rows = self.conn.execute("SELECT id, kind, args, user, queued_us FROM rollout_commands "
+                                 "WHERE state = 'queued' ORDER BY id").fetchall()
+        return [{"id": r[0], "kind": r[1], "args": json.loads(r[2]), "user": r[3], "queued": from_us(r[4])}
+                for r in rows]
+
+    def command_result(self, c: sqlite3.Connection, command_id: int, state: str, result: str) -> None:
+        c.execute("UPDATE rollout_commands SET state = ?, result = ? WHERE id = ?", (state, result, command_id))
+
+    def command(self, command_id: int) -> dict | None:
+        r = self.conn.execute("SELECT kind, state, result FROM rollout_commands WHERE id = ?",
+                              (command_id,)).fetchone()
+        return None if r is None else {"kind": r[0], "state": r[1], "result": r[2]}
+
+    # reading back
+    def decisions(self) -> list[dict]:
+        rows = self.conn.execute("SELECT at_us, decision, stage, valid_after_us, message FROM rollout_decisions "
+                                 "ORDER BY id").fetchall()
+        return [{"at": from_us(r[0]), "decision": r[1], "stage": r[2],
+                 "valid_after": None if r[3] is None else from_us(r[3]), "message": r[4]} for r in rows]
+
+    def transitions(self) -> list[dict]:
+        rows = self.conn.execute("SELECT seq, at_us, from_state, to_state, stage, kind, targets, valid_after_us, "
+                                 "cause FROM rollout_transitions ORDER BY seq").fetchall()
+        return [{"seq": r[0], "at": from_us(r[1]), "from": r[2], "to": r[3], "stage": r[4], "kind": r[5],
+                 "targets": json.loads(r[6]), "valid_after": from_us(r[7]), "cause": r[8]} for r in rows]
+
+    def verdicts(self) -> list[dict]:
+        rows = self.conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, n_baseline, n_stage, "
+                                 "shadow, detail FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
+        return [{"criterion": r[0], "window_end": from_us(r[1]), "stage": r[2], "outcome": r[3], "effect": r[4],
+                 "n_baseline": r[5], "n_stage": r[6], "shadow": bool(r[7]), "detail": r[8]} for r in rows]
+
+    def consensuses(self) -> list[dict]:
+        rows = self.conn.execute("SELECT valid_after_us, params, signers FROM rollout_consensus_seen "
+                                 "ORDER BY valid_after_us").fetchall()
+        return [{"valid_after": from_us(r[0]), "params": json.loads(r[1]), "signers": json.loads(r[2])}
+                for r in rows]
+
+    def votes(self) -> list[dict]:
+        rows = self.conn.execute("SELECT authority, valid_after_us, params FROM rollout_votes_seen "
+                                 "ORDER BY valid_after_us, authority").fetchall()
+        return [{"authority": r[0], "valid_after": from_us(r[1]), "params": json.loads(r[2])} for r in rows]

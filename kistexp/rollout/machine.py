@@ -1,0 +1,357 @@
+"""The rollout state machine as one pure function: ``step(spec, status, event) -> Outcome``
+(rollout.md §1.3 - §1.5).
+
+No clock, no I/O: the engine journals the event, calls ``step``, journals the new status and
+carries out the transition. Replaying the journal's events through ``step`` rebuilds the status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+
+from kistexp.rollout.rollback import target_values
+from kistexp.rollout.spec import RolloutSpec, Values
+from kistexp.rollout.state import (
+    ABORT_TO_BASELINE,
+    ABORTED,
+    BASELINE,
+    COMPLETED,
+    ERROR,
+    FAIL,
+    HOLD,
+    INCONCLUSIVE,
+    MEASURING,
+    OPERATOR_REASONS,
+    PASS,
+    PAUSED,
+    PENDING,
+    ROLLBACK_KINDS,
+    ROLLING_BACK,
+    SEVERITY,
+    STEP_BACK,
+    TRANSITIONING,
+    WASHOUT,
+    Command,
+    ConsensusCheck,
+    Counters,
+    DecisionDue,
+    Evaluate,
+    Event,
+    Outcome,
+    PlanChanged,
+    Start,
+    Status,
+    Transition,
+    WashoutEnd,
+)
+
+PROMOTABLE_REASONS = frozenset({"gate", "inconclusive", "criterion-hold", "stepped-back"})
+
+
+def initial_status(spec: RolloutSpec) -> Status:
+    return Status(values=spec.baseline_values)
+
+
+def mismatched(spec: RolloutSpec, values: Values, params: tuple[tuple[str, int], ...] | None) -> list[str]:
+    """Plan parameters whose consensus value differs from what ``values`` should produce."""
+    if params is None:
+        return list(spec.parameters)
+    seen = dict(params)
+    want = spec.expected_consensus(values)
+    return [k for k in spec.parameters if seen.get(k) != want[k]]
+
+
+def _transition(spec: RolloutSpec, st: Status, values: Values, va: dt.datetime, cause: str, kind: str,
+                **changes) -> Outcome:
+    seq = st.seq + 1
+    new = attrs.evolve(st, values=values, target_va=va, rounds_waited=0, seq=seq, **changes)
+    return Outcome(new, Transition(seq, values, va, cause, kind), cause,
+                   decision=f"{kind}:{changes.get('rollback_kind') or new.stage}")
+
+
+def _enter_stage(spec: RolloutSpec, st: Status, i: int, now: dt.datetime, cause: str, kind: str = "stage",
+                 **changes) -> Outcome:
+    va = spec.cadence.next_feasible_va(now)
+    return _transition(spec, st, spec.values_of(i), va, cause, kind, state=TRANSITIONING, stage=i,
+                       reasons=frozenset(), rollback_kind="", resume_to="", **changes)
+
+
+def _rollback(spec: RolloutSpec, st: Status, kind: str, now: dt.datetime, cause: str) -> Outcome:
+    if kind == HOLD:
+        reasons = st.reasons | {"criterion-hold"}
+        new = attrs.evolve(st, state=PAUSED, reasons=reasons, resume_to=st.resume_to or st.state)
+        return Outcome(new, None, cause, decision="rollback:hold")
+    stage = st.from_stage if st.state == ROLLING_BACK else st.stage
+    values = target_values(spec, kind, st.values, stage)
+    va = spec.cadence.next_feasible_va(now)
+    return _transition(spec, st, values, va, cause, "rollback", state=ROLLING_BACK, rollback_kind=kind,
+                       from_stage=stage, resume_to="")
+
+
+def _fresh(st: Status) -> Status:
+    return attrs.evolve(st, counters=(), extensions=0, promoted=False)
+
+
+def step(spec: RolloutSpec, st: Status, ev: Event) -> Outcome:
+    if isinstance(ev, Command):
+        return _command(spec, st, ev)
+    if st.terminal:
+        return Outcome(st)
+    if isinstance(ev, PlanChanged):
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"plan-changed"},
+                           resume_to=st.resume_to if st.state == PAUSED else st.state)
+        return Outcome(new, None, f"plan changed: {ev.diff}", decision="pause:plan-changed")
+    if isinstance(ev, Start):
+        if st.state != PENDING:
+            return Outcome(st)
+        va = spec.cadence.va_at_or_after(spec.start)
+        return Outcome(attrs.evolve(st, state=BASELINE, decision_at=spec.cadence.deadline(va)),
+                       message="baseline starts", decision="baseline")
+    if isinstance(ev, ConsensusCheck):
+        return _consensus(spec, st, ev)
+    if isinstance(ev, WashoutEnd):
+        if st.state == WASHOUT and ev.stage == st.stage:
+            return Outcome(attrs.evolve(st, state=MEASURING), message=f"stage {st.stage}: measuring")
+        if st.state == PAUSED and st.resume_to == WASHOUT and ev.stage == st.stage:
+            return Outcome(attrs.evolve(st, resume_to=MEASURING))
+        return Outcome(st)
+    if isinstance(ev, Evaluate):
+        return _evaluate(spec, st, ev)
+    if isinstance(ev, DecisionDue):
+        return _decide(spec, st, ev)
+    raise TypeError(f"unknown event {ev!r}")
+
+
+def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
+    if st.state == BASELINE or (st.state == PAUSED and st.resume_to == BASELINE):
+        if not spec.baseline_values:
+            return Outcome(st)
+        off = mismatched(spec, spec.baseline_values, ev.params)
+        if off and ev.params is not None:
+            seen = dict(ev.params)
+            words = ", ".join(f"{k}={seen.get(k, 'absent')}" for k in off)
+            new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"drift"},
+                               resume_to=st.resume_to or BASELINE)
+            return Outcome(new, None, f"consensus {ev.valid_after:%Y-%m-%d %H:%M} has {words}, "
+                           "not the baseline's values", decision="pause:drift")
+        return Outcome(st)
+    pending = st.state in (TRANSITIONING, ROLLING_BACK) or (
+        st.state == PAUSED and st.resume_to in (TRANSITIONING, ROLLING_BACK))
+    if not pending or st.target_va is None or ev.valid_after != st.target_va:
+        return Outcome(st)
+    was = st.resume_to if st.state == PAUSED else st.state
+    off = mismatched(spec, st.values, ev.params)
+    if not off:
+        return _arrived(spec, st, was, ev.valid_after)
+    rounds = st.rounds_waited + 1
+    if rounds >= spec.consensus_rounds:
+        who = f"; laggards: {', '.join(ev.laggards)}" if ev.laggards else ""
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"not-in-consensus"}, resume_to=was,
+                           rounds_waited=rounds)
+        return Outcome(new, None, f"{rounds} consensuses without {', '.join(off)} as planned{who}",
+                       decision="pause:not-in-consensus")
+    va = st.target_va + dt.timedelta(seconds=spec.cadence.interval_s)
+    seq = st.seq + 1
+    new = attrs.evolve(st, target_va=va, rounds_waited=rounds, seq=seq)
+    return Outcome(new, Transition(seq, st.values, va, f"consensus {ev.valid_after:%H:%M} lacks "
+                                   f"{', '.join(off)}: act again for {va:%H:%M}", "reassert"),
+                   decision="reassert")
+
+
+def _arrived(spec: RolloutSpec, st: Status, was: str, va: dt.datetime) -> Outcome:
+    manual = st.reasons & OPERATOR_REASONS
+    if was == ROLLING_BACK:
+        if st.rollback_kind == STEP_BACK:
+            back = max(0, st.from_stage - 1)
+            new = _fresh(attrs.evolve(st, state=PAUSED, stage=back, stage_va=va, target_va=None,
+                                      reasons=manual | {"stepped-back"}, resume_to=MEASURING if back else BASELINE))
+            return Outcome(new, None, f"stepped back to {'baseline' if not back else f'stage {back}'}",
+                           decision="stepped-back")
+        new = attrs.evolve(st, state=ABORTED, target_va=None, stage_va=va, aborted_stage=st.from_stage,
+                           reasons=frozenset())
+        return Outcome(new, None, f"aborted: network back at {dict(st.values)} from {va:%Y-%m-%d %H:%M}",
+                       decision="aborted")
+    if st.stage == 0:
+        decision = spec.cadence.deadline(spec.cadence.va_at_or_after(va + spec.baseline_duration))
+        new = _fresh(attrs.evolve(st, state=BASELINE, stage_va=va, target_va=None, decision_at=decision))
+        return Outcome(new, None, "back at the baseline", decision="baseline")
+    end = va + spec.stage(st.stage).duration
+    decision = spec.cadence.deadline(spec.cadence.va_at_or_after(end))
+    if st.fast:
+        decision = spec.cadence.deadline(spec.cadence.next_feasible_va(va))
+    state = PAUSED if manual else WASHOUT
+    new = _fresh(attrs.evolve(st, state=state, stage_va=va, target_va=None, decision_at=decision,
+                              resume_to=WASHOUT if manual else "", reasons=manual, promoted=st.fast, fast=False))
+    return Outcome(new, None, f"stage {st.stage} in consensus {va:%Y-%m-%d %H:%M}", decision=f"in-consensus:{st.stage}")
+
+
+def _count(c: Counters, outcome: str) -> Counters:
+    if outcome == PASS:
+        return attrs.evolve(c, consecutive_success=c.consecutive_success + 1, consecutive_error=0, latest=PASS)
+    if outcome == FAIL:
+        return attrs.evolve(c, failed=c.failed + 1, consecutive_success=0, consecutive_error=0, latest=FAIL)
+    if outcome == INCONCLUSIVE:
+        return attrs.evolve(c, inconclusive=c.inconclusive + 1, consecutive_success=0, consecutive_error=0,
+                            latest=INCONCLUSIVE)
+    return attrs.evolve(c, consecutive_error=c.consecutive_error + 1, consecutive_success=0, latest=ERROR)
+
+
+def _evaluate(spec: RolloutSpec, st: Status, ev: Evaluate) -> Outcome:
+    measuring = st.state == MEASURING or (st.state == PAUSED and st.resume_to == MEASURING)
+    if not measuring or st.stage == 0:
+        return Outcome(st)
+    new = st
+    fails: list[tuple[int, int, str, str]] = []
+    errors: list[str] = []
+    order = {c.name: n for n, c in enumerate(spec.criteria)}
+    for v in ev.verdicts:
+        crit = spec.criterion(v.criterion)
+        c = _count(new.counter(crit.name), v.outcome)
+        new = new.with_counter(crit.name, c)
+        if crit.shadow:
+            continue  # journaled, never aggregated (§1.3)
+        if v.outcome == FAIL and c.failed > crit.failure_limit:
+            fails.append((-SEVERITY[crit.on_fail], order[crit.name], crit.on_fail, crit.name))
+        if v.outcome == ERROR and c.consecutive_error > crit.consecutive_error_limit:
+            if crit.on_error == "rollback":
+                fails.append((-SEVERITY[crit.on_fail], order[crit.name], crit.on_fail, crit.name))
+            else:
+                errors.append(crit.name)
+    if fails:
+        if "freeze" in st.reasons:
+            return Outcome(new, None, f"{fails[0][3]} failed but the rollout is frozen: no rollback",
+                           decision="frozen")
+        _, _, kind, name = sorted(fails)[0]  # most severe on_fail, ties by plan order
+        verdict = next(v for v in ev.verdicts if v.criterion == name)
+        cause = f"criterion {name!r} failed ({verdict.detail or 'over its limit'}) -> {kind}"
+        return _rollback(spec, new, kind, ev.at, cause)
+    if errors:
+        out = attrs.evolve(new, state=PAUSED, reasons=new.reasons | {"error"},
+                           resume_to=new.resume_to if new.state == PAUSED else new.state)
+        return Outcome(out, None, f"no data for {', '.join(errors)} past the error limit", decision="pause:error")
+    return Outcome(new)
+
+
+def _all_pass(spec: RolloutSpec, st: Status) -> tuple[bool, list[str]]:
+    missing = []
+    for c in spec.criteria:
+        if c.shadow:
+            continue
+        k = st.counter(c.name)
+        if k.latest != PASS or k.consecutive_success < c.consecutive_success:
+            missing.append(f"{c.name}: {k.latest or 'no verdict'}")
+    return not missing, missing
+
+
+def _decide(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
+    if ev.stage != st.stage:
+        return Outcome(st)
+    if st.state == BASELINE:
+        if ev.short:
+            return _hold(spec, st, ev, [f"{n}: too few baseline samples" for n in ev.short])
+        return _next_stage(spec, st, ev.at, "baseline complete")
+    if st.state != MEASURING:
+        return Outcome(st)  # paused, washing out, transitioning: no forward motion
+    ok, missing = _all_pass(spec, st)
+    if spec.kind == "switchback" and st.stage < spec.n_stages:
+        failing = [m for m in missing if m.endswith(FAIL)]
+        ok, missing = not failing, failing  # alternation is pre-approved exposure (§1.6)
+    if ok or st.promoted:
+        return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted")
+    return _hold(spec, st, ev, missing)
+
+
+def _hold(spec: RolloutSpec, st: Status, ev: DecisionDue, missing: list[str]) -> Outcome:
+    ext = st.extensions + 1
+    if ext > spec.max_extensions(st.stage):
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"inconclusive"}, resume_to=st.state,
+                           extensions=ext)
+        return Outcome(new, None, f"still inconclusive after {ext - 1} extensions: {'; '.join(missing)}",
+                       decision="pause:inconclusive")
+    new = attrs.evolve(st, extensions=ext, decision_at=st.decision_at + spec.hour)
+    return Outcome(new, None, f"hold: {'; '.join(missing)}", decision="hold")
+
+
+def _next_stage(spec: RolloutSpec, st: Status, now: dt.datetime, cause: str, *, full: bool = False) -> Outcome:
+    nxt = spec.n_stages if full else st.stage + 1
+    if st.stage >= spec.n_stages:
+        new = attrs.evolve(st, state=COMPLETED, reasons=frozenset(), resume_to="")
+        return Outcome(new, None, f"completed: {cause}", decision="complete")
+    if spec.stage(nxt).gate == "manual" and not st.promoted:
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"gate"}, resume_to=st.state)
+        return Outcome(new, None, f"stage {nxt} ({spec.stage(nxt).name}) waits for an operator (gate)",
+                       decision="pause:gate")
+    return _enter_stage(spec, st, nxt, now, f"stage {nxt} ({spec.stage(nxt).name}): {cause}")
+
+
+# --- operator commands (§1.5) --------------------------------------------------------------------
+
+
+def _refuse(st: Status, msg: str) -> Outcome:
+    return Outcome(st, None, msg, refused=True)
+
+
+def _command(spec: RolloutSpec, st: Status, ev: Command) -> Outcome:
+    kind, now = ev.kind, ev.at
+    if kind == "pause":
+        if st.terminal:
+            return _refuse(st, f"cannot pause: the rollout is {st.state.lower()}")
+        reasons = st.reasons | {"manual"} | ({"freeze"} if ev.arg("freeze") else set())
+        if st.state in (TRANSITIONING, ROLLING_BACK):
+            return Outcome(attrs.evolve(st, reasons=reasons), message="paused; the pending change finishes first",
+                           decision="pause:manual")
+        resume_to = st.resume_to if st.state == PAUSED else st.state
+        warn = " (frozen: automatic rollbacks are suspended too)" if "freeze" in reasons else ""
+        return Outcome(attrs.evolve(st, state=PAUSED, reasons=reasons, resume_to=resume_to),
+                       message=f"paused{warn}", decision="pause:manual")
+    if kind == "resume":
+        if not st.reasons & OPERATOR_REASONS:
+            return _refuse(st, f"nothing to resume: {st.describe()} was not paused by an operator")
+        reasons = st.reasons - OPERATOR_REASONS
+        if st.state != PAUSED or reasons:
+            left = f"; still held by {', '.join(sorted(reasons))}" if reasons else ""
+            return Outcome(attrs.evolve(st, reasons=reasons), message=f"resumed{left}", decision="resume")
+        new = attrs.evolve(st, state=st.resume_to or MEASURING, reasons=frozenset(), resume_to="")
+        if new.decision_at is not None and new.decision_at < now:
+            new = attrs.evolve(new, decision_at=spec.cadence.deadline(spec.cadence.next_feasible_va(now)))
+        return Outcome(new, message=f"resumed: {new.describe()}", decision="resume")
+    if kind == "promote":
+        measuring_pause = st.state == PAUSED and st.reasons and st.reasons <= PROMOTABLE_REASONS
+        if not (st.state == MEASURING or measuring_pause):
+            return _refuse(st, f"cannot promote from {st.describe()}")
+        fails = [c.name for c in spec.criteria if not c.shadow and st.counter(c.name).latest == FAIL]
+        if fails and not ev.arg("force"):
+            return _refuse(st, f"latest verdict of {', '.join(fails)} is FAIL; use --force to promote anyway")
+        promoted = attrs.evolve(st, promoted=True, reasons=frozenset(), state=st.resume_to if st.state == PAUSED
+                                else st.state, resume_to="")
+        out = _next_stage(spec, promoted, now, f"promoted by {ev.user or 'operator'}", full=bool(ev.arg("full")))
+        return attrs.evolve(out, decision=f"promote:{out.decision}")
+    if kind == "abort":
+        if st.terminal:
+            return _refuse(st, f"nothing to abort: the rollout is {st.state.lower()}")
+        k = ev.arg("kind") or ABORT_TO_BASELINE
+        if k not in ROLLBACK_KINDS + (ABORT_TO_BASELINE,) or k == HOLD:
+            return _refuse(st, f"abort --kind {k!r}: one of step-back, revert-default, remove-param, baseline")
+        return _rollback(spec, attrs.evolve(st, reasons=frozenset()), k, now,
+                         f"aborted by {ev.user or 'operator'} ({k})")
+    if kind == "retry":
+        if st.state != ABORTED:
+            return _refuse(st, f"retry restarts an aborted stage; the rollout is {st.describe()}")
+        stage = max(1, st.aborted_stage or 1)
+        return _enter_stage(spec, _fresh(st), stage, now, f"retry stage {stage}", kind="retry", aborted_stage=None)
+    if kind == "undo":
+        if st.state not in (MEASURING, PAUSED, ABORTED, COMPLETED):
+            return _refuse(st, f"cannot undo from {st.describe()}")
+        raw = ev.arg("to_stage")
+        base = st.aborted_stage if st.state == ABORTED and st.aborted_stage else st.stage
+        try:
+            to = int(raw) if raw not in ("", "baseline") else (0 if raw == "baseline" else max(0, base - 1))
+        except ValueError:
+            return _refuse(st, f"undo --to-stage {raw!r}: a stage number or 'baseline'")
+        if not 0 <= to <= spec.n_stages:
+            return _refuse(st, f"undo --to-stage {to}: the plan has stages 1..{spec.n_stages}")
+        return _enter_stage(spec, _fresh(st), to, now, f"undo to {'baseline' if to == 0 else f'stage {to}'}",
+                            kind="undo", fast=bool(ev.arg("fast")), aborted_stage=None)
+    return _refuse(st, f"unknown command {kind!r}")

@@ -1,0 +1,297 @@
+"""Live runs and the read-only views of an experiment's journal (rollout.md §3.4, §3.7, §3.8).
+
+``open_run`` takes the lock, checks the experiment id and the plan (raw and canonical hashes;
+a changed plan is refused, saying what changed, until acknowledged) and rebuilds the spec the run
+started with. ``status``/``history``/``rollback_preview`` only read; control commands queue a row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import attrs
+
+from kistexp.clock import Clock
+from kistexp.expdir import DB_NAME, ExperimentDir
+from kistexp.plan.loader import load_plan
+from kistexp.plan.model import Plan
+from kistexp.rollout.journal import Journal, RunLock, status_from_json
+from kistexp.rollout.machine import initial_status, step
+from kistexp.rollout.rollback import plan_rollback
+from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, json_value, spec_from_plan
+from kistexp.rollout.state import COMMANDS, REMOVE_PARAM, REVERT_DEFAULT, ROLLBACK_KINDS, STEP_BACK, Command, Status
+
+
+def plan_hashes(plan_path: Path) -> tuple[str, str, dict]:
+    """(sha256 of the bytes, sha256 of the canonical parse, the canonical parse)."""
+    raw = Path(plan_path).read_bytes()
+    canon = attrs.asdict(load_plan(plan_path), value_serializer=json_value)
+    canon.pop("path", None)
+    text = json.dumps(canon, sort_keys=True)
+    return hashlib.sha256(raw).hexdigest(), hashlib.sha256(text.encode()).hexdigest(), canon
+
+
+def plan_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """What changed between two canonical plans, key by key."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        where = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += plan_diff(a, b, where + ".")
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                if isinstance(x, dict) and isinstance(y, dict):
+                    out += plan_diff(x, y, f"{where}[{i}].")
+                elif x != y:
+                    out.append(f"{where}[{i}]: {x!r} -> {y!r}")
+        elif a != b:
+            out.append(f"{where}: {a!r} -> {b!r}")
+    return out
+
+
+@attrs.frozen
+class RunSetup:
+    exp: ExperimentDir
+    journal: Journal
+    lock: RunLock | None
+    spec: RolloutSpec
+    plan: Plan
+    mode: str
+
+
+def _cadence_json(c: Cadence) -> str:
+    return json.dumps(attrs.asdict(c))
+
+
+def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock: Clock, *,
+             accept_plan_change: bool = False, lock: bool = True) -> RunSetup:
+    """Create or resume the experiment at ``exp_path`` for a live run of ``plan_path``."""
+    exp_path = Path(exp_path)
+    fresh = not (exp_path / DB_NAME).is_file()
+    exp = ExperimentDir.create(exp_path, plan_path) if fresh else ExperimentDir.open(exp_path)
+    if not exp.plan_path.is_file():
+        exp.save_plan(plan_path)  # status, history and rollback --dry-run read the plan from here
+    journal = Journal(exp.db_path, durable=True)
+    run_lock = None
+    if lock:
+        run_lock = RunLock(exp.path)
+        run_lock.acquire(journal.owner_text())
+    raw, canon_sha, canon = plan_hashes(plan_path)
+    plan = load_plan(plan_path)
+    experiment_id = journal.meta("experiment_id")
+    if experiment_id is None:
+        spec = spec_from_plan(plan, cadence, start=clock.now() if mode != "instructions" else None)
+        journal.set_meta(experiment_id=f"{plan.name}:{clock.now():%Y%m%dT%H%M%S}", plan_path=str(plan_path),
+                         plan_sha256=raw, plan_canon_sha256=canon_sha, plan_canon=json.dumps(canon, sort_keys=True),
+                         mode=mode, cadence=_cadence_json(cadence), start=spec.start.isoformat())
+    else:
+        if journal.meta("mode") == "dry-run":
+            raise RolloutError(f"{exp_path}: holds a dry run's journal; use another directory for a live run")
+        old_name = json.loads(journal.meta("plan_canon") or "{}").get("name")
+        if old_name != plan.name:
+            raise RolloutError(f"{exp_path}: the journal is experiment {old_name!r}, not {plan.name!r}")
+        if journal.meta("mode") != mode:
+            raise RolloutError(f"{exp_path}: the run started with --authorities {journal.meta('mode')}, "
+                               f"not {mode}")
+        if journal.meta("plan_canon_sha256") != canon_sha:
+            diff = plan_diff(json.loads(journal.meta("plan_canon")), canon)
+            if not accept_plan_change:
+                raise RolloutError(f"{plan_path}: changed since the run started ({'; '.join(diff[:5])}); "
+                                   "rerun with --accept-plan-change to continue with it")
+            with journal.write() as c:
+                c.execute("INSERT INTO rollout_plan_acks (old_sha256, new_sha256, diff, who, at_us) "
+                          "VALUES (?, ?, ?, ?, ?)", (journal.meta("plan_canon_sha256"), canon_sha,
+                                                     "\n".join(diff), getpass.getuser(),
+                                                     int(clock.now().timestamp() * 1e6)))
+            journal.set_meta(plan_canon_sha256=canon_sha, plan_canon=json.dumps(canon, sort_keys=True),
+                             plan_sha256=raw)
+        stored = Cadence(**json.loads(journal.meta("cadence")))
+        spec = spec_from_plan(plan, stored, start=dt.datetime.fromisoformat(journal.meta("start")))
+    return RunSetup(exp, journal, run_lock, spec, plan, mode)
+
+
+def plan_watch(plan_path: Path, journal: Journal):
+    """Before each actuation: the plan's canonical hash against the journal's (§3.8)."""
+    def check() -> str:
+        try:
+            _, canon_sha, canon = plan_hashes(plan_path)
+        except Exception as exc:  # an unreadable plan mid-run is a change too
+            return f"{plan_path} cannot be read: {exc}"
+        if canon_sha == journal.meta("plan_canon_sha256"):
+            return ""
+        return "; ".join(plan_diff(json.loads(journal.meta("plan_canon")), canon)[:5]) or "plan changed"
+    return check
+
+
+# --- read-only views -----------------------------------------------------------------------------
+
+def _ro(exp_path: Path) -> sqlite3.Connection:
+    db = Path(exp_path) / DB_NAME
+    if not db.is_file():
+        raise RolloutError(f"{exp_path}: not an experiment directory (no {DB_NAME})")
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        conn.execute("SELECT 1 FROM rollout_meta LIMIT 1")
+    except sqlite3.Error as exc:
+        raise RolloutError(f"{db}: cannot read the rollout journal: {exc}") from None
+    return conn
+
+
+def _meta(conn: sqlite3.Connection) -> dict[str, str]:
+    return dict(conn.execute("SELECT key, value FROM rollout_meta"))
+
+
+def load_spec(exp_path: Path) -> tuple[RolloutSpec, Status, dict]:
+    conn = _ro(exp_path)
+    try:
+        meta = _meta(conn)
+        if "cadence" not in meta:
+            raise RolloutError(f"{exp_path}: no rollout has run here")
+        plan = load_plan(Path(exp_path) / "plan.toml")
+        spec = spec_from_plan(plan, Cadence(**json.loads(meta["cadence"])),
+                              start=dt.datetime.fromisoformat(meta["start"]))
+        row = conn.execute("SELECT status FROM rollout_status ORDER BY id DESC LIMIT 1").fetchone()
+        status = status_from_json(row[0]) if row else initial_status(spec)
+        return spec, status, meta
+    finally:
+        conn.close()
+
+
+def status_view(exp_path: Path) -> dict:
+    spec, st, meta = load_spec(exp_path)
+    stage = "baseline" if st.stage == 0 else f"{st.stage} ({spec.stage(st.stage).name})"
+    return {"experiment": meta.get("experiment_id"), "mode": meta.get("mode"), "state": st.state,
+            "stage": stage, "reasons": sorted(st.reasons), "values": dict(st.values),
+            "awaiting_consensus": st.target_va, "stage_valid_after": st.stage_va, "decision_at": st.decision_at,
+            "extensions": st.extensions, "rollback_kind": st.rollback_kind or None,
+            "criteria": {n: attrs.asdict(c) for n, c in st.counters}, "summary": st.describe()}
+
+
+def history_view(exp_path: Path) -> dict:
+    conn = _ro(exp_path)
+    try:
+        from kistexp.metrics.series import from_us
+
+        decisions = [{"at": from_us(r[0]), "decision": r[1], "stage": r[2],
+                      "valid_after": None if r[3] is None else from_us(r[3]), "message": r[4]}
+                     for r in conn.execute("SELECT at_us, decision, stage, valid_after_us, message "
+                                           "FROM rollout_decisions ORDER BY id")]
+        commands = [{"kind": r[0], "args": json.loads(r[1]), "user": r[2], "at": from_us(r[3]), "state": r[4],
+                     "result": r[5]} for r in conn.execute("SELECT kind, args, user, queued_us, state, result "
+                                                           "FROM rollout_commands ORDER BY id")]
+        return {"decisions": decisions, "commands": commands}
+    finally:
+        conn.close()
+
+
+def rollback_preview(exp_path: Path, now: dt.datetime) -> list[dict]:
+    """Each rollback kind, now, without acting: targets, consensus, minimal set, ETAs (§5)."""
+    spec, st, _ = load_spec(exp_path)
+    return [plan_rollback(spec, k, st.values, st.stage, now).to_json()
+            for k in (STEP_BACK, REVERT_DEFAULT, REMOVE_PARAM, "hold")]
+
+
+def queue_command(exp_path: Path, kind: str, args: dict, now: dt.datetime, user: str = "") -> tuple[int, str]:
+    """Check the command against the status (a refusal is an error), then queue it for the engine."""
+    if kind not in COMMANDS:
+        raise RolloutError(f"unknown command {kind!r}")
+    if kind == "abort" and args.get("kind") and args["kind"] not in ROLLBACK_KINDS + ("baseline",):
+        raise RolloutError(f"abort --kind {args['kind']!r}: one of step-back, revert-default, remove-param, baseline")
+    spec, st, _ = load_spec(exp_path)
+    trial = step(spec, st, Command(now, kind, tuple(sorted((k, str(v)) for k, v in args.items() if v)), user))
+    if trial.refused:
+        raise RolloutError(f"{exp_path}: {trial.message}")
+    journal = Journal(Path(exp_path) / DB_NAME)
+    try:
+        cid = journal.queue_command(kind, args, user or getpass.getuser(), now)
+    finally:
+        journal.close()
+    return cid, trial.message
+
+
+# --- live runs -------------------------------------------------------------------------------------
+
+class _PublishedHistory:
+    """The consensus each valid-after carried, as the in-process fake authorities published it
+    (what the predicted-metric source needs to know which value nodes held)."""
+
+    def __init__(self, net) -> None:
+        self.net = net
+
+    def fetch_consensus(self, valid_after: dt.datetime):
+        t = valid_after.timestamp()
+        best = None
+        for a in self.net.authorities.values():
+            for pub in list(a.history):
+                if pub.valid_after <= t and (best is None or pub.valid_after > best.valid_after):
+                    best = pub
+        return (None if best is None else dict(best.params)), []
+
+
+def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
+             predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
+             hook=None, key_bits: tuple[int, int] = (3072, 2048)) -> Status:
+    """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
+    one plan hour per voting interval) or, with ``instructions``, against the real network by
+    writing each operator's instructions and watching public votes and consensuses."""
+    from kistexp.clock import RealClock
+    from kistexp.dirauth.schedule import AcceleratedSchedule
+    from kistexp.directory import DirectoryClient
+    from kistexp.metrics.store import MetricStore
+    from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator
+    from kistexp.rollout.drivers import LiveDriver
+    from kistexp.rollout.dryrun import PredictedMetrics, initial_configs, load_curves
+    from kistexp.rollout.engine import Engine
+    from kistexp.rollout.spec import CONSENSUS_ROUNDS_INSTRUCTIONS, LIVE_CADENCE
+
+    clock = RealClock()
+    if mode == "fake":
+        cadence = Cadence.of(AcceleratedSchedule.scaled(interval_s))
+    elif mode == "instructions":
+        cadence = LIVE_CADENCE
+    else:
+        raise RolloutError(f"--authorities {mode!r}: this version drives fake authorities or writes "
+                           "instructions; the local tor network is driven by `kistexp localnet`")
+    setup = open_run(plan_path, exp_path, mode, cadence, clock, accept_plan_change=accept_plan_change)
+    spec, journal = setup.spec, setup.journal
+    net = None
+    run_id = journal.begin_run(argv or [], clock.now())
+    reason = "stopped"
+    try:
+        if mode == "fake":
+            from fake_authorities import FakeAuthorityNetwork
+
+            state = setup.exp.path / "fake-authorities"
+            fresh = not (state / "consensus-params.json").is_file()
+            net = FakeAuthorityNetwork(count=len(spec.authorities), interval_s=interval_s, port=0,
+                                       nicknames=list(spec.authorities), state_dir=state, key_bits=key_bits,
+                                       initial_params=initial_configs(spec) if fresh else None).start()
+            client = DirectoryClient(net.directory_authorities(), retries=1, timeout_s=max(1.0, interval_s / 4))
+            actuator = FakeAuthoritiesActuator(net.operator_url, net.token, client, clock)
+            history = _PublishedHistory(net)
+        else:
+            client = DirectoryClient()
+            actuator = InstructionsActuator(setup.exp.path / "outbox", spec.plan_name, spec.cadence, client, clock)
+            spec = attrs.evolve(spec, consensus_rounds=CONSENSUS_ROUNDS_INSTRUCTIONS)
+            history = actuator
+        source = ExperimentDir.open(predictions_from) if predictions_from else setup.exp
+        curves, levels = load_curves(MetricStore(source.db), spec, str(plan_path))
+        metrics = PredictedMetrics(spec, curves, levels, history)
+        engine = Engine(spec, journal, actuator, metrics, clock, experiment_id=journal.meta("experiment_id"),
+                        plan_check=plan_watch(Path(plan_path), journal), hook=hook)
+        LiveDriver(engine, clock, poll_s=max(0.2, min(2.0, cadence.interval_s / 10))).run(timeout_s)
+        reason = engine.status.state
+        return engine.status
+    finally:
+        journal.end_run(run_id, clock.now(), reason)
+        if net is not None:
+            net.stop()
+        journal.close()
+        if setup.lock is not None:
+            setup.lock.release()

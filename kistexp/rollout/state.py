@@ -1,0 +1,182 @@
+"""Live status of a rollout, the events that move it and the effects it asks for (rollout.md §1).
+
+``Status`` is a value: the engine folds the journal's transitions into it, never keeps it
+anywhere else (status is a function of the journal, §0).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+
+PENDING = "PENDING"
+BASELINE = "BASELINE"
+TRANSITIONING = "TRANSITIONING"
+WASHOUT = "WASHOUT"
+MEASURING = "MEASURING"
+PAUSED = "PAUSED"
+ROLLING_BACK = "ROLLING_BACK"
+ABORTED = "ABORTED"
+COMPLETED = "COMPLETED"
+STATES = (PENDING, BASELINE, TRANSITIONING, WASHOUT, MEASURING, PAUSED, ROLLING_BACK, ABORTED, COMPLETED)
+TERMINAL = (ABORTED, COMPLETED)
+
+PAUSE_REASONS = ("manual", "freeze", "gate", "inconclusive", "error", "criterion-hold", "stepped-back",
+                 "not-in-consensus", "drift", "plan-changed")
+OPERATOR_REASONS = frozenset({"manual", "freeze"})  # the only ones `resume` clears
+
+PASS, FAIL, INCONCLUSIVE, ERROR = "pass", "fail", "inconclusive", "error"
+OUTCOMES = (PASS, FAIL, INCONCLUSIVE, ERROR)
+
+HOLD, STEP_BACK, REVERT_DEFAULT, REMOVE_PARAM, ABORT_TO_BASELINE = (
+    "hold", "step-back", "revert-default", "remove-param", "baseline")
+ROLLBACK_KINDS = (HOLD, STEP_BACK, REVERT_DEFAULT, REMOVE_PARAM)
+SEVERITY = {HOLD: 0, STEP_BACK: 1, REVERT_DEFAULT: 2, REMOVE_PARAM: 2}
+
+COMMANDS = ("pause", "resume", "promote", "abort", "retry", "undo")
+
+Values = tuple[tuple[str, "int | str"], ...]
+
+
+@attrs.frozen
+class Counters:
+    """Per-criterion counts as Argo keeps them (§1.3)."""
+
+    failed: int = 0
+    inconclusive: int = 0
+    consecutive_error: int = 0
+    consecutive_success: int = 0
+    latest: str = ""  # latest outcome in the current stage ("" = none yet)
+
+
+@attrs.frozen
+class Status:
+    state: str = PENDING
+    stage: int = 0  # 0 = baseline; the stage whose values are in force (or being brought in)
+    values: Values = ()  # the set the participants are asked to vote
+    target_va: dt.datetime | None = None  # consensus awaited while TRANSITIONING / ROLLING_BACK
+    rounds_waited: int = 0
+    stage_va: dt.datetime | None = None  # valid-after of the consensus that brought the stage in
+    decision_at: dt.datetime | None = None
+    extensions: int = 0
+    reasons: frozenset[str] = frozenset()
+    rollback_kind: str = ""
+    from_stage: int = 0  # stage a rollback leaves
+    counters: tuple[tuple[str, Counters], ...] = ()
+    aborted_stage: int | None = None
+    fast: bool = False  # undo --fast: skip the measuring of the stage being entered
+    promoted: bool = False  # the next decision was forced by `promote`
+    resume_to: str = ""  # the state PAUSED returns to once its reasons are cleared
+    seq: int = 0  # transitions so far
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def counter(self, name: str) -> Counters:
+        return dict(self.counters).get(name, Counters())
+
+    def with_counter(self, name: str, c: Counters) -> Status:
+        d = dict(self.counters)
+        d[name] = c
+        return attrs.evolve(self, counters=tuple(sorted(d.items())))
+
+    def describe(self) -> str:
+        where = "baseline" if self.stage == 0 else f"stage {self.stage}"
+        extra = f" ({', '.join(sorted(self.reasons))})" if self.reasons else ""
+        kind = f" {self.rollback_kind}" if self.state == ROLLING_BACK else ""
+        return f"{self.state}{kind}{extra} at {where}"
+
+
+# --- events (§1.2) -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Start:
+    at: dt.datetime
+
+
+@attrs.frozen
+class ConsensusCheck:
+    at: dt.datetime
+    valid_after: dt.datetime
+    params: tuple[tuple[str, int], ...] | None  # None: no consensus for that valid-after
+    laggards: tuple[str, ...] = ()  # participating authorities whose vote did not carry the set
+
+
+@attrs.frozen
+class WashoutEnd:
+    at: dt.datetime
+    stage: int
+
+
+@attrs.frozen
+class Verdict:
+    criterion: str
+    outcome: str
+    effect: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_baseline: int = 0
+    n_stage: int = 0
+    detail: str = ""
+
+
+@attrs.frozen
+class Evaluate:
+    at: dt.datetime
+    verdicts: tuple[Verdict, ...]
+
+
+@attrs.frozen
+class DecisionDue:
+    at: dt.datetime
+    stage: int
+    short: tuple[str, ...] = ()  # baseline: criteria still below min_samples
+
+
+@attrs.frozen
+class Command:
+    at: dt.datetime
+    kind: str
+    args: tuple[tuple[str, str], ...] = ()
+    user: str = ""
+
+    def arg(self, name: str, default: str = "") -> str:
+        return dict(self.args).get(name, default)
+
+
+@attrs.frozen
+class PlanChanged:
+    at: dt.datetime
+    diff: str
+
+
+Event = Start | ConsensusCheck | WashoutEnd | Evaluate | DecisionDue | Command | PlanChanged
+
+
+# --- effects ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Transition:
+    """Make the participants vote ``values`` so consensus ``target_va`` carries them."""
+
+    seq: int
+    values: Values
+    target_va: dt.datetime
+    cause: str
+    kind: str = "stage"  # stage | rollback | retry | undo | reassert
+
+
+@attrs.frozen
+class Outcome:
+    """What one step did: the new status, the transition to carry out (if any), a message,
+    and whether the event was refused (commands only)."""
+
+    status: Status
+    transition: Transition | None = None
+    message: str = ""
+    refused: bool = False
+    decision: str = ""  # advance | hold | rollback:<kind> | pause:<reason> | complete | abort | ...

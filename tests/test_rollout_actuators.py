@@ -1,0 +1,59 @@
+"""Actuators: fake authorities' operator API verified through their DirPorts; operator instructions."""
+
+import datetime as dt
+
+import pytest
+
+from fake_authorities import FakeAuthorityNetwork
+from fake_authorities.network import generate_keys
+from kistexp.clock import UTC, RealClock
+from kistexp.directory import DirectoryClient
+from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator, render_instructions
+from kistexp.rollout.spec import LIVE_CADENCE
+
+KIST = "KISTSchedRunInterval"
+
+
+@pytest.mark.slow
+def test_fake_authorities_actuator_acts_and_observes_through_dirports():
+    net = FakeAuthorityNetwork(count=5, interval_s=4, port=0, listen=False, token="tok",
+                               keys=generate_keys(5, (1024, 1024)), vote_delay_s=0.6, dist_delay_s=0.6,
+                               initial_params={KIST: 10})
+    net.start()
+    try:
+        first = net.wait_for_consensus(timeout_s=16)
+        client = DirectoryClient(net.directory_authorities(), transport=net.transport(), retries=0)
+        act = FakeAuthoritiesActuator(net.operator_url, "tok", client, RealClock(), transport=net.transport())
+        assert act.current("moria1") == {KIST: 10}
+        for name in ("moria1", "tor26", "dizum"):
+            assert "set" in act.apply(name, {KIST: 2}, f"test:1:{name}")
+        assert act.current("moria1") == {KIST: 2}
+        pub = net.wait_for_consensus(lambda c: dict(c.params).get(KIST) == 2, after=first.valid_after,
+                                     timeout_s=16)
+        va = dt.datetime.fromtimestamp(pub.valid_after, tz=UTC)
+        params, signers = act.fetch_consensus(va)
+        assert params == {KIST: 2} and len(signers) == 5
+        assert act.fetch_vote("moria1", va) == {KIST: 2}  # AuthDirMaxServersPerAddr, tor's own key, left out
+        assert act.fetch_vote("dannenberg", va) == {KIST: 10}
+        wrong = FakeAuthoritiesActuator(net.operator_url, "nope", client, RealClock(), transport=net.transport())
+        assert wrong.current("moria1") is None  # 401: the token is checked
+    finally:
+        net.stop()
+
+
+def test_instructions_name_the_line_the_window_and_the_diff(tmp_path):
+    va = dt.datetime(2027, 3, 1, 12, 0, tzinfo=UTC)
+    text = render_instructions("kist-run-interval-2020", "stage 1 (2ms)", "moria1", {KIST: 2}, va, LIVE_CADENCE,
+                               {KIST: 10, "AuthDirMaxServersPerAddr": 2})
+    assert "    ConsensusParams KISTSchedRunInterval=2\n" in text
+    assert "your vote lists KISTSchedRunInterval=10; replace it with 2" in text
+    # the window for the 12:00 consensus: after 10:50, before 11:50 UTC (§2.1)
+    assert "after 2027-03-01 10:50 UTC and before 2027-03-01 11:50 UTC" in text
+    assert "set before 2027-03-01 11:50 UTC" in text
+    act = InstructionsActuator(tmp_path / "outbox", "p", LIVE_CADENCE, None, RealClock())
+    act.observer.fetch_vote = lambda a, t: None
+    key = "exp:1:moria1:20270301T120000:abcd"
+    first = act.apply("moria1", {KIST: 2}, key)
+    again = act.apply("moria1", {KIST: 2}, key)
+    assert "written" in first and "already" in again
+    assert len(list((tmp_path / "outbox").iterdir())) == 1
