@@ -35,3 +35,7 @@ class SimConfigError(KistexpError):
 
 class LocalNetError(KistexpError):
     """The local tor network could not be started, queried or stopped."""
+
+
+class PopulationError(KistexpError):
+    """A consensus, GeoIP file, sampling request or relay-class TOML cannot be used for a population."""

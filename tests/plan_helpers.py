@@ -13,7 +13,7 @@ parameters = ["KISTSchedRunInterval"]
 
 [baseline]
 duration = "7d"
-values = { KISTSchedRunInterval = 3 }
+values = { KISTSchedRunInterval = 10 }
 
 [[stages]]
 name = "two"
@@ -21,10 +21,10 @@ duration = "14d"
 values = { KISTSchedRunInterval = 2 }
 
 [[stages]]
-name = "five"
+name = "eight"
 duration = "14d"
 gate = "manual"
-values = { KISTSchedRunInterval = 5 }
+values = { KISTSchedRunInterval = 8 }
 
 [authorities]
 participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]

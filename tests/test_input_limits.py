@@ -76,7 +76,7 @@ def test_threshold_too_big_for_a_float():
 @pytest.mark.parametrize("old, new", [
     ("threshold = 0.1", "threshold = 1" + "0" * 5000),
     ("min_samples = 100", "min_samples = " + "9" * 4400),
-    ("KISTSchedRunInterval = 5 }", "KISTSchedRunInterval = 1" + "0" * 5000 + " }"),
+    ("KISTSchedRunInterval = 8 }", "KISTSchedRunInterval = 1" + "0" * 5000 + " }"),
 ])
 def test_integers_past_python_digit_limit(old, new):
     with pytest.raises(PlanError, match="more than 4,300 digits") as info:
@@ -166,7 +166,7 @@ def test_localnet_arguments_are_one_line_errors(tmp_path, argv):
 def test_linter_rejects_a_plan_that_sets_auth_dir_max_servers_per_addr(tmp_path):
     text = VALID_PLAN.replace('parameters = ["KISTSchedRunInterval"]',
                               'parameters = ["KISTSchedRunInterval", "AuthDirMaxServersPerAddr"]')
-    for value in (3, 2, 5):  # baseline and both stages
+    for value in (10, 2, 8):  # baseline and both stages
         text = text.replace(f"values = {{ KISTSchedRunInterval = {value} }}",
                             f"values = {{ KISTSchedRunInterval = {value}, AuthDirMaxServersPerAddr = 0 }}")
     path = tmp_path / "p.toml"

@@ -13,7 +13,7 @@ def test_valid_plan_loads_into_frozen_objects():
     plan = parse_plan(VALID_PLAN, "p.toml")
     assert plan.name == "test-plan"
     assert plan.start == dt.datetime(2030, 1, 7, 12, tzinfo=dt.timezone.utc)
-    assert [s.name for s in plan.stages] == ["two", "five"]
+    assert [s.name for s in plan.stages] == ["two", "eight"]
     assert plan.stages[0].values == (("KISTSchedRunInterval", 2),)
     assert plan.stages[1].gate == "manual"
     assert plan.end == plan.start + dt.timedelta(days=28)
@@ -52,7 +52,7 @@ def _mutate(old, new):
     (_mutate('duration = "14d"', "duration = 14"), "stages[0].duration: expected a string"),
     (_mutate("threshold = 0.1", 'threshold = "10%"'), "criteria[0].threshold: expected a number"),
     (_mutate('gate = "manual"', 'gate = "maybe"'), "stages[1].gate: 'maybe' is not one of auto, manual"),
-    (_mutate('name = "five"', 'name = "two"'), "stages[1].name: duplicate stage name 'two'"),
+    (_mutate('name = "eight"', 'name = "two"'), "stages[1].name: duplicate stage name 'two'"),
     (_mutate('"dannenberg"]', '"dannenburg"]'), "unknown authority 'dannenburg' (did you mean 'dannenberg'?)"),
     (_mutate("owner =", "ownr ="), "unknown key (did you mean 'owner'?)"),
     (_mutate("start = 2030-01-07T12:00:00Z", "start = 2030-01-07T12:00:00"), "experiment.start: give the time in UTC"),
@@ -130,7 +130,7 @@ def test_switchback_expands_into_alternating_stages():
 
 
 def test_unset_value_and_custom_authorities():
-    text = _mutate("values = { KISTSchedRunInterval = 5 }", 'values = { KISTSchedRunInterval = "unset" }')
+    text = _mutate("values = { KISTSchedRunInterval = 8 }", 'values = { KISTSchedRunInterval = "unset" }')
     text = text.replace('participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]',
                         'participating = ["a1", "a2"]\n'
                         '[[authorities.custom]]\nnickname = "a1"\nv3ident = "' + "A" * 40 + '"\n'

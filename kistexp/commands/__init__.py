@@ -18,6 +18,8 @@ _MODULES = (
     "sim",
     "fidelity",
     "metrics",
+    "population",
+    "simulate",
 )
 
 

@@ -8,6 +8,7 @@
 | KX103 | warning  | parameter not read by part of the stated tor versions |
 | KX104 | warning  | a stage repeats the previous stage's values (no change reaches relays) |
 | KX105 | error    | values an authority could not vote with (AuthDirMaxServersPerAddr, which tor appends itself) |
+| KX106 | warning  | compared KISTSchedRunInterval values run alike on most relays' kernel ticks |
 | KX201 | error    | stage shorter than consensus propagation plus the criteria's minimum sample time |
 | KX202 | warning  | switchback washout shorter than propagation to the criteria's population |
 | KX301 | error    | criterion on a metric no collector provides |
@@ -32,8 +33,9 @@ from kistexp.metrics import catalogue as metrics
 from kistexp.plan.durations import format_duration
 from kistexp.plan.loader import parse_plan, read_plan_text
 from kistexp.plan.locate import index_lines, line_of
-from kistexp.plan.model import UNSET, Plan
+from kistexp.plan.model import UNSET, ParamValue, Plan
 from kistexp.plan.timeline import authorities_needed, propagation_delay, sample_time
+from kistexp.population import kernels
 
 RULES = {
     "KX001": "the plan does not load",
@@ -42,6 +44,7 @@ RULES = {
     "KX103": "parameter not read by some stated tor versions",
     "KX104": "stage repeats the previous values",
     "KX105": "values tor cannot vote with",
+    "KX106": "compared values run alike on most kernels",
     "KX201": "stage too short for propagation and samples",
     "KX202": "switchback washout shorter than propagation",
     "KX301": "criterion on a metric no collector provides",
@@ -118,6 +121,7 @@ def lint_paths(paths: Sequence[str], now: dt.datetime | None = None) -> LintRepo
 
 def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
     _check_parameters(plan, out)
+    _check_kernel_ticks(plan, out)
     _check_criteria(plan, out)
     _check_stage_lengths(plan, out)
     _check_start(plan, out, now)
@@ -193,6 +197,62 @@ def _check_votable(plan: Plan, out: _Collector) -> None:
             own_vote_params(line)
         except VoteRejected as exc:
             out.add("KX105", path, str(exc))
+
+
+# KX106 warns when at least this share of relays runs two compared values at the same interval
+ALIKE_WARN_SHARE = 0.5
+_TICK_PARAMS = ("KISTSchedRunInterval",)
+
+
+def _compared_pairs(plan: Plan, name: str) -> list[tuple[str, int, int]]:
+    """(key, a, b) for each pair of values the plan compares for ``name``."""
+    def value(values) -> ParamValue | None:
+        return dict(values).get(name)
+
+    pairs = []
+    if plan.switchback is not None:
+        pairs.append(("switchback.treatment", value(plan.switchback.treatment), value(plan.switchback.control)))
+    else:
+        previous = value(plan.baseline.values)
+        for i, stage in enumerate(plan.stages):
+            current = stage.value_of(name)
+            pairs.append((f"stages[{i}].values", previous, current))
+            previous = current
+    return [(k, a, b) for k, a, b in pairs if isinstance(a, int) and isinstance(b, int) and a != b]
+
+
+def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
+    """KX106: tor's timer fires on the kernel tick, so nearby intervals can run identically
+    (kistexp.population.kernels; population.md §3.2)."""
+    names = [n for n in plan.parameters if n in _TICK_PARAMS]
+    if not names:
+        return
+    shares = kernels.tick_shares()
+    for name in names:
+        bounds = catalogue.get(name).bounds_in(plan.tor_versions)  # type: ignore[union-attr]
+        for key, a, b in _compared_pairs(plan, name):
+            if bounds:
+                a, b = bounds[-1].clamp(a), bounds[-1].clamp(b)
+            lo, hi = min(a, b), max(a, b)
+            alike = kernels.alike_share(lo, hi, shares)
+            if alike < ALIKE_WARN_SHARE:
+                continue
+            run = kernels.effective_interval_ms
+            same = [hz for hz in shares if run(lo, hz) == run(hi, hz)]
+            differ = [hz for hz in shares if hz not in same]
+            hints = []
+            for hz in sorted(same, key=lambda h: -shares[h]):
+                other = kernels.first_distinct(lo, hz)
+                if other is not None:
+                    hints.append(f"{lo} vs {other} ms on HZ={hz} ({run(lo, hz):.3g} vs "
+                                 f"{run(other, hz):.3g} ms)")
+            every = max((kernels.first_distinct(lo, hz) or 0) for hz in shares)
+            tellers = ", ".join(f"HZ={hz}" for hz in differ) or "no kernel"
+            out.add("KX106", f"{key}.{name}",
+                    f"{name} {lo} and {hi} ms run at the same interval on {alike:.0%} of relays "
+                    f"(kernels with HZ={', '.join(str(h) for h in same)} run both on the same tick multiple); only "
+                    f"{tellers} ({1 - alike:.0%}) can tell them apart. Pairs that differ: "
+                    + "; ".join(hints[:3]) + f"; {lo} vs {every} ms differs on every kernel", "warning")
 
 
 def _covers(entry: catalogue.ConsensusParam, plan: Plan) -> list[bool]:

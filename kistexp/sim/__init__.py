@@ -12,7 +12,12 @@ Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``Sim
                nic_rate_bytes_per_s=0.0 (0 = unlimited), sock_buf_factor=1.0 (KISTSockBufSizeFactor),
                pass_time_us=10.0 (duration of the libevent pass holding a run, §5.2's p),
                cell_cpu_us=1.56 (CPU time per received cell; a node's event loop is serial),
-               cell_send_cpu_us=0.62 (CPU time per cell a scheduler run moves; lengthens §5.2's p))
+               cell_send_cpu_us=0.62 (CPU time per cell a scheduler run moves; lengthens §5.2's p),
+               tor_version="0.4.9.11" (how apply() clamps consensus values, kistexp.params),
+               schedulers=() (tor's Schedulers order; () = scheduler + the default list after it),
+               flow_control=None|"vegas"|"sendme" (None = RunConfig.flow_control.kind; Vegas on a
+               circuit only if both ends support it and have cc_alg != 0),
+               torrc_overrides=() ("KISTSchedRunInterval", "CircuitPriorityHalflife": torrc wins))
     LinkConfig(rtt_ms=0.1, mss=1448 (LOOPBACK_MSS = 65483), initial_cwnd=10, loss_rate=0.0,
                send_buffer_bytes=0 (0 = Linux-like autotuning), send_buffer_max_bytes=4 MiB,
                rate_limited=True (≤ 16448 B per write call, §7.4))
@@ -36,6 +41,39 @@ Network (``kistexp.sim.network``)::
     net.change_interval(IntervalChange(time_s=5.0, node=n, interval_ms=2))
 
     result = run(net, RunConfig(...), progress=None) -> SimResult    # deterministic per seed
+
+Steppable run (``kistexp.sim.simulation``; ``run()`` is its one-call form, identical results)::
+
+    sim = Simulation(net, RunConfig(...))      # validates; refuses a network over memory_limit_bytes
+    sim.advance_to(t_s, progress=None)         # all events up to and including t_s; now_s <= t_s <= duration
+    sim.now_s; sim.duration_s
+    sim.apply(nodes, params: Mapping[str, int]) -> tuple[AppliedConsensus, ...]
+        # a new consensus at now_s for nodes (ids or names), through the scheduler hooks
+        # (scheduler.notify_networkstatus_changed -> kist/vanilla on_new_consensus,
+        # cmux_ewma.ewma_set_options, flowcontrol.fc_on_new_consensus: read by circuits built later);
+        # modelled: KISTSchedRunInterval, KISTSchedRunIntervalClient, CircuitPriorityHalflifeMsec,
+        # cc_alg, circwindow, cc_sendme_inc, cc_cwnd_*, cc_ss_max, cc_sscap_exit, cc_vegas_*_exit,
+        # cc_ewma_*; KISTSockBufSizeFactor (torrc option, float).  Absent modelled keys take tor's
+        # default; clamped per node tor_version; 0 before 0.4.8.2 switches to the next scheduler.
+        # AppliedConsensus(node, name, scheduler, values: dict, clamped: tuple[str, ...])
+    sim.node_scheduler(node) -> str; sim.node_interval_ms(node) -> int
+    sim.window(t0_s, t1_s) -> Window           # [t0, t1): bounds 0, sample times or advance_to times
+        Window: t0_s, t1_s, duration_s, node_names, node_roles, node_schedulers, labels,
+        node_counters[name][node] (scheduler_runs, socket_info_syscalls, kernel_writes, cells_sent,
+        cells_received, crypto_layers, digests, bytes_written), node_counts(node) (cost-model inputs),
+        node_peaks[peak_app_bytes|peak_kernel_bytes|peak_queued_bytes][node],
+        node_levels[app_bytes|kernel_bytes][sample, node], chan_src, chan_dst, chan_bytes[chan],
+        channel_throughput_bytes_per_s(chan), node_bytes_per_s(node), delay_hist[kind, label, bin],
+        delay_percentile_ms(kind, q, label), transfer_circuit / transfer_label /
+        transfer_response_bytes / transfer_start_s / transfer_ttfb_s / transfer_ttlb_s
+        (transfers whose last byte arrived in the window)
+    sim.result() -> SimResult
+
+Metric vocabulary (``kistexp.sim.vocabulary``)::
+
+    window_samples(window, quiet_labels=("interactive", "quiet"), delay_samples=1000,
+                   model=DEFAULT_COST_MODEL) -> dict[metric name, np.ndarray]
+    relay_values(window, model=DEFAULT_COST_MODEL) -> dict[metric name, dict[node name, float]]
 
 A transfer is a stream: the request goes client -> exit, then the response exit -> client; each is
 sent as DATA cells of 498 B payload.  A circuit's path starts at the client and ends at the exit;
@@ -92,8 +130,12 @@ from kistexp.sim.config import (  # noqa: E402
 )
 from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run  # noqa: E402
 from kistexp.sim.result import SimResult  # noqa: E402
+from kistexp.sim.simulation import AppliedConsensus, Simulation, Window  # noqa: E402
 
 __all__ = [
+    "AppliedConsensus",
+    "Simulation",
+    "Window",
     "DEFAULT_MSS",
     "LOOPBACK_MSS",
     "EwmaConfig",

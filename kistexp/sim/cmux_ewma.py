@@ -66,7 +66,7 @@ def ewma_activate(S, q):
     ref = S.ci[L.CI_REF_TICK, c]
     d = ref - S.qi[L.QI_LAST_TICK, q]
     if d != 0:
-        S.qf[L.QF_COUNT, q] *= math.exp(S.pf[L.PF_LN_F] * d)
+        S.qf[L.QF_COUNT, q] *= math.exp(S.nf[L.NF_LN_F, S.ci[L.CI_NODE, c]] * d)
     S.qi[L.QI_LAST_TICK, q] = ref
     _cmux_push(S, c, q)
 
@@ -81,7 +81,7 @@ def ewma_deactivate(S, q):
 def ewma_notify_xmit(S, c, q, t):
     """Charge one transmitted cell to the head circuit ``q`` of chan ``c`` (§11.6 steps 1-4)."""
     node = S.ci[L.CI_NODE, c]
-    ln_f = S.pf[L.PF_LN_F]
+    ln_f = S.nf[L.NF_LN_F, node]
     if S.ni[L.NI_XMIT_T, node] != t:
         # the tick and the increment only change with the clock: compute once per instant
         tick, frac = current_tick(S, node, t)
@@ -100,6 +100,19 @@ def ewma_notify_xmit(S, c, q, t):
     # pop the head (it is q) and push it back at its new place
     _cmux_remove_at(S, c, 0)
     _cmux_push(S, c, q)
+
+
+def ln_scale_factor(halflife_ms: int, tick_s: int) -> float:
+    """ln F, F = 0.5 ** (T / H) (§11.3); computed from F while F is a normal double."""
+    f = 0.5 ** (tick_s * 1000.0 / halflife_ms)
+    return math.log(f) if f > 1e-300 else math.log(0.5) * tick_s * 1000.0 / halflife_ms
+
+
+@njit(cache=True)
+def ewma_set_options(S, node, ln_f):
+    """``cmux_ewma_set_options`` (§11.2): a new consensus sets the node's scale factor.  Counts are
+    kept; the lazy rescaling (§11.6) applies the new factor from here on, as tor's does."""
+    S.nf[L.NF_LN_F, node] = ln_f
 
 
 @njit(cache=True, _nrt=False, inline="always")

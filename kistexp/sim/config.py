@@ -11,11 +11,20 @@ import math
 import attrs
 
 from kistexp.errors import SimConfigError
+from kistexp.params import TorVersion
 from kistexp.sim.costmodel import DEFAULT_COST_MODEL
 
 ROLES = ("client", "guard", "middle", "exit", "relay")
 SCHEDULERS = ("kist", "kistlite", "vanilla")
 FLOW_CONTROL_KINDS = ("sendme", "vegas")
+#: tor's ``Schedulers`` default, §3
+DEFAULT_SCHEDULERS = ("kist", "kistlite", "vanilla")
+#: the tor version a node runs unless told otherwise (Debian's tor here)
+DEFAULT_TOR_VERSION = "0.4.9.11"
+#: torrc options whose setting makes tor ignore a consensus parameter (kistexp.params'
+#: ``torrc_override``): KISTSchedRunInterval (both KIST parameters, §5.1) and
+#: CircuitPriorityHalflife (CircuitPriorityHalflifeMsec, §11.2)
+TORRC_OVERRIDES = ("KISTSchedRunInterval", "CircuitPriorityHalflife")
 
 #: §5.1: consensus bounds are 2..100; a torrc ``KISTSchedRunInterval 1`` is also accepted.
 KIST_INTERVAL_MIN_MS = 1
@@ -67,6 +76,16 @@ class NodeConfig:
     per-cell figures (``CostModel.relay_cell_receive_ns``, about 1.56 us, and
     ``CostModel.cell_send_ns``, about 0.62 us).
     ``nic_rate_bytes_per_s`` = 0 means an unlimited NIC.
+
+    ``tor_version`` decides how consensus parameters handed to the node at run time
+    (``Simulation.apply``) are clamped (``kistexp.params``).  ``schedulers`` is tor's ``Schedulers``
+    option (§3, priority order); empty means ``scheduler`` followed by the entries of tor's default
+    list after it (``kist`` -> KIST, KISTLite, Vanilla).  ``scheduler`` is the one running at the
+    start and must be the list's first entry.  ``flow_control`` is the node's congestion-control
+    support ("vegas" or "sendme"; None = the run's ``FlowControlConfig.kind``): a circuit uses Vegas
+    only if both its ends support it and both have ``cc_alg`` != 0.  ``torrc_overrides`` names the
+    torrc options set on this node (``KISTSchedRunInterval``, ``CircuitPriorityHalflife``): the
+    matching consensus parameters are then ignored, as tor does.
     """
 
     role: str = "relay"
@@ -78,6 +97,21 @@ class NodeConfig:
     pass_time_us: float = 10.0
     cell_cpu_us: float = DEFAULT_COST_MODEL.relay_cell_receive_ns / 1000.0
     cell_send_cpu_us: float = DEFAULT_COST_MODEL.cell_send_ns / 1000.0
+    tor_version: str = DEFAULT_TOR_VERSION
+    schedulers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    flow_control: str | None = None
+    torrc_overrides: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    @property
+    def scheduler_list(self) -> tuple[str, ...]:
+        """The node's ``Schedulers`` option, in tor's priority order."""
+        if self.schedulers:
+            return self.schedulers
+        return DEFAULT_SCHEDULERS[DEFAULT_SCHEDULERS.index(self.scheduler):]
+
+    @property
+    def version(self) -> TorVersion:
+        return TorVersion.parse(self.tor_version)
 
     def validate(self, where: str = "node") -> None:
         if self.role not in ROLES:
@@ -94,6 +128,24 @@ class NodeConfig:
         _finite(where, "pass_time_us", self.pass_time_us, minimum=0.0, strict=True)
         _finite(where, "cell_cpu_us", self.cell_cpu_us)
         _finite(where, "cell_send_cpu_us", self.cell_send_cpu_us)
+        try:
+            TorVersion.parse(self.tor_version)
+        except ValueError as e:
+            _fail(where, "tor_version", self.tor_version, str(e))
+        for s in self.schedulers:
+            if s not in SCHEDULERS:
+                _fail(where, "schedulers", self.schedulers, f"unknown scheduler {s!r} (one of {', '.join(SCHEDULERS)})")
+        if len(set(self.schedulers)) != len(self.schedulers):
+            _fail(where, "schedulers", self.schedulers, "lists a scheduler twice")
+        if self.schedulers and self.schedulers[0] != self.scheduler:
+            _fail(where, "schedulers", self.schedulers, f"must start with the running scheduler {self.scheduler!r}")
+        if self.flow_control is not None and self.flow_control not in FLOW_CONTROL_KINDS:
+            _fail(where, "flow_control", self.flow_control, "unknown flow control (sendme, vegas or None)")
+        for o in self.torrc_overrides:
+            if o not in TORRC_OVERRIDES:
+                _fail(where, "torrc_overrides", self.torrc_overrides,
+                      f"{o!r} is not a torrc option that overrides a consensus parameter "
+                      f"(one of {', '.join(TORRC_OVERRIDES)})")
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ from kistexp.sim.events import (
     prefetch_row,
     record_delay,
 )
+from kistexp.sim.kist import kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kernel
 
@@ -235,8 +236,20 @@ def on_write_ready(S, c, t):
 def _start_transfer(S, tr, t):
     s = 2 * tr
     cd = S.si[s, L.SI_CD]
+    if S.di[L.DI_BUILT, cd] == 0:
+        fc.circuit_build(S, cd // 2)
     _ready_add(S, cd, s)
     package(S, cd, t)
+
+
+#: (series, node field) pairs sampled into ``S.ser_node`` (the peaks since the previous sample last)
+SAMPLED_NODE_FIELDS = (
+    (L.NS_RUNS, L.NI_RUNS), (L.NS_SYSCALLS, L.NI_SYSCALLS), (L.NS_CELLS_SENT, L.NI_CELLS_SENT),
+    (L.NS_WRITES, L.NI_WRITES), (L.NS_APP_BYTES, L.NI_APP_BYTES), (L.NS_KERN_BYTES, L.NI_KERN_BYTES),
+    (L.NS_CELLS_RECV, L.NI_CELLS_RECV), (L.NS_CRYPTO, L.NI_CRYPTO), (L.NS_DIGESTS, L.NI_DIGESTS),
+    (L.NS_BYTES_WRITTEN, L.NI_BYTES_WRITTEN), (L.NS_PEAK_APP, L.NI_WPEAK_APP),
+    (L.NS_PEAK_KERN, L.NI_WPEAK_KERN), (L.NS_PEAK_TOTAL, L.NI_WPEAK_TOTAL),
+)
 
 
 @njit(cache=True, _nrt=False)
@@ -247,12 +260,17 @@ def _sample(S):
     for c in range(S.ci.shape[1]):
         S.ser_chan[i, c] = S.ci[L.CI_BYTES_SENT, c]
     for n in range(S.ni.shape[1]):
-        S.ser_node[L.NS_RUNS, i, n] = S.ni[L.NI_RUNS, n]
-        S.ser_node[L.NS_SYSCALLS, i, n] = S.ni[L.NI_SYSCALLS, n]
-        S.ser_node[L.NS_CELLS_SENT, i, n] = S.ni[L.NI_CELLS_SENT, n]
-        S.ser_node[L.NS_WRITES, i, n] = S.ni[L.NI_WRITES, n]
-        S.ser_node[L.NS_APP_BYTES, i, n] = S.ni[L.NI_APP_BYTES, n]
-        S.ser_node[L.NS_KERN_BYTES, i, n] = S.ni[L.NI_KERN_BYTES, n]
+        for f, src in SAMPLED_NODE_FIELDS:
+            S.ser_node[f, i, n] = S.ni[src, n]
+        # the peaks since the previous sample; the next interval starts from the present level
+        for j in range(3):
+            S.ni[L.NI_WPEAK_APP + j, n] = 0
+        _track_peaks(S, n)
+    h = S.hist
+    for k in range(h.shape[0]):
+        for lbl in range(h.shape[1]):
+            for b in range(h.shape[2]):
+                S.ser_hist[i, k, lbl, b] = h[k, lbl, b]
     S.g[L.G_SAMPLE] = i + 1
 
 
@@ -321,7 +339,7 @@ def _run_kernel(S):
                 ev_push(S, t + g[L.G_SAMPLE_NS], L.EV_SAMPLE, 0, 0, 0)
         elif kind == L.EV_INTERVAL:
             # §5.1: the new interval is read at the next schedule(); an armed timer keeps its deadline
-            S.ni[L.NI_INTERVAL_MS, a] = b
+            kist_on_new_consensus(S, a, b)
             i = g[L.G_NEXT_CHG]
             g[L.G_NEXT_CHG] = i + 1
             if i + 1 < S.chg.shape[1]:

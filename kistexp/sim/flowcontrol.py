@@ -10,6 +10,12 @@ cwnd on each SENDME (slow start on every SENDME, steady state once per ``CWND_UP
 Stream windows are not used (XON/XOFF never triggers: the edge applications read at once).
 
 SENDMEs are ordinary cells that go through the schedulers (§15 rule 9); the engine queues them.
+
+Parameters are per circuit: each node holds the congestion-control values of its latest
+consensus (``S.ncc``, set by ``fc_on_new_consensus``), and a circuit copies them when it is built
+(``circuit_build``, at its first stream), as tor reads them per new circuit.  Each direction uses
+the parameters of the edge that sends its data; a circuit uses Vegas only if both edges support
+congestion control and have ``cc_alg`` != 0 (§13.2 negotiation).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ EMIT_STREAM = 2
 @njit(cache=True, _nrt=False, inline="always")
 def circ_window(S, cd):
     """Cells the circuit-direction may still package."""
-    if S.g[L.G_FC_KIND] == FC_SENDME:
+    if S.di[L.DI_FC, cd] == FC_SENDME:
         return S.di[L.DI_PKG_WIN, cd]
     w = S.di[L.DI_CWND, cd] - S.di[L.DI_INFLIGHT, cd]
     return w if w > 0 else 0
@@ -37,14 +43,14 @@ def circ_window(S, cd):
 @njit(cache=True, _nrt=False, inline="always")
 def unacked(S, cd):
     """DATA cells packaged and not yet acknowledged by a SENDME: what the window bounds."""
-    if S.g[L.G_FC_KIND] == FC_SENDME:
-        return S.pi[L.P_CIRCWINDOW] - S.di[L.DI_PKG_WIN, cd]
+    if S.di[L.DI_FC, cd] == FC_SENDME:
+        return S.dcc[cd, L.C_CIRCWINDOW] - S.di[L.DI_PKG_WIN, cd]
     return S.di[L.DI_INFLIGHT, cd]
 
 
 @njit(cache=True, _nrt=False, inline="always")
 def stream_window(S, s):
-    if S.g[L.G_FC_KIND] == FC_SENDME:
+    if S.di[L.DI_FC, S.si[s, L.SI_CD]] == FC_SENDME:
         return S.si[s, L.SI_PKG_WIN]
     return 1 << 40
 
@@ -52,12 +58,12 @@ def stream_window(S, s):
 @njit(cache=True, _nrt=False)
 def on_package(S, cd, s, t):
     """A DATA cell was packaged at the source edge."""
-    if S.g[L.G_FC_KIND] == FC_SENDME:
+    if S.di[L.DI_FC, cd] == FC_SENDME:
         S.di[L.DI_PKG_WIN, cd] -= 1
         S.si[s, L.SI_PKG_WIN] -= 1
     else:
         infl = S.di[L.DI_INFLIGHT, cd]
-        if (infl + 1) % S.pi[L.P_SENDME_INC] == 0:
+        if (infl + 1) % S.dcc[cd, L.C_SENDME_INC] == 0:
             cap = S.ts.shape[1]
             n = S.di[L.DI_TS_N, cd]
             if n < cap:
@@ -70,9 +76,9 @@ def on_package(S, cd, s, t):
 def on_deliver(S, cd, s):
     """A DATA cell reached the sink edge; returns the SENDMEs to emit (EMIT_* bit mask)."""
     emit = 0
-    if S.g[L.G_FC_KIND] == FC_SENDME:
+    if S.di[L.DI_FC, cd] == FC_SENDME:
         w = S.di[L.DI_DELIV_WIN, cd] - 1
-        if w <= S.pi[L.P_CIRCWINDOW] - S.pi[L.P_CIRC_INC]:
+        if w <= S.dcc[cd, L.C_CIRCWINDOW] - S.pi[L.P_CIRC_INC]:
             w += S.pi[L.P_CIRC_INC]
             emit |= EMIT_CIRC
         S.di[L.DI_DELIV_WIN, cd] = w
@@ -83,7 +89,7 @@ def on_deliver(S, cd, s):
         S.si[s, L.SI_DELIV_WIN] = sw
     else:
         r = S.di[L.DI_RECV, cd] + 1
-        if r >= S.pi[L.P_SENDME_INC]:
+        if r >= S.dcc[cd, L.C_SENDME_INC]:
             r = 0
             emit |= EMIT_CIRC
         S.di[L.DI_RECV, cd] = r
@@ -94,7 +100,7 @@ def on_deliver(S, cd, s):
 def on_sendme(S, cd, kind, s, t):
     """A SENDME for data direction ``cd`` reached the source edge."""
     S.di[L.DI_SENDMES_RECV, cd] += 1
-    if S.g[L.G_FC_KIND] == FC_SENDME:
+    if S.di[L.DI_FC, cd] == FC_SENDME:
         if kind == L.K_SENDME_CIRC:
             S.di[L.DI_PKG_WIN, cd] += S.pi[L.P_CIRC_INC]
         else:
@@ -104,22 +110,22 @@ def on_sendme(S, cd, kind, s, t):
 
 
 @njit(cache=True, _nrt=False, inline="always")
-def _update_rate(S, cwnd, ss):
+def _update_rate(S, cd, cwnd, ss):
     if ss:
         return 1
-    r = S.pi[L.P_CWND_INC_RATE] * S.pi[L.P_SENDME_INC]
+    r = S.dcc[cd, L.C_CWND_INC_RATE] * S.dcc[cd, L.C_SENDME_INC]
     return (cwnd + r // 2) // r
 
 
 @njit(cache=True, _nrt=False)
 def vegas_process_sendme(S, cd, t):
     """``congestion_control_vegas_process_sendme``, in the order of §13.2 steps 1-8."""
-    P = S.pi
-    inc = P[L.P_SENDME_INC]
+    P = S.dcc
+    inc = P[cd, L.C_SENDME_INC]
     cwnd = S.di[L.DI_CWND, cd]
     ss = S.di[L.DI_SS, cd] == 1
     inflight = S.di[L.DI_INFLIGHT, cd]
-    rate = _update_rate(S, cwnd, ss)
+    rate = _update_rate(S, cd, cwnd, ss)
     # 1. event counters
     if S.di[L.DI_NEXT_CC, cd] > 0:
         S.di[L.DI_NEXT_CC, cd] -= 1
@@ -135,9 +141,9 @@ def vegas_process_sendme(S, cd, t):
         rtt = float(t - sent)
         if rtt > 0:
             if ss:
-                n = P[L.P_EWMA_SS]
+                n = P[cd, L.C_EWMA_SS]
             else:
-                n = min(rate * P[L.P_EWMA_CWND_PCT] // 100, P[L.P_EWMA_MAX])
+                n = min(rate * P[cd, L.C_EWMA_CWND_PCT] // 100, P[cd, L.C_EWMA_MAX])
             n = max(n, 2)
             ewma = S.df[L.DF_EWMA_RTT, cd]
             ewma = rtt if ewma == 0.0 else (2.0 * rtt + (n - 1) * ewma) / (n + 1)
@@ -145,7 +151,7 @@ def vegas_process_sendme(S, cd, t):
             mn = S.df[L.DF_MIN_RTT, cd]
             if mn == 0.0 or ewma < mn:
                 mn = ewma
-            elif cwnd == P[L.P_CWND_MIN] and not ss:
+            elif cwnd == P[cd, L.C_CWND_MIN] and not ss:
                 mn = max(ewma, mn)  # cc_rtt_reset_pct = 100
             S.df[L.DF_MIN_RTT, cd] = mn
     ewma = S.df[L.DF_EWMA_RTT, cd]
@@ -160,44 +166,86 @@ def vegas_process_sendme(S, cd, t):
     # 4. local queue toward the channel at or above cellq_high
     blocked = S.di[L.DI_BLOCKED, cd] == 1
     # 5. cwnd_full
-    if inflight + P[L.P_FULL_GAP] * inc >= cwnd:
+    if inflight + P[cd, L.C_FULL_GAP] * inc >= cwnd:
         S.di[L.DI_CWND_FULL, cd] = 1
-    elif 100 * inflight < P[L.P_FULL_MINPCT] * cwnd:
-        if P[L.P_FULL_PER_CWND] == 0 or S.di[L.DI_NEXT_CWND, cd] == 0:
+    elif 100 * inflight < P[cd, L.C_FULL_MINPCT] * cwnd:
+        if P[cd, L.C_FULL_PER_CWND] == 0 or S.di[L.DI_NEXT_CWND, cd] == 0:
             S.di[L.DI_CWND_FULL, cd] = 0
     if S.di[L.DI_NEXT_CWND, cd] == 0:
         S.di[L.DI_NEXT_CWND, cd] = max((cwnd + inc // 2) // inc, 1)
     full = S.di[L.DI_CWND_FULL, cd] == 1
     if ss:
         # 6. slow start, on every SENDME
-        if queue_use < P[L.P_GAMMA] and not blocked:
+        if queue_use < P[cd, L.C_GAMMA] and not blocked:
             if full:
-                if cwnd <= P[L.P_SSCAP]:
-                    step = (P[L.P_CWND_INC_PCT_SS] * inc + 50) // 100
+                if cwnd <= P[cd, L.C_SSCAP]:
+                    step = (P[cd, L.C_CWND_INC_PCT_SS] * inc + 50) // 100
                 else:
-                    step = max(1, (inc * P[L.P_SSCAP] + cwnd) // (2 * cwnd))
+                    step = max(1, (inc * P[cd, L.C_SSCAP] + cwnd) // (2 * cwnd))
                 cwnd += step
                 per_cwnd = max((cwnd + inc // 2) // inc, 1)
-                if step * per_cwnd <= P[L.P_CWND_INC] * P[L.P_CWND_INC_RATE]:
+                if step * per_cwnd <= P[cd, L.C_CWND_INC] * P[cd, L.C_CWND_INC_RATE]:
                     ss = False
         else:
-            cwnd = bdp + P[L.P_GAMMA]
+            cwnd = bdp + P[cd, L.C_GAMMA]
             ss = False
-        if cwnd >= P[L.P_SS_MAX]:
-            cwnd = P[L.P_SS_MAX]
+        if cwnd >= P[cd, L.C_SS_MAX]:
+            cwnd = P[cd, L.C_SS_MAX]
             ss = False
     elif S.di[L.DI_NEXT_CC, cd] == 0:
         # 7. steady state, once every CWND_UPDATE_RATE SENDMEs
-        if queue_use > P[L.P_DELTA]:
-            cwnd = bdp + P[L.P_DELTA] - P[L.P_CWND_INC]
-        elif queue_use > P[L.P_BETA] or blocked:
-            cwnd -= P[L.P_CWND_INC]
-        elif full and queue_use < P[L.P_ALPHA]:
-            cwnd += P[L.P_CWND_INC]
-    cwnd = max(cwnd, P[L.P_CWND_MIN])
+        if queue_use > P[cd, L.C_DELTA]:
+            cwnd = bdp + P[cd, L.C_DELTA] - P[cd, L.C_CWND_INC]
+        elif queue_use > P[cd, L.C_BETA] or blocked:
+            cwnd -= P[cd, L.C_CWND_INC]
+        elif full and queue_use < P[cd, L.C_ALPHA]:
+            cwnd += P[cd, L.C_CWND_INC]
+    cwnd = max(cwnd, P[cd, L.C_CWND_MIN])
     if S.di[L.DI_NEXT_CC, cd] == 0:
-        S.di[L.DI_NEXT_CC, cd] = _update_rate(S, cwnd, ss)
+        S.di[L.DI_NEXT_CC, cd] = _update_rate(S, cd, cwnd, ss)
     S.di[L.DI_CWND, cd] = cwnd
     S.di[L.DI_SS, cd] = 1 if ss else 0
     # 8.
     S.di[L.DI_INFLIGHT, cd] = max(inflight - inc, 0)
+
+
+@njit(cache=True, _nrt=False)
+def circuit_build(S, circ):
+    """A circuit is built (its first stream starts): both directions take their edges' parameters."""
+    fwd = 2 * circ
+    a = S.di[L.DI_SRC_NODE, fwd]
+    b = S.di[L.DI_SINK_NODE, fwd]
+    vegas = (S.ni[L.NI_FC, a] == FC_VEGAS and S.ni[L.NI_FC, b] == FC_VEGAS
+             and S.ncc[a, L.C_CC_ALG] != 0 and S.ncc[b, L.C_CC_ALG] != 0)
+    for cd in (fwd, fwd + 1):
+        src = S.di[L.DI_SRC_NODE, cd]
+        for f in range(L.N_CC):
+            S.dcc[cd, f] = S.ncc[src, f]
+        S.di[L.DI_BUILT, cd] = 1
+        S.di[L.DI_FC, cd] = FC_VEGAS if vegas else FC_SENDME
+        w = S.dcc[cd, L.C_CIRCWINDOW]
+        S.di[L.DI_PKG_WIN, cd] = w
+        S.di[L.DI_DELIV_WIN, cd] = w
+        cwnd = S.dcc[cd, L.C_CWND_INIT]
+        inc = S.dcc[cd, L.C_SENDME_INC]
+        S.di[L.DI_CWND, cd] = cwnd
+        S.di[L.DI_SS, cd] = 1
+        S.di[L.DI_NEXT_CC, cd] = 1
+        S.di[L.DI_NEXT_CWND, cd] = (cwnd + inc // 2) // inc
+
+
+@njit(cache=True)
+def fc_on_new_consensus(S, node, values):
+    """A new consensus reaches ``node``: the values (``L.C_*`` order) apply to circuits built later."""
+    for f in range(L.N_CC):
+        S.ncc[node, f] = values[f]
+
+
+def cc_alg_in_use(cc_alg: int) -> int:
+    """§13.2: only 0 (fixed SENDME windows) and 2 (Vegas) are accepted; other values become 2."""
+    return 0 if cc_alg == 0 else 2
+
+
+def timestamp_capacity(sendme_inc: int, ss_max: int) -> int:
+    """Send timestamps a Vegas direction can have outstanding: at most ss_max cells in flight."""
+    return (2 * ss_max) // sendme_inc + 8

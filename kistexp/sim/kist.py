@@ -164,3 +164,18 @@ def kist_schedule(S, node, t, after_run):
             fire += deadline - (fire // j) * j
     S.ni[L.NI_TIMER_AT, node] = fire
     ev_push(S, fire, L.EV_SCHED, node, gen, 0)
+
+
+@njit(cache=True, _nrt=False)
+def kist_on_new_consensus(S, node, interval_ms):
+    """``kist_scheduler_on_new_consensus`` -> ``set_scheduler_run_interval`` (§5.1): the interval is
+    read at the next ``schedule()``; an armed timer keeps its deadline.  KIST and KISTLite share it
+    (one scheduler object with a lite flag, §3).  0 is possible before 0.4.8.2: KIST is then
+    unusable (``scheduler_can_use_kist``) and KISTLite runs in every pass (``diff >= 0``)."""
+    S.ni[L.NI_INTERVAL_MS, node] = interval_ms
+
+
+@njit(cache=True, _nrt=False)
+def kist_on_new_options(S, node, sock_buf_factor):
+    """``kist_scheduler_on_new_options``: ``KISTSockBufSizeFactor`` is read for the next limits (§6)."""
+    S.nf[L.NF_FACTOR, node] = sock_buf_factor

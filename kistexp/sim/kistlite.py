@@ -1,7 +1,8 @@
 """KISTLite (§8): KIST without kernel syscalls; its per-channel limit comes from the outbuf room.
 
 The run loop, timer, outbuf policy and EWMA priority are KIST's (``kist.py`` runs it with the
-lite flag); only the limit differs, computed here.
+lite flag); only the limit differs, computed here.  So does its consensus hook: tor's KISTLite is
+the KIST scheduler object in lite mode (§3), whose ``on_new_consensus`` is ``kist.kist_on_new_consensus``.
 """
 
 from __future__ import annotations

@@ -91,14 +91,22 @@ N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", 
                "P_EWMA_CWND_PCT", "P_EWMA_MAX", "P_EWMA_SS", "P_EWMA_TICK_MS", "P_QCAP", "P_TS_CAP")
 N_PF = _fields("PF_EWMA_F", "PF_LN_F")
 
-# nodes
+# nodes (NI_PEAK_APP/KERN/TOTAL and NI_WPEAK_APP/KERN/TOTAL must stay consecutive: tcp._track_peaks)
 N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEAP_BASE", "NI_HEAP_N",
                "NI_TIMER_GEN", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
                "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
                "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
-               "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS")
-N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC")
+               "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS",
+               "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL")
+N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC", "NF_LN_F")
+
+# congestion-control parameters (consensus values a node holds, ``S.ncc[node]``; copied to the
+# two directions of a circuit when it is built, ``S.dcc[cd]``, §13)
+N_CC = _fields("C_CC_ALG", "C_CIRCWINDOW", "C_SENDME_INC", "C_CWND_INIT", "C_CWND_MIN", "C_CWND_INC",
+               "C_CWND_INC_PCT_SS", "C_CWND_INC_RATE", "C_SS_MAX", "C_SSCAP", "C_ALPHA", "C_BETA", "C_GAMMA",
+               "C_DELTA", "C_FULL_GAP", "C_FULL_MINPCT", "C_FULL_PER_CWND", "C_EWMA_CWND_PCT", "C_EWMA_MAX",
+               "C_EWMA_SS")
 
 # chans: the sending side of one direction of a channel (one tor channel object + its socket)
 N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", "CI_CMUX_N",
@@ -121,7 +129,7 @@ N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", 
                "DI_PKG_WIN", "DI_DELIV_WIN", "DI_BLOCKED", "DI_READY_HEAD", "DI_READY_TAIL",
                "DI_RECV", "DI_INFLIGHT", "DI_SS", "DI_CWND_FULL", "DI_NEXT_CC", "DI_NEXT_CWND",
                "DI_TS_HEAD", "DI_TS_N", "DI_RESUME_EV", "DI_CWND", "DI_HOPS", "DI_MAX_INFLIGHT",
-               "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED")
+               "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED", "DI_FC", "DI_BUILT")
 N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
 
 # streams (s = 2 * transfer + dir)
@@ -142,7 +150,10 @@ N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
 N_CS = _fields("CS_APP_NS", "CS_KERN_NS", "CS_APP_N", "CS_KERN_N")
 
 # node series (cumulative, sampled)
-N_NS = _fields("NS_RUNS", "NS_SYSCALLS", "NS_CELLS_SENT", "NS_WRITES", "NS_APP_BYTES", "NS_KERN_BYTES")
+# (NS_PEAK_*: the peak since the previous sample)
+N_NS = _fields("NS_RUNS", "NS_SYSCALLS", "NS_CELLS_SENT", "NS_WRITES", "NS_APP_BYTES", "NS_KERN_BYTES",
+               "NS_CELLS_RECV", "NS_CRYPTO", "NS_DIGESTS", "NS_BYTES_WRITTEN", "NS_PEAK_APP", "NS_PEAK_KERN",
+               "NS_PEAK_TOTAL")
 
 # delay histograms: log-spaced bins from 1 us, HIST_PER_DECADE bins per decade, 8 decades
 HIST_PER_DECADE = 40
@@ -152,7 +163,8 @@ State = namedtuple(
     "State",
     ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
      "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
-     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq", "kq", "kqgrow", "free"],
+     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq", "kq", "kqgrow", "free",
+     "ncc", "dcc", "ser_hist"],
 )
 
 

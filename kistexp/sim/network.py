@@ -10,15 +10,16 @@ arrays and drives the compiled event loop (``engine.run_kernel``).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
 
+from kistexp import params
 from kistexp.errors import SimConfigError
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
+from kistexp.sim.cmux_ewma import ln_scale_factor
 from kistexp.sim.config import KIST_INTERVAL_MAX_MS, KIST_INTERVAL_MIN_MS, LinkConfig, NodeConfig, RunConfig
 from kistexp.sim.result import SimResult
 
@@ -199,6 +200,36 @@ def _cells(nbytes: np.ndarray) -> np.ndarray:
     return np.maximum(1, (nbytes + L.RELAY_PAYLOAD - 1) // L.RELAY_PAYLOAD)
 
 
+#: consensus name of each congestion-control parameter -> (field of ``S.ncc``, FlowControlConfig attribute)
+CC_PARAMS = {
+    "cc_alg": (L.C_CC_ALG, None),
+    "circwindow": (L.C_CIRCWINDOW, "circwindow"),
+    "cc_sendme_inc": (L.C_SENDME_INC, "sendme_inc"),
+    "cc_cwnd_init": (L.C_CWND_INIT, "cwnd_init"),
+    "cc_cwnd_min": (L.C_CWND_MIN, "cwnd_min"),
+    "cc_cwnd_inc": (L.C_CWND_INC, "cwnd_inc"),
+    "cc_cwnd_inc_pct_ss": (L.C_CWND_INC_PCT_SS, "cwnd_inc_pct_ss"),
+    "cc_cwnd_inc_rate": (L.C_CWND_INC_RATE, "cwnd_inc_rate"),
+    "cc_ss_max": (L.C_SS_MAX, "ss_max"),
+    "cc_sscap_exit": (L.C_SSCAP, "sscap"),
+    "cc_vegas_alpha_exit": (L.C_ALPHA, "vegas_alpha"),
+    "cc_vegas_beta_exit": (L.C_BETA, "vegas_beta"),
+    "cc_vegas_gamma_exit": (L.C_GAMMA, "vegas_gamma"),
+    "cc_vegas_delta_exit": (L.C_DELTA, "vegas_delta"),
+    "cc_cwnd_full_gap": (L.C_FULL_GAP, "cwnd_full_gap"),
+    "cc_cwnd_full_minpct": (L.C_FULL_MINPCT, "cwnd_full_minpct"),
+    "cc_cwnd_full_per_cwnd": (L.C_FULL_PER_CWND, "cwnd_full_per_cwnd"),
+    "cc_ewma_cwnd_pct": (L.C_EWMA_CWND_PCT, "ewma_cwnd_pct"),
+    "cc_ewma_max": (L.C_EWMA_MAX, "ewma_max"),
+    "cc_ewma_ss": (L.C_EWMA_SS, "ewma_ss"),
+}
+
+
+def cc_values(fcc) -> dict[int, int]:
+    """The run's FlowControlConfig as ``S.ncc`` fields."""
+    return {field: getattr(fcc, attr) for field, attr in CC_PARAMS.values() if attr is not None}
+
+
 def _build(net: Network, rc: RunConfig):
     """Compile the description into the array state (``layout.State``)."""
     fcc = rc.flow_control
@@ -225,6 +256,13 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_EWMA_START_MS, i] = -int(rng.integers(0, rc.ewma.tick_s * 1000)) * L.MS
         nf[L.NF_NIC_RATE, i] = float(n.nic_rate_bytes_per_s or 0.0)
         nf[L.NF_FACTOR, i] = n.sock_buf_factor
+        nf[L.NF_LN_F, i] = ln_scale_factor(rc.ewma.halflife_ms, rc.ewma.tick_s)
+        ni[L.NI_FC, i] = fc.FC_VEGAS if (n.flow_control or fcc.kind) == "vegas" else fc.FC_SENDME
+    # every node starts with the run's congestion-control values (cc_alg: the compiled default)
+    ncc = np.zeros((max(n_nodes, 1), L.N_CC), np.int64)
+    ncc[:, L.C_CC_ALG] = params.get("cc_alg").current.default
+    for field, val in cc_values(fcc).items():
+        ncc[:, field] = val
 
     ci = np.zeros((L.N_CI, n_chan), np.int64)
     cf = np.zeros((L.N_CF, n_chan), np.float64)
@@ -353,12 +391,10 @@ def _build(net: Network, rc: RunConfig):
                      ("P_EWMA_MAX", fcc.ewma_max), ("P_EWMA_SS", fcc.ewma_ss),
                      ("P_EWMA_TICK_MS", rc.ewma.tick_s * 1000), ("P_QCAP", 2500)):
         pi[getattr(L, key)] = val
-    vegas = fcc.kind == "vegas"
-    ts_cap = (2 * fcc.ss_max) // fcc.sendme_inc + 8 if vegas else 1
+    vegas = bool(n_nodes) and bool((ni[L.NI_FC] == fc.FC_VEGAS).any())
+    ts_cap = fc.timestamp_capacity(fcc.sendme_inc, fcc.ss_max) if vegas else 1
     pi[L.P_TS_CAP] = ts_cap
     pf = np.zeros(L.N_PF, np.float64)
-    pf[L.PF_EWMA_F] = rc.ewma.scale_factor
-    pf[L.PF_LN_F] = math.log(rc.ewma.scale_factor)
 
     n_samples = int(math.floor(rc.duration_s / rc.sample_interval_s + 1e-9)) + 1
     max_flight_cells = max_sndbuf // L.CELL_SIZE + 1
@@ -371,7 +407,8 @@ def _build(net: Network, rc: RunConfig):
     # what the run-time arrays will take, checked before allocating them
     planned = 4 * cell_cap + 8 * (cell_cap * L.N_KI + 2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
-                   + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0))
+                   + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
+                   + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
     described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order))
     if planned + described > rc.memory_limit_bytes:
         raise SimConfigError(
@@ -386,7 +423,6 @@ def _build(net: Network, rc: RunConfig):
     g[L.G_NSAMPLES] = n_samples
     g[L.G_CELL_RESERVE] = cell_reserve
     g[L.G_EV_RESERVE] = ev_reserve
-    g[L.G_FC_KIND] = fc.FC_VEGAS if vegas else fc.FC_SENDME
     if rc.trace_chan >= n_chan:
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
@@ -415,6 +451,8 @@ def _build(net: Network, rc: RunConfig):
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
         nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(2 * kq_len + 1024, np.int32),
         kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
+        ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
+        ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
                 t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
@@ -483,35 +521,13 @@ def run(network: Network, run_config: RunConfig | None = None,
         progress: Callable[[float], None] | None = None) -> SimResult:
     """Simulate ``network`` for ``run_config.duration_s``; deterministic for a given seed.
 
-    ``progress``, if given, is called with the fraction of simulated time done (0..1) about 100
-    times.  Raises :class:`SimConfigError` for invalid input (before anything runs) or when the
-    state would exceed ``run_config.memory_limit_bytes``.
+    The one-call form of :class:`kistexp.sim.simulation.Simulation`: advance to the end, return the
+    result.  ``progress``, if given, is called with the fraction of simulated time done (0..1)
+    about 100 times.  Raises :class:`SimConfigError` for invalid input (before anything runs) or
+    when the state would exceed ``run_config.memory_limit_bytes``.
     """
-    from kistexp.sim.engine import run_kernel
+    from kistexp.sim.simulation import Simulation
 
-    rc = run_config if run_config is not None else RunConfig()
-    rc.validate()
-    network.validate()
-    S, meta = _build(network, rc)
-    _check_memory(S, rc, "the network")
-    _seed_events(S, meta)
-    end = int(S.g[L.G_END])
-    steps = 100 if progress is not None else 1
-    wall0 = time.perf_counter()
-    for step in range(1, steps + 1):
-        S.g[L.G_END] = end if step == steps else end * step // steps
-        while True:
-            status = run_kernel(L.StateRef(*S))
-            if status == L.RS_GROW_CELLS:
-                S = _grow_cells(S)
-            elif status == L.RS_GROW_EVENTS:
-                S = _grow_events(S)
-            elif status == L.RS_GROW_KQ:
-                S = _grow_kq(S)
-            else:
-                break
-            _check_memory(S, rc, f"the run at t={S.g[L.G_NOW] / 1e9:.3f} s")
-        if progress is not None:
-            progress(step / steps)
-    wall = time.perf_counter() - wall0
-    return SimResult.from_state(S, meta, network, rc, wall)
+    sim = Simulation(network, run_config)
+    sim.advance_to(sim.duration_s, progress)
+    return sim.result()

@@ -65,6 +65,14 @@ def hist_percentile_ns(counts: np.ndarray, q: float) -> float:
     return float(lo * (hi / lo) ** inside)
 
 
+def label_hist(delay_hist: np.ndarray, labels: tuple[str, ...], kind: str, label: str | None) -> np.ndarray:
+    """One delay kind's histogram ([kind, label, bin] counts) for a label, or summed over labels."""
+    h = delay_hist[DELAY_KINDS[kind]]
+    if label is None:
+        return h.sum(axis=0)
+    return h[labels.index(label)] if label in labels else np.zeros(h.shape[1], np.int64)
+
+
 @attrs.frozen(eq=False)
 class SimResult:
     duration_s: float
@@ -160,10 +168,7 @@ class SimResult:
         return {k: int(v[i]) for k, v in self.node_counters.items()}
 
     def delay_hist_for(self, kind: str = "app", label: str | None = None) -> np.ndarray:
-        h = self.delay_hist[DELAY_KINDS[kind]]
-        if label is None:
-            return h.sum(axis=0)
-        return h[self.labels.index(label)] if label in self.labels else np.zeros(h.shape[1], np.int64)
+        return label_hist(self.delay_hist, self.labels, kind, label)
 
     def delay_percentile_ms(self, kind: str = "app", q: float = 50.0, label: str | None = None) -> float:
         """Percentile of per-hop cell delays: ``kind`` "app" (circuit queue) or "kernel" (socket)."""

@@ -16,8 +16,21 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_push
 from kistexp.sim.channel import push_armed_writes
-from kistexp.sim.kist import kist_run, kist_schedule
-from kistexp.sim.vanilla import vanilla_run, vanilla_schedule
+from kistexp.sim.kist import kist_on_new_consensus, kist_on_new_options, kist_run, kist_schedule
+from kistexp.sim.vanilla import vanilla_on_new_consensus, vanilla_run, vanilla_schedule
+
+SCHED_KIND = {"kist": L.SCHED_KIST, "kistlite": L.SCHED_KISTLITE, "vanilla": L.SCHED_VANILLA}
+
+
+def select_scheduler(schedulers: tuple[str, ...], kist_interval_ms: int) -> int:
+    """``select_scheduler`` (§3): the first usable entry of the node's ``Schedulers`` list.  KIST is
+    usable only while the run interval is > 0 (``scheduler_can_use_kist``); KISTLite and Vanilla
+    always are."""
+    for name in schedulers:
+        if name == "kist" and kist_interval_ms <= 0:
+            continue
+        return SCHED_KIND[name]
+    return -1
 
 
 @njit(cache=True, _nrt=False)
@@ -83,3 +96,22 @@ def run_scheduler(S, node, t):
         wants_writes(S, c, t)
     S.g[L.G_WW_N] = 0
     schedule(S, node, t, True)
+
+
+@njit(cache=True)
+def notify_networkstatus_changed(S, node, kind, interval_ms):
+    """``scheduler_notify_networkstatus_changed``: ``set_scheduler()`` (``kind``, chosen by
+    ``select_scheduler``), then the running scheduler's ``on_new_consensus``.  Switching keeps the
+    pending channels and an armed run event (scheduler.c owns both, §3); the next run is the new
+    scheduler's."""
+    S.ni[L.NI_SCHED, node] = kind
+    if kind == L.SCHED_VANILLA:
+        vanilla_on_new_consensus(S, node, interval_ms)
+    else:
+        kist_on_new_consensus(S, node, interval_ms)
+
+
+@njit(cache=True)
+def notify_new_options(S, node, sock_buf_factor):
+    """``scheduler_conf_changed`` with the KIST options (``on_new_options``)."""
+    kist_on_new_options(S, node, sock_buf_factor)

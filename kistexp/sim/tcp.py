@@ -29,14 +29,15 @@ def kernel_room(S, c):
 
 @njit(cache=True, _nrt=False, inline="always")
 def _track_peaks(S, node):
+    """Raise the node's peaks of queued bytes (application, kernel, both): over the run
+    (``NI_PEAK_*``) and since the last sample (``NI_WPEAK_*``, for window measurements)."""
     app = S.ni[L.NI_APP_BYTES, node]
     kern = S.ni[L.NI_KERN_BYTES, node]
-    if app > S.ni[L.NI_PEAK_APP, node]:
-        S.ni[L.NI_PEAK_APP, node] = app
-    if kern > S.ni[L.NI_PEAK_KERN, node]:
-        S.ni[L.NI_PEAK_KERN, node] = kern
-    if app + kern > S.ni[L.NI_PEAK_TOTAL, node]:
-        S.ni[L.NI_PEAK_TOTAL, node] = app + kern
+    for j, v in enumerate((app, kern, app + kern)):
+        if v > S.ni[L.NI_PEAK_APP + j, node]:
+            S.ni[L.NI_PEAK_APP + j, node] = v
+        if v > S.ni[L.NI_WPEAK_APP + j, node]:
+            S.ni[L.NI_WPEAK_APP + j, node] = v
 
 
 @njit(cache=True, _nrt=False, inline="always")

@@ -69,3 +69,11 @@ def vanilla_schedule(S, node, t, after_run):
     fire = S.ni[L.NI_LAST_RUN, node] if after_run else t  # the end of this pass
     S.ni[L.NI_TIMER_AT, node] = fire
     ev_push(S, fire, L.EV_SCHED, node, gen, 0)
+
+
+@njit(cache=True, _nrt=False)
+def vanilla_on_new_consensus(S, node, interval_ms):
+    """Vanilla's ``scheduler_t`` has no ``on_new_consensus``: no parameter changes how it runs.  The
+    KIST interval is still the node's (``kist_scheduler_run_interval`` reads the consensus whenever
+    KIST starts), so it is kept for a later switch to KIST or KISTLite."""
+    S.ni[L.NI_INTERVAL_MS, node] = interval_ms

@@ -1,0 +1,124 @@
+"""`kistexp population paths|summary CONSENSUS`: path-selection frequencies and what a (sampled)
+population consists of (docs/population.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from kistexp.output import console, emit_json
+
+population_app = typer.Typer(
+    name="population", help="Relay population from a consensus: path selection, sampling, classes.",
+    no_args_is_help=True,
+)
+
+_CONSENSUS = typer.Argument(None, help="ns or microdesc consensus (default: the shared 2022-11-19 one).")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f} %"
+
+
+@population_app.command("paths")
+def paths_cmd(
+    consensus: Path = _CONSENSUS,
+    circuits: int = typer.Option(100_000, "--circuits", help="Circuits to draw."),
+    seed: int = typer.Option(1, "--seed", help="Random seed."),
+    port: int = typer.Option(443, "--port", help="Target port the exit must accept."),
+    per_client: int = typer.Option(1, "--circuits-per-client", help="Circuits per client (clients keep guards)."),
+    scale: float = typer.Option(1.0, "--scale", help="Sample the network first (tornettools method)."),
+    top: int = typer.Option(20, "--top", help="Relays shown in the table."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (every picked relay)."),
+) -> None:
+    """Draw circuits as tor does (exit by port first, then guard, then middle) and count picks per relay."""
+    from kistexp.population.paths import pick_paths
+    from kistexp.population.relays import load_population
+    from kistexp.population.sampling import sample
+    from kistexp.population.summary import pick_frequencies
+
+    pop = load_population(consensus)
+    if scale != 1.0:
+        pop = sample(pop, scale, seed)
+    with console.status(f"drawing {circuits} circuits", spinner="dots") if not as_json else _null():
+        paths = pick_paths(pop, circuits, port=port, seed=seed, circuits_per_client=per_client)
+    picks = pick_frequencies(paths)
+    classes = {p: paths.class_shares(p) for p in ("guard", "middle", "exit")}
+    if as_json:
+        emit_json({"source": pop.source, "circuits": circuits, "seed": seed, "port": port,
+                   "circuits_per_client": per_client, "class_shares": classes,
+                   "relays": [{"fingerprint": r.fingerprint, "nickname": r.nickname, "class": r.position_class,
+                               "guard": r.guard, "middle": r.middle, "exit": r.exit} for r in picks]})
+        return
+    console.print(f"[bold]{pop.source}[/bold]: {circuits} circuits to port {port}, seed {seed}, "
+                  f"{len(pop)} relays")
+    t = Table(title="share of picks by position class (D guard+exit, G guard, E exit, M other)", box=None)
+    t.add_column("position")
+    for c in ("D", "E", "G", "M"):
+        t.add_column(c, justify="right")
+    for p, shares in classes.items():
+        t.add_row(p, *(_pct(shares[c]) for c in ("D", "E", "G", "M")))
+    console.print(t)
+    t = Table(title=f"top {top} relays by picks", box=None)
+    for col in ("nickname", "fingerprint", "class", "guard", "middle", "exit"):
+        t.add_column(col, justify="right" if col in ("guard", "middle", "exit") else "left")
+    for r in picks[:top]:
+        t.add_row(r.nickname, r.fingerprint[:16], r.position_class, _pct(r.guard), _pct(r.middle), _pct(r.exit))
+    console.print(t)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@population_app.command("summary")
+def summary_cmd(
+    consensus: Path = _CONSENSUS,
+    scale: float = typer.Option(1.0, "--scale", help="Share of relays to keep, in (0, 1] (tornettools)."),
+    seed: int = typer.Option(1, "--seed", help="Sampling and class-assignment seed."),
+    classes_toml: Path = typer.Option(None, "--classes", help="Relay-class shares TOML."),
+    profiles_toml: Path = typer.Option(None, "--profiles", help="Hardware profiles TOML."),
+    geoip_file: Path = typer.Option(None, "--geoip", help="tor GeoIP file (default /usr/share/tor/geoip)."),
+    countries: int = typer.Option(12, "--countries", help="Countries shown in the table."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """The (sampled) population by flags, position class, relay class, country and weight."""
+    from kistexp.population.classes import load_class_shares
+    from kistexp.population.geoip import DEFAULT_GEOIP, load_geoip
+    from kistexp.population.relays import load_population
+    from kistexp.population.sampling import sample
+    from kistexp.population.summary import summarize
+
+    shares = load_class_shares(classes_toml, profiles_toml)
+    geoip = load_geoip(geoip_file or DEFAULT_GEOIP)
+    pop = load_population(consensus)
+    if scale != 1.0:
+        pop = sample(pop, scale, seed)
+    s = summarize(pop, geoip=geoip, shares=shares, class_seed=seed, scale=scale)
+    if as_json:
+        emit_json(s)
+        return
+    console.print(f"[bold]{s.source}[/bold]: {s.relays} relays, ΣB {s.total_weight_kBps:,} kB/s, "
+                  f"capacity {s.capacity_gbit:,.1f} Gbit/s, {s.weights_case or 'footer'} weights; "
+                  f"{s.users:,} users, {s.circuits_per_10min:,.0f} exit circuits per 10 min")
+    console.print("  weight kB/s  " + "  ".join(f"{k} {v:,.0f}" for k, v in s.weight_quantiles_kBps))
+    console.print("  flags        " + "  ".join(f"{k} {v}" for k, v in s.flags), soft_wrap=True)
+    console.print("  tornettools  " + "  ".join(f"{k} {_pct(v)}" for k, v in s.tornet_classes))
+    for title, rows in (("position class", s.position_classes), ("scheduler", s.schedulers),
+                        ("relay class", s.relay_classes), ("country", s.countries[:countries])):
+        t = Table(title=title, box=None, title_justify="left")
+        for col in (title, "relays", "% relays", "% weight"):
+            t.add_column(col, justify="left" if col == title else "right")
+        for r in rows:
+            t.add_row(r.key, str(r.relays), _pct(r.relay_share), _pct(r.weight_share))
+        console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(population_app, name="population")

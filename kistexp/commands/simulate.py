@@ -1,0 +1,146 @@
+"""`kistexp simulate PLAN`: predict every stage of a plan on sampled relay populations
+(docs/population.md, "Stage predictions")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kistexp.output import console, emit_json, err_console
+
+# metric -> (unit label, factor applied before printing)
+_SHOW = {
+    "client_ttfb_s": ("s", 1.0),
+    "client_ttlb_50kib_s": ("s", 1.0),
+    "client_ttlb_1mib_s": ("s", 1.0),
+    "client_ttlb_5mib_s": ("s", 1.0),
+    "client_throughput_mbytes_per_s": ("MB/s", 1.0),
+    "quiet_circuit_latency_ms": ("ms", 1.0),
+    "relay_cpu_utilization": ("% core", 100.0),
+    "relay_rss_bytes": ("MB", 1e-6),
+    "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6),
+    "relay_kernel_queue_bytes": ("KB", 1e-3),
+}
+
+
+def _fmt(value: float, factor: float) -> str:
+    v = value * factor
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _change(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:+.1f} %"
+
+
+def _figure_dict(f) -> dict:
+    return {"stage": f.stage, "metric": f.metric, "relay_class": f.relay_class, "median": f.median,
+            "low_2_5": f.low, "high_97_5": f.high, "networks": f.networks, "change_vs_baseline": f.change}
+
+
+def _print(plan_name: str, stages: list[str], figures, header: str, classes: int) -> None:
+    console.print(header)
+    t = Table(title=f"{plan_name}: clients (median over networks [95 % range], change vs baseline)",
+              box=None, title_justify="left")
+    t.add_column("metric")
+    for s in stages:
+        t.add_column(s, justify="right")
+    by = {(f.stage, f.metric, f.relay_class): f for f in figures}
+    for metric, (unit, factor) in _SHOW.items():
+        if metric.startswith("relay_"):
+            continue
+        cells = []
+        for s in stages:
+            f = by.get((s, metric, ""))
+            cells.append("-" if f is None else f"{_fmt(f.median, factor)} [{_fmt(f.low, factor)}, "
+                         f"{_fmt(f.high, factor)}] {_change(f.change)}".strip())
+        t.add_row(f"{metric} ({unit})", *cells)
+    console.print(t)
+    groups = [c for c in dict.fromkeys(f.relay_class for f in figures if f.relay_class)]
+    shown = [g for g in groups if g == "all" or " HZ=" in g and len(g.split()) == 2]
+    fine = [g for g in groups if g.count(" ") >= 3]
+    fine.sort(key=lambda g: -sum(1 for f in figures if f.relay_class == g))
+    for metric in ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_bytes_per_s",
+                   "relay_kernel_queue_bytes"):
+        unit, factor = _SHOW[metric]
+        t = Table(title=f"{metric} ({unit}) per relay class", box=None, title_justify="left")
+        t.add_column("relay class")
+        for s in stages:
+            t.add_column(s, justify="right")
+        for g in shown + fine[:classes]:
+            cells = []
+            for s in stages:
+                f = by.get((s, metric, g))
+                cells.append("-" if f is None else f"{_fmt(f.median, factor)} {_change(f.change)}".strip())
+            t.add_row(g, *cells)
+        console.print(t)
+
+
+def simulate(
+    plan: Path = typer.Argument(..., help="Experiment plan (TOML) with a [simulation] table."),
+    exp_dir: Path = typer.Option(None, "--dir", help="Experiment directory for the predictions "
+                                 "(default: experiments/<plan name>)."),
+    consensus: Path = typer.Option(None, "--consensus", help="Consensus to sample (default: the shared one)."),
+    load: float = typer.Option(0.4, "--load", help="Target mean relay utilisation, in (0, 1)."),
+    loss: float = typer.Option(0.0, "--loss", help="Packet loss rate on every link, in [0, 0.5)."),
+    stored: bool = typer.Option(False, "--stored", help="Print the predictions stored in --dir; run nothing."),
+    classes: int = typer.Option(6, "--classes", help="Fine relay classes shown per table."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Run the baseline and every stage (switchback: treatment and control) on the plan's sampled networks;
+    print medians with 95 % ranges over networks, per relay class for relay costs, and save the
+    predicted distributions in the experiment directory."""
+    import attrs
+
+    from kistexp.expdir import ExperimentDir
+    from kistexp.metrics.store import MetricStore
+    from kistexp.plan.loader import load_plan
+    from kistexp.population.predict import plan_transitions, simulate_plan, summarize_predictions
+    from kistexp.population.simnet import TrafficModel
+
+    p = load_plan(plan)
+    path = exp_dir if exp_dir is not None else Path("experiments") / p.name
+    stages = [t.to_stage for t in plan_transitions(p)]
+    order = stages + [f"transition:{s}" for s in stages]
+    if stored:
+        exp = ExperimentDir.open(path)
+        rows = MetricStore(exp.db).load_predictions()
+        figures = summarize_predictions(rows, stages)
+        if as_json:
+            emit_json({"plan": p.name, "dir": str(path), "stages": stages,
+                       "figures": [_figure_dict(f) for f in figures]})
+        else:
+            _print(p.name, order, figures, f"[bold]{p.name}[/bold]: stored predictions in {path}", classes)
+        return
+    duration = p.simulation.duration.total_seconds()
+    traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=min(10.0, duration / 6))
+    traffic.validate()
+    exp = ExperimentDir.open_or_create(path)
+    if not exp.plan_path.exists():
+        exp.save_plan(plan)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=err_console, disable=as_json, transient=True) as bar:
+        task = bar.add_task("sampling", total=1.0)
+        result = simulate_plan(p, consensus=consensus, traffic=traffic,
+                               progress=lambda f, what: bar.update(task, completed=f, description=what))
+    MetricStore(exp.db).save_predictions(result.predictions)
+    exp.close()
+    if as_json:
+        out = attrs.asdict(result, filter=lambda a, _v: a.name not in ("predictions", "figures"))
+        out["dir"] = str(path)
+        out["figures"] = [_figure_dict(f) for f in result.figures]
+        emit_json(out)
+        return
+    header = (f"[bold]{p.name}[/bold]: {result.networks} networks of {', '.join(map(str, result.relays_per_network))} "
+              f"relays and {result.clients_per_network[0]} client processes, scale "
+              f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
+              f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
+              f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s; "
+              f"{len(result.predictions)} predicted quantiles saved in {path}")
+    _print(p.name, order, result.figures, header, classes)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)

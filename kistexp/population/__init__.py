@@ -1,0 +1,12 @@
+"""The simulated relay population, built from a real consensus (docs/population.md, spec population.md).
+
+* ``relays``: ``load_population(path)`` -> ``Population`` of ``Relay`` (flags, weight, version, policy, capacity)
+* ``bwweights``: the footer's bandwidth-weights and dir-spec §3.8.3's computation
+* ``paths``: exit-first path selection with bandwidth weights, subnet exclusions and primary guards
+* ``sampling``: tornettools-style scaled networks and client budgets
+* ``geoip`` / ``latency``: countries from tor's GeoIP file, RTTs from country centroids
+* ``classes`` / ``kernels``: OS, kernel tick, tor version, torrc override and hardware profile per relay
+
+Nothing here imports the simulator; ``kistexp.population.kernels`` is small and low-level so the plan
+linter can use it.
+"""
