@@ -180,6 +180,22 @@ def test_vegas_replaces_the_windows_with_a_congestion_window():
     assert res.circuit_final_cwnd_cells[c, 1] >= 124       # never below cc_cwnd_min
 
 
+@pytest.mark.parametrize(("alpha", "beta", "gamma", "delta"), [(186, 248, 186, 310), (60, 90, 60, 120)])
+def test_vegas_settles_with_its_queue_use_between_alpha_and_beta(alpha, beta, gamma, delta):
+    # §13.2 steps 3 and 7: in steady state cwnd grows while queue_use = cwnd - bdp < alpha and shrinks
+    # while it is > beta; a 2 MB/s bottleneck on a 50 ms path holds the circuit there
+    net, client, ex, (c,) = _pair("kist", 2, link=LinkConfig(rtt_ms=50.0), nic_rate_bytes_per_s=2e6)
+    net.add_transfer(Transfer(c, 498, BIG, 0.0))
+    fcc = FlowControlConfig(kind="vegas", vegas_alpha=alpha, vegas_beta=beta, vegas_gamma=gamma, vegas_delta=delta)
+    res = run(net, RunConfig(duration_s=20.0, flow_control=fcc))
+    cwnd, bdp = res.circuit_final_cwnd_cells[c, 1], res.circuit_final_bdp_cells[c, 1]
+    assert alpha <= cwnd - bdp <= beta
+    # the cells really queued on the path (cwnd minus rate x the 50 ms propagation) follow the target
+    rate = res.channel_throughput_bytes_per_s(res.chan_between(ex, client))[-5:].mean() / 514
+    assert rate == pytest.approx(2e6 / 514, rel=0.02)
+    assert alpha <= cwnd - rate * 0.050 <= 2 * delta
+
+
 def test_interval_change_mid_run_takes_effect_at_the_next_schedule():
     net, client, ex, circs = _pair("kistlite", 10, circuits=8)
     for c in circs:

@@ -52,7 +52,9 @@ def _fingerprint(res) -> dict:
                 bytes=int(res.chan_bytes_sent[-1].sum()))
 
 
-# recorded with the one-call run() before the steppable simulation existed
+# recorded with the one-call run() before the steppable simulation existed; ``events`` counted
+# stale timer events then (a re-armed KIST timer left its old event in the heap), so it may only
+# have dropped since each node has one timer slot
 BEFORE = {
     ("kist", "sendme", 10, False): dict(cells=56124, events=8532, digest="a4c73b60dd0170c3", bytes=28847736),
     ("kist", "vegas", 10, True): dict(cells=56253, events=8458, digest="3394af532184516f", bytes=28914042),
@@ -60,9 +62,15 @@ BEFORE = {
 }
 
 
+def _same_as_before(fp: dict, case: tuple) -> None:
+    want = dict(BEFORE[case])
+    assert fp.pop("events") <= want.pop("events")
+    assert fp == want
+
+
 @pytest.mark.parametrize("case", list(BEFORE))
 def test_run_gives_the_figures_it_gave_before_the_steppable_simulation(case):
-    assert _fingerprint(run(*_path(*case))) == BEFORE[case]
+    _same_as_before(_fingerprint(run(*_path(*case))), case)
 
 
 def test_advancing_in_pieces_gives_the_same_result_as_one_run():
@@ -71,7 +79,7 @@ def test_advancing_in_pieces_gives_the_same_result_as_one_run():
     for t in (0.0, 0.37, 0.5, 1.5, 2.2, 3.0):
         sim.advance_to(t)
         assert sim.now_s == t
-    assert _fingerprint(sim.result()) == BEFORE[("kist", "vegas", 10, True)]
+    _same_as_before(_fingerprint(sim.result()), ("kist", "vegas", 10, True))
 
 
 def _pair(version: str = "0.4.7.16", sched: str = "kistlite", interval: int = 10, **exit_kw):

@@ -30,20 +30,43 @@ def _relay_work(**over: int) -> NodeWork:
     return NodeWork(**base)
 
 
-def test_cost_model_adds_each_cause_with_the_documented_defaults():
-    est = estimate_node_cpu(_relay_work(), duration_s=1.0)
+def test_cost_model_figures_match_their_sources():
     model = CostModel()
-    # 200,000 TLS passes over 514 B at 1.06 GB/s
-    assert est.tls_s == pytest.approx(200_000 * 514 / 1.06e9)
-    # one AES-CTR layer over 509 B per relayed cell at 7.1 GB/s, no digest at a middle
-    assert est.relay_crypto_s == pytest.approx(100_000 * 509 / 7.1e9)
-    assert est.syscalls_s == pytest.approx(2_000 * 540e-9)
-    assert est.scheduler_s == pytest.approx(1_000 * 2e-6)
-    assert est.writes_s == pytest.approx(1_000 * 980e-9 + 100_000 * 514 * 0.21e-9)
-    assert est.cell_handling_s == pytest.approx(100_000 * model.per_cell_handling_ns * 1e-9)
-    assert est.total_s == pytest.approx(
-        est.tls_s + est.relay_crypto_s + est.cell_handling_s + est.scheduler_s + est.syscalls_s + est.writes_s)
-    assert est.core_fraction == pytest.approx(est.total_s)
+    # "Tor's Been KIST" (Jansen & Traudt 2017, kist-ewma.md §7.5): ~1.08 us per pending socket per
+    # run for TCP_INFO + SIOCOUTQNSD; population.md §6 measured 0.48-0.51 us on current hardware:
+    # the default is the paper's figure, an upper bound for today's relays
+    assert 2 * model.per_syscall_ns == pytest.approx(1080, rel=0.01)
+    assert 2 * model.per_syscall_ns >= 510
+    # population.md §6, openssl speed: AES-128-GCM 0.89 ns/B on a 514-byte record
+    assert model.tls_cell_ns == pytest.approx(0.89 * 514, rel=0.1)
+    # population.md §6, tor's src/test/bench: one tor1 relay-crypto layer at a relay costs 128 ns
+    # inbound, 159 ns outbound per cell, and AES-128-CTR 0.23 ns/B on 509 B; the model's raw cipher
+    # figure (openssl speed, 7.1 GB/s) is below that and its per-cell handling carries the rest
+    layer = model.cell_crypto_ns(layers=1, digests=0)
+    assert layer <= 128
+    assert layer + model.per_cell_handling_ns >= 159
+    # originating a cell (digest + encrypt) at the edge: 747 ns in tor's bench; the model's raw
+    # AES + SHA-1 rates give 463 ns, the 40 % short of it that docs/simulator.md states
+    assert 0.6 * 747 <= model.cell_crypto_ns(layers=1, digests=1) <= 747
+    # real-tor.md: no tor process used more than ~35 % of a core at ~30 MB/s through a relay
+    # (about 58,000 cells/s in and out); KIST at 2 ms with a few pending channels per run
+    cells = 58_000
+    relay = NodeWork(node="middle", cells_received=cells, cells_sent=cells, crypto_layers=cells, digests=0,
+                     scheduler_runs=500, socket_info_syscalls=2 * 2 * 500, kernel_writes=cells // 32,
+                     bytes_written=cells * 514)
+    assert 0.05 < estimate_node_cpu(relay, duration_s=1.0).core_fraction <= 0.35
+
+
+def test_cost_model_adds_each_cause():
+    work = _relay_work()
+    est = estimate_node_cpu(work, duration_s=2.0)
+    parts = (est.tls_s, est.relay_crypto_s, est.cell_handling_s, est.scheduler_s, est.syscalls_s, est.writes_s)
+    assert all(p > 0 for p in parts)
+    assert est.total_s == pytest.approx(sum(parts))
+    assert est.core_fraction == pytest.approx(est.total_s / 2.0)
+    # each cause scales with its own count only
+    double = estimate_node_cpu(attrs.evolve(work, socket_info_syscalls=2 * work.socket_info_syscalls), 2.0)
+    assert double.syscalls_s == pytest.approx(2 * est.syscalls_s) and double.tls_s == est.tls_s
     d = est.to_dict()
     assert d["cpu_s"] == pytest.approx(est.total_s) and d["syscalls_s"] == pytest.approx(est.syscalls_s)
 

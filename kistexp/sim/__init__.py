@@ -99,25 +99,27 @@ Result (``kistexp.sim.result.SimResult``)::
         (the first cell_delays_max samples)
     trace [4, n]: time ns, outbuf, kernel unsent, kernel unacked bytes of RunConfig.trace_chan
     circuit_max_inflight_cells [circuit, dir] (max DATA cells not yet acknowledged by a SENDME);
-    circuit_final_cwnd_cells; chan_final_cwnd; chan_losses; cells_scheduled; events;
+    circuit_final_cwnd_cells, circuit_final_bdp_cells [circuit, dir] (Vegas cwnd and BDP estimate);
+    chan_final_cwnd; chan_losses; cells_scheduled; events;
     queue_cap_exceeded; wall_s
     to_dict()   (keys carry units)
 
 Speed: the event loop is compiled with numba (``cache=True``): the first run on a machine compiles
-for about 20 s, later processes load the cache in about a second.  ``_cacheguard`` drops the
-cache whenever one of the compiled modules changes.  ``bench/sim_bench.py`` measures it: about
-4 M cells scheduled per wall-second on one core for one relay with 200 channels and 2,000
-circuits.  What makes it fast (``layout.py``): no reference counting in the compiled code,
-kernel send queues kept as rings of cell ids (an arriving flight's cells are found, and
-prefetched, without walking a list through the cell pool), a stack of free cell ids, one
-cache line per cell, and a remembered delay-histogram bin per delay kind.
+for about 20 s, later processes load the cache in about a second. The cache lives in a directory
+keyed by a hash of the compiled modules' sources (``numbacache.py``), so processes compiling and
+loading at once never see another version's files and nothing is deleted. ``bench/sim_bench.py``
+measures it: about 4 M cells scheduled per wall-second on one core for one relay with 200 channels
+and 2,000 circuits. What makes it fast (``layout.py``): no reference counting in the compiled code,
+kernel send queues kept as rings of cell ids (an arriving flight's cells are found, and prefetched,
+without walking a list through the cell pool), a stack of free cell ids, one cache line per cell,
+and a remembered delay-histogram bin per delay kind.
 
 Model limits are documented in docs/simulator.md.
 """
 
-from kistexp.sim._cacheguard import drop_stale_numba_cache
+from kistexp.sim.numbacache import use_keyed_cache
 
-drop_stale_numba_cache()
+use_keyed_cache()
 
 from kistexp.sim.config import (  # noqa: E402
     DEFAULT_MSS,

@@ -15,13 +15,13 @@ from kistexp.sim import layout as L
 from kistexp.sim.pqueue import pq_push, pq_remove_at
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def pend_push(S, node, c):
     S.ni[L.NI_HEAP_N, node] = pq_push(S.pend_heap, S.ni[L.NI_HEAP_BASE, node], S.ni[L.NI_HEAP_N, node], c,
                                       S.ckey, 0, S.ci, L.CI_HEAP_IDX)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def pend_pop(S, node):
     c, n = pq_remove_at(S.pend_heap, S.ni[L.NI_HEAP_BASE, node], S.ni[L.NI_HEAP_N, node], 0,
                         S.ckey, 0, S.ci, L.CI_HEAP_IDX)
@@ -29,7 +29,7 @@ def pend_pop(S, node):
     return c
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def pend_remove(S, node, c):
     """``smartlist_pqueue_remove`` (release / doesnt_want_writes): sift down only (§10.2)."""
     _, n = pq_remove_at(S.pend_heap, S.ni[L.NI_HEAP_BASE, node], S.ni[L.NI_HEAP_N, node],

@@ -15,7 +15,7 @@ from kistexp.sim.cmux_ewma import cmux_head, ewma_deactivate, ewma_notify_xmit
 from kistexp.sim.events import cell_list_pop, cell_list_push, ev_push, prefetch_row, record_delay, trace_chan
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def arm_write(S, c):
     """Mark the write event armed; ``push_armed_writes`` queues it after the run (same pass)."""
     if S.ci[L.CI_ARMED, c] == 0:
@@ -25,7 +25,7 @@ def arm_write(S, c):
         S.g[L.G_ARMED_N] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def push_armed_writes(S, t):
     for i in range(S.g[L.G_ARMED_N]):
         c = S.armed[i]
@@ -36,7 +36,7 @@ def push_armed_writes(S, t):
     S.g[L.G_ARMED_N] = 0
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def flush_cells(S, c, n, t):
     """Flush up to ``n`` cells from chan ``c``'s cmux into its outbuf; returns how many moved."""
     done = 0

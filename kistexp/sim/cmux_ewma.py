@@ -18,7 +18,7 @@ from kistexp.sim import layout as L
 from kistexp.sim.pqueue import pq_push, pq_remove_at
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def current_tick(S, node, t):
     """``cell_ewma_get_current_tick_and_fraction`` on the coarse clock: returns (tick, frac)."""
     j = S.ni[L.NI_TICK_NS, node]
@@ -33,7 +33,7 @@ def current_tick(S, node, t):
     return S.ni[L.NI_EWMA_TICK, node], msec / float(tick_ms)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _refresh_chan_key(S, c):
     """Mirror the head count into ``S.ckey`` (+inf without active circuits, §10.1)."""
     if S.ci[L.CI_CMUX_N, c] == 0:
@@ -42,7 +42,7 @@ def _refresh_chan_key(S, c):
         S.ckey[0, c] = S.qf[L.QF_COUNT, S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]]
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _cmux_push(S, c, q):
     S.ci[L.CI_CMUX_N, c] = pq_push(S.cmux_heap, S.ci[L.CI_CMUX_BASE, c], S.ci[L.CI_CMUX_N, c], q,
                                    S.qf, L.QF_COUNT, S.qi, L.QI_HEAP_IDX)
@@ -50,7 +50,7 @@ def _cmux_push(S, c, q):
         S.ckey[0, c] = S.qf[L.QF_COUNT, q]
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _cmux_remove_at(S, c, i):
     q, n = pq_remove_at(S.cmux_heap, S.ci[L.CI_CMUX_BASE, c], S.ci[L.CI_CMUX_N, c], i,
                         S.qf, L.QF_COUNT, S.qi, L.QI_HEAP_IDX)
@@ -59,7 +59,7 @@ def _cmux_remove_at(S, c, i):
     return q
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def ewma_activate(S, q):
     """Queued cells 0 -> >0: rescale to the cmux's (possibly stale) reference tick, then push (§11.6)."""
     c = S.qi[L.QI_CHAN, q]
@@ -71,13 +71,13 @@ def ewma_activate(S, q):
     _cmux_push(S, c, q)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def ewma_deactivate(S, q):
     """Queued cells -> 0: remove from the heap; the count is kept and decays lazily (§11.6)."""
     _cmux_remove_at(S, S.qi[L.QI_CHAN, q], S.qi[L.QI_HEAP_IDX, q])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def ewma_notify_xmit(S, c, q, t):
     """Charge one transmitted cell to the head circuit ``q`` of chan ``c`` (§11.6 steps 1-4)."""
     node = S.ci[L.CI_NODE, c]
@@ -109,13 +109,13 @@ def ln_scale_factor(halflife_ms: int, tick_s: int) -> float:
 
 
 @njit(cache=True)
-def ewma_set_options(S, node, ln_f):
+def ewma_set_options(D, node, ln_f):
     """``cmux_ewma_set_options`` (§11.2): a new consensus sets the node's scale factor.  Counts are
     kept; the lazy rescaling (§11.6) applies the new factor from here on, as tor's does."""
-    S.nf[L.NF_LN_F, node] = ln_f
+    L.state_from(D).nf[L.NF_LN_F, node] = ln_f
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cmux_head(S, c):
     """The EWMA pick: the active circuit queue with the lowest count (caller checks CI_CMUX_N > 0)."""
     return S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]

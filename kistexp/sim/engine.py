@@ -29,7 +29,7 @@ from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, write_to_kerne
 PREFETCH_AHEAD = 8
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def append_cell(S, q, k, t):
     """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
     S.cells[k, L.KI_CQ] = q
@@ -48,7 +48,7 @@ def append_cell(S, q, k, t):
     has_waiting_cells(S, c, t)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _originate(S, cd, node):
     """Crypto work of a relay cell originated at an edge: all layers at the client, one at the exit."""
     if S.di[L.DI_DIR, cd] == 0:
@@ -58,7 +58,7 @@ def _originate(S, cd, node):
     S.ni[L.NI_DIGESTS, node] += 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ready_add(S, cd, s):
     if S.si[s, L.SI_INREADY] == 1:
         return
@@ -72,7 +72,7 @@ def _ready_add(S, cd, s):
     S.di[L.DI_READY_TAIL, cd] = s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ready_pop(S, cd):
     s = S.di[L.DI_READY_HEAD, cd]
     nxt = S.si[s, L.SI_NEXT]
@@ -84,14 +84,14 @@ def _ready_pop(S, cd):
     return s
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _resume(S, cd, t):
     if S.di[L.DI_RESUME_EV, cd] == 0:
         S.di[L.DI_RESUME_EV, cd] = 1
         ev_push(S, t, L.EV_RESUME, cd, 0, 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def package(S, cd, t):
     """Edge packaging (§4): at most min(window, cellq_high - queue) cells, round-robin over streams."""
     if S.di[L.DI_BLOCKED, cd] == 1:
@@ -125,7 +125,7 @@ def package(S, cd, t):
         S.di[L.DI_BLOCKED, cd] = 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _send_sendme(S, cd, kind, s, node, t):
     """Queue a SENDME for data direction ``cd`` at its sink, toward its source (§15 rule 9)."""
     k = cell_alloc(S)
@@ -135,7 +135,7 @@ def _send_sendme(S, cd, kind, s, node, t):
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def deliver_edge(S, k, q, node, t):
     """A cell reached the end of its path."""
     cd = S.qi[L.QI_CD, q]
@@ -176,7 +176,7 @@ def deliver_edge(S, k, q, node, t):
         _resume(S, dcd, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_arrival(S, c, upto, leave, t):
     """A flight reached the peer: hand every complete cell to the relay layer (§4 steps 1-2)."""
     node = S.ci[L.CI_PEER, c]
@@ -224,7 +224,7 @@ def on_arrival(S, c, upto, leave, t):
     S.ni[L.NI_CELLS_RECV, node] += n
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_write_ready(S, c, t):
     """The connection's write event: one write call; below orconn_low, ``wants_writes`` (§2, §9)."""
     S.ci[L.CI_WRITE_EV, c] = 0
@@ -232,7 +232,7 @@ def on_write_ready(S, c, t):
         wants_writes(S, c, t)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _start_transfer(S, tr, t):
     s = 2 * tr
     cd = S.si[s, L.SI_CD]
@@ -252,7 +252,7 @@ SAMPLED_NODE_FIELDS = (
 )
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _sample(S):
     i = S.g[L.G_SAMPLE]
     if i >= S.ser_chan.shape[0]:
@@ -275,12 +275,12 @@ def _sample(S):
 
 
 @njit(cache=True)
-def run_kernel(S):
-    """Entry from Python, compiled with the runtime so the argument's reference is released."""
-    return _run_kernel(S)
+def run_kernel(D):
+    """Entry from Python: ``D`` is ``layout.descriptor(S)`` of the caller's state."""
+    return _run_kernel(L.state_from(D))
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _run_kernel(S):
     g = S.g
     while True:
@@ -319,8 +319,7 @@ def _run_kernel(S):
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)
         elif kind == L.EV_SCHED:
-            if b == S.ni[L.NI_TIMER_GEN, a]:
-                run_scheduler(S, a, t)
+            run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
             on_write_ready(S, a, t)
         elif kind == L.EV_RESUME:

@@ -31,7 +31,7 @@ EMIT_CIRC = 1
 EMIT_STREAM = 2
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def circ_window(S, cd):
     """Cells the circuit-direction may still package."""
     if S.di[L.DI_FC, cd] == FC_SENDME:
@@ -40,7 +40,7 @@ def circ_window(S, cd):
     return w if w > 0 else 0
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def unacked(S, cd):
     """DATA cells packaged and not yet acknowledged by a SENDME: what the window bounds."""
     if S.di[L.DI_FC, cd] == FC_SENDME:
@@ -48,14 +48,14 @@ def unacked(S, cd):
     return S.di[L.DI_INFLIGHT, cd]
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def stream_window(S, s):
     if S.di[L.DI_FC, S.si[s, L.SI_CD]] == FC_SENDME:
         return S.si[s, L.SI_PKG_WIN]
     return 1 << 40
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_package(S, cd, s, t):
     """A DATA cell was packaged at the source edge."""
     if S.di[L.DI_FC, cd] == FC_SENDME:
@@ -72,7 +72,7 @@ def on_package(S, cd, s, t):
         S.di[L.DI_INFLIGHT, cd] = infl + 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_deliver(S, cd, s):
     """A DATA cell reached the sink edge; returns the SENDMEs to emit (EMIT_* bit mask)."""
     emit = 0
@@ -96,7 +96,7 @@ def on_deliver(S, cd, s):
     return emit
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_sendme(S, cd, kind, s, t):
     """A SENDME for data direction ``cd`` reached the source edge."""
     S.di[L.DI_SENDMES_RECV, cd] += 1
@@ -109,7 +109,7 @@ def on_sendme(S, cd, kind, s, t):
         vegas_process_sendme(S, cd, t)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _update_rate(S, cd, cwnd, ss):
     if ss:
         return 1
@@ -117,7 +117,7 @@ def _update_rate(S, cd, cwnd, ss):
     return (cwnd + r // 2) // r
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vegas_process_sendme(S, cd, t):
     """``congestion_control_vegas_process_sendme``, in the order of §13.2 steps 1-8."""
     P = S.dcc
@@ -209,7 +209,7 @@ def vegas_process_sendme(S, cd, t):
     S.di[L.DI_INFLIGHT, cd] = max(inflight - inc, 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def circuit_build(S, circ):
     """A circuit is built (its first stream starts): both directions take their edges' parameters."""
     fwd = 2 * circ
@@ -235,8 +235,10 @@ def circuit_build(S, circ):
 
 
 @njit(cache=True)
-def fc_on_new_consensus(S, node, values):
-    """A new consensus reaches ``node``: the values (``L.C_*`` order) apply to circuits built later."""
+def fc_on_new_consensus(D, node, values):
+    """A new consensus reaches ``node``: the values (``L.C_*`` order) apply to circuits built later.
+    (Called from Python: ``D`` as for ``engine.run_kernel``.)"""
+    S = L.state_from(D)
     for f in range(L.N_CC):
         S.ncc[node, f] = values[f]
 

@@ -22,12 +22,12 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_pop, pend_push
 from kistexp.sim.channel import flush_cells
-from kistexp.sim.events import ev_push
+from kistexp.sim.events import timer_arm
 from kistexp.sim.kistlite import kistlite_limit
 from kistexp.sim.tcp import write_to_kernel
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kist_limit(S, c):
     cwnd = int(S.cf[L.CF_CWND, c])
     mss = S.ci[L.CI_MSS, c]
@@ -37,14 +37,14 @@ def kist_limit(S, c):
     return max(tcp_space + extra, 0)
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _can_write(S, c):
     if S.ci[L.CI_KS_ENTRY, c] == 0:
         return True  # no socket entry: tor's "bug path" lets it write
     return (S.ci[L.CI_KS_LIMIT, c] - S.ci[L.CI_KS_WRITTEN, c]) // L.KIST_CELL_COST > 0
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _touch(S, c):
     """Add to the run's outbuf table; CI_TOUCHED: 0 absent, 1 in the table, 2 listed but removed."""
     st = S.ci[L.CI_TOUCHED, c]
@@ -55,7 +55,7 @@ def _touch(S, c):
     S.ci[L.CI_TOUCHED, c] = 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def _write(S, c, t):
     if write_to_kernel(S, c, t) and S.ci[L.CI_WW, c] == 0:
         # wants_writes is delivered after the run (see scheduler.run_scheduler)
@@ -65,7 +65,7 @@ def _write(S, c, t):
         S.g[L.G_WW_N] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kist_run(S, node, t, lite):
     """``kist_scheduler_run`` (§7); ``lite`` selects the KISTLite limit and no syscalls (§8)."""
     base = S.ni[L.NI_HEAP_BASE, node]
@@ -126,14 +126,14 @@ def kist_run(S, node, t, lite):
     return moved
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _ceil_ms(ns):
     if ns <= 0:
         return 0
     return (ns + L.MS - 1) // L.MS
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kist_schedule(S, node, t, after_run):
     """``kist_scheduler_schedule`` with libevent's coarse timer (§5.2)."""
     if S.ni[L.NI_HEAP_N, node] == 0:
@@ -148,8 +148,6 @@ def kist_schedule(S, node, t, after_run):
     diff = max(1, _ceil_ms(t + p - S.ni[L.NI_LAST_RUN, node]))
     if after_run:
         diff = 1
-    gen = S.ni[L.NI_TIMER_GEN, node] + 1
-    S.ni[L.NI_TIMER_GEN, node] = gen
     if diff >= interval:
         fire = t + p  # event_active: later in this pass
     else:
@@ -162,11 +160,10 @@ def kist_schedule(S, node, t, after_run):
         fire = t + p + x
         while (fire // j) * j < deadline:
             fire += deadline - (fire // j) * j
-    S.ni[L.NI_TIMER_AT, node] = fire
-    ev_push(S, fire, L.EV_SCHED, node, gen, 0)
+    timer_arm(S, node, fire)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kist_on_new_consensus(S, node, interval_ms):
     """``kist_scheduler_on_new_consensus`` -> ``set_scheduler_run_interval`` (§5.1): the interval is
     read at the next ``schedule()``; an armed timer keeps its deadline.  KIST and KISTLite share it
@@ -175,7 +172,7 @@ def kist_on_new_consensus(S, node, interval_ms):
     S.ni[L.NI_INTERVAL_MS, node] = interval_ms
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kist_on_new_options(S, node, sock_buf_factor):
     """``kist_scheduler_on_new_options``: ``KISTSockBufSizeFactor`` is read for the next limits (§6)."""
     S.nf[L.NF_FACTOR, node] = sock_buf_factor

@@ -12,7 +12,7 @@ from numba import njit
 from kistexp.sim import layout as L
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def cells_writeable(outbuf):
     """``channel_tls_num_cells_writeable_method``, including its unsigned wrap (§6).
 
@@ -26,7 +26,7 @@ def cells_writeable(outbuf):
     return L.INT_MAX
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kistlite_limit(S, c):
     """§6 fallback limit: cells_writeable * (514 + 29) bytes for this run."""
     return cells_writeable(S.ci[L.CI_OB_BYTES, c]) * L.KIST_CELL_COST

@@ -7,21 +7,25 @@ fields.  Times are int64 nanoseconds.  The whole state is one :class:`State` nam
 compiled kernel can be stopped and resumed (to grow the cell pool, the event heap or the
 kernel-queue rings) without losing anything.
 
-The compiled modules are built with ``_nrt=False``: no reference counting on the state's arrays
-(they live as long as the Python-side ``State``; nothing in the compiled code allocates).  Only
-the entry points called from Python (``engine.run_kernel``, ``events.ev_push_entry``) keep the
-runtime, so that the reference to their argument is released.  Counting references on every
-array access cost about a third of the run time.
+The arrays belong to the Python-side :class:`State` (numpy arrays).  The compiled code sees them
+through one :class:`StateRefType` structref (numba's documented ``numba.experimental.structref``),
+built at each entry from Python by :func:`state_from` out of a table of addresses and shapes
+(:func:`descriptor`): every field is a ``numba.carray`` view, an array without a reference-counted
+owner, so reading ``S.ci`` in compiled code counts no references (counting them on every access
+cost about a third of the run time) and passing ``S`` between compiled functions is one pointer.
+The views are valid while the ``State`` lives: only the entry points (``engine.run_kernel``,
+``events.ev_push_entry`` and the consensus hooks) build them, from a ``State`` their caller holds.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 
-from numba.core import cgutils, types
-from numba.core.imputils import impl_ret_borrowed, lower_getattr
-from numba.core.runtime.nrtdynmod import _meminfo_struct_type
+import numpy as np
+from llvmlite import ir
+from numba import carray, from_dtype, njit, types
 from numba.experimental import structref
+from numba.extending import intrinsic
 
 CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
 KIST_CELL_COST = 543      # 514 + TLS_PER_CELL_OVERHEAD 29, §6
@@ -50,7 +54,7 @@ K_SENDME_CIRC = 1
 K_SENDME_STREAM = 2
 
 # event kinds
-EV_SCHED = 0        # a = node, b = timer generation
+EV_SCHED = 0        # a = node (the node's timer slot, S.tq: never in the event heap)
 EV_ARRIVAL = 1      # a = chan, b = end seq, c = time the flight left the NIC
 EV_ACK = 2          # a = chan, b = segments, c = bytes (negative: the flight had a loss)
 EV_WRITE = 3        # a = chan: write-ready callback (outbuf -> kernel)
@@ -81,7 +85,7 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
               "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N",
-              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1")
+              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -93,12 +97,12 @@ N_PF = _fields("PF_EWMA_F", "PF_LN_F")
 
 # nodes (NI_PEAK_APP/KERN/TOTAL and NI_WPEAK_APP/KERN/TOTAL must stay consecutive: tcp._track_peaks)
 N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEAP_BASE", "NI_HEAP_N",
-               "NI_TIMER_GEN", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
+               "NI_TIMER_SEQ", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
                "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
                "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
                "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS",
-               "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL")
+               "NI_TQ_IDX", "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL")
 N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC", "NF_LN_F")
 
 # congestion-control parameters (consensus values a node holds, ``S.ncc[node]``; copied to the
@@ -159,53 +163,151 @@ N_NS = _fields("NS_RUNS", "NS_SYSCALLS", "NS_CELLS_SENT", "NS_WRITES", "NS_APP_B
 HIST_PER_DECADE = 40
 HIST_BINS = 8 * HIST_PER_DECADE + 2   # [0] = below 1 us, [-1] = above 100 s
 
-State = namedtuple(
-    "State",
-    ["g", "pi", "pf", "ni", "nf", "ci", "cf", "qi", "qf", "di", "df", "ts", "si", "ti", "tr_order",
-     "cells", "ev", "pend_heap", "cmux_heap", "touched", "readd", "ww", "ser_chan", "ser_node",
-     "hist", "circ_sum", "raw", "chg", "runlog", "trace", "ckey", "armed", "nq", "kq", "kqgrow", "free",
-     "ncc", "dcc", "ser_hist"],
+#: every state array: (name, dtype, dimensions); the order of :class:`State` and of ``state_from``
+FIELDS = (
+    ("g", np.int64, 1),
+    ("pi", np.int64, 1),
+    ("pf", np.float64, 1),
+    ("ni", np.int64, 2),
+    ("nf", np.float64, 2),
+    ("ci", np.int64, 2),
+    ("cf", np.float64, 2),
+    ("qi", np.int64, 2),
+    ("qf", np.float64, 2),
+    ("di", np.int64, 2),
+    ("df", np.float64, 2),
+    ("ts", np.int64, 2),
+    ("si", np.int64, 2),
+    ("ti", np.int64, 2),
+    ("tr_order", np.int64, 1),
+    ("cells", np.int64, 2),
+    ("ev", np.int64, 2),
+    ("pend_heap", np.int64, 1),
+    ("cmux_heap", np.int64, 1),
+    ("touched", np.int64, 1),
+    ("readd", np.int64, 1),
+    ("ww", np.int64, 1),
+    ("ser_chan", np.int64, 2),
+    ("ser_node", np.int64, 3),
+    ("hist", np.int64, 3),
+    ("circ_sum", np.int64, 2),
+    ("raw", np.int64, 2),
+    ("chg", np.int64, 2),
+    ("runlog", np.int64, 2),
+    ("trace", np.int64, 2),
+    ("ckey", np.float64, 2),
+    ("armed", np.int64, 1),
+    ("nq", np.int64, 2),
+    ("kq", np.int32, 1),
+    ("kqgrow", np.int64, 1),
+    ("free", np.int32, 1),
+    ("ncc", np.int64, 2),
+    ("dcc", np.int64, 2),
+    ("ser_hist", np.int64, 4),
+    ("tq", np.int64, 1),
 )
+
+State = namedtuple("State", [name for name, _, _ in FIELDS])
+MAX_NDIM = 4
 
 
 @structref.register
 class StateRefType(types.StructRef):
-    """The numba type of :class:`StateRef`: one pointer to all the state arrays."""
+    """The numba type of the compiled code's view of a :class:`State`: one pointer to its arrays."""
 
     def preprocess_fields(self, fields):
         return tuple((name, types.unliteral(typ)) for name, typ in fields)
 
 
-class StateRef(structref.StructRefProxy):
-    """What the compiled code receives: a reference to the arrays of a :class:`State`.
-
-    Passing one reference instead of a tuple of 30 arrays keeps calls between compiled
-    functions cheap (a tuple is passed as hundreds of scalars).
-    """
+STATE_TYPE = StateRefType([(name, types.Array(from_dtype(np.dtype(dt)), nd, "C")) for name, dt, nd in FIELDS])
 
 
-structref.define_proxy(StateRef, StateRefType, list(State._fields))
+def descriptor(S: State) -> np.ndarray:
+    """Address and shape of every array of ``S`` (the argument of the compiled entry points)."""
+    D = np.zeros((len(FIELDS), 1 + MAX_NDIM), np.int64)
+    for i, (arr, (name, dt, nd)) in enumerate(zip(S, FIELDS, strict=True)):
+        if arr.dtype != dt or arr.ndim != nd or not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise TypeError(f"simulator state {name}: {arr.dtype}[{arr.ndim}-d] array, "
+                            f"need a writable C-contiguous {np.dtype(dt)}[{nd}-d] one")
+        D[i, 0] = arr.ctypes.data
+        D[i, 1:1 + nd] = arr.shape
+    return D
 
 
-def _define_field_getattr(name: str) -> None:
-    """``S.<name>`` without the runtime: the compiled modules run with ``_nrt=False`` (see ``jit``).
+@intrinsic
+def _address(typingctx, addr):
+    """The integer ``addr`` as a ``void *`` (what ``numba.carray`` takes)."""
+    if not isinstance(addr, types.Integer):
+        return None
 
-    structref's own getter reads the payload pointer through ``context.nrt``, which a function
-    compiled without the runtime cannot use; the payload pointer is field 3 of the MemInfo (what
-    ``NRT_MemInfo_data_fast`` loads).  A specific getter takes precedence over structref's generic
-    one; in a function compiled with the runtime it still returns a new reference as usual.
-    """
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
 
-    @lower_getattr(StateRefType, name)
-    def _get(context, builder, typ, val):
-        mi = cgutils.create_struct_proxy(typ)(context, builder, value=val).meminfo
-        mip = builder.bitcast(mi, _meminfo_struct_type.as_pointer())
-        data = builder.load(cgutils.gep(builder, mip, 0, 3))
-        valtype = typ.get_data_type()
-        data = builder.bitcast(data, context.data_model_manager[valtype].get_value_type().as_pointer())
-        payload = cgutils.create_struct_proxy(valtype)(context, builder, ref=data)
-        return impl_ret_borrowed(context, builder, typ.field_dict[name], getattr(payload, name))
+    return types.voidptr(addr), codegen
 
 
-for _name in State._fields:
-    _define_field_getattr(_name)
+@njit(cache=True, inline="always")
+def _v1(D, i, dt):
+    return carray(_address(D[i, 0]), (D[i, 1],), dt)
+
+
+@njit(cache=True, inline="always")
+def _v2(D, i, dt):
+    return carray(_address(D[i, 0]), (D[i, 1], D[i, 2]), dt)
+
+
+@njit(cache=True, inline="always")
+def _v3(D, i, dt):
+    return carray(_address(D[i, 0]), (D[i, 1], D[i, 2], D[i, 3]), dt)
+
+
+@njit(cache=True, inline="always")
+def _v4(D, i, dt):
+    return carray(_address(D[i, 0]), (D[i, 1], D[i, 2], D[i, 3], D[i, 4]), dt)
+
+
+@njit(cache=True)
+def state_from(D):
+    """The compiled code's view of the state whose ``descriptor`` is ``D`` (field order of FIELDS)."""
+    S = structref.new(STATE_TYPE)
+    S.g = _v1(D, 0, np.int64)
+    S.pi = _v1(D, 1, np.int64)
+    S.pf = _v1(D, 2, np.float64)
+    S.ni = _v2(D, 3, np.int64)
+    S.nf = _v2(D, 4, np.float64)
+    S.ci = _v2(D, 5, np.int64)
+    S.cf = _v2(D, 6, np.float64)
+    S.qi = _v2(D, 7, np.int64)
+    S.qf = _v2(D, 8, np.float64)
+    S.di = _v2(D, 9, np.int64)
+    S.df = _v2(D, 10, np.float64)
+    S.ts = _v2(D, 11, np.int64)
+    S.si = _v2(D, 12, np.int64)
+    S.ti = _v2(D, 13, np.int64)
+    S.tr_order = _v1(D, 14, np.int64)
+    S.cells = _v2(D, 15, np.int64)
+    S.ev = _v2(D, 16, np.int64)
+    S.pend_heap = _v1(D, 17, np.int64)
+    S.cmux_heap = _v1(D, 18, np.int64)
+    S.touched = _v1(D, 19, np.int64)
+    S.readd = _v1(D, 20, np.int64)
+    S.ww = _v1(D, 21, np.int64)
+    S.ser_chan = _v2(D, 22, np.int64)
+    S.ser_node = _v3(D, 23, np.int64)
+    S.hist = _v3(D, 24, np.int64)
+    S.circ_sum = _v2(D, 25, np.int64)
+    S.raw = _v2(D, 26, np.int64)
+    S.chg = _v2(D, 27, np.int64)
+    S.runlog = _v2(D, 28, np.int64)
+    S.trace = _v2(D, 29, np.int64)
+    S.ckey = _v2(D, 30, np.float64)
+    S.armed = _v1(D, 31, np.int64)
+    S.nq = _v2(D, 32, np.int64)
+    S.kq = _v1(D, 33, np.int32)
+    S.kqgrow = _v1(D, 34, np.int64)
+    S.free = _v1(D, 35, np.int32)
+    S.ncc = _v2(D, 36, np.int64)
+    S.dcc = _v2(D, 37, np.int64)
+    S.ser_hist = _v4(D, 38, np.int64)
+    S.tq = _v1(D, 39, np.int64)
+    return S

@@ -248,6 +248,7 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_TICK_NS, i] = max(1, int(round(n.kernel_tick_ms * L.MS)))
         ni[L.NI_PASS_NS, i] = max(1, int(round(n.pass_time_us * 1000)))
         ni[L.NI_TIMER_AT, i] = -1
+        ni[L.NI_TQ_IDX, i] = -1
         ni[L.NI_XMIT_T, i] = -1
         ni[L.NI_CELL_CPU_NS, i] = int(round(n.cell_cpu_us * 1000))
         ni[L.NI_SEND_CPU_NS, i] = int(round(n.cell_send_cpu_us * 1000))
@@ -453,6 +454,7 @@ def _build(net: Network, rc: RunConfig):
         kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
         ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
+        tq=np.zeros(max(n_nodes, 1), np.int64),
     )
     meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
                 t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
@@ -507,7 +509,7 @@ def _grow_kq(S):
 def _seed_events(S, meta) -> None:
     from kistexp.sim.events import ev_push_entry as ev_push
 
-    ref = L.StateRef(*S)
+    ref = L.descriptor(S)
     if S.tr_order.shape[0]:
         tr = int(S.tr_order[0])
         S.g[L.G_NEXT_TR] = 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 from numba import njit
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def pq_push(h, base, n, item, keys, kr, idx, ir):
     """Add ``item``; returns the new size."""
     i = n
@@ -31,7 +31,7 @@ def pq_push(h, base, n, item, keys, kr, idx, ir):
     return n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def pq_heapify(h, base, n, i, keys, kr, idx, ir):
     while True:
         left = 2 * i + 1
@@ -55,7 +55,7 @@ def pq_heapify(h, base, n, i, keys, kr, idx, ir):
         i = best
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def pq_remove_at(h, base, n, i, keys, kr, idx, ir):
     """Remove the item at position ``i`` (0 = pop); returns (item, new size)."""
     item = h[base + i]

@@ -96,6 +96,7 @@ class SimResult:
     circuit_delay_count: np.ndarray             # [kind, circuit]
     circuit_max_inflight_cells: np.ndarray      # [circuit, dir]: max DATA cells packaged, not yet SENDME-acked
     circuit_final_cwnd_cells: np.ndarray        # [circuit, dir]: Vegas cwnd at the end
+    circuit_final_bdp_cells: np.ndarray         # [circuit, dir]: Vegas' BDP estimate at the end (§13.2 step 3)
     transfer_circuit: np.ndarray
     transfer_start_s: np.ndarray
     transfer_request_bytes: np.ndarray
@@ -148,6 +149,7 @@ class SimResult:
             circuit_delay_count=S.circ_sum[[L.CS_APP_N, L.CS_KERN_N]].copy(),
             circuit_max_inflight_cells=S.di[L.DI_MAX_INFLIGHT].reshape(-1, 2).copy(),
             circuit_final_cwnd_cells=S.di[L.DI_CWND].reshape(-1, 2).copy(),
+            circuit_final_bdp_cells=S.df[L.DF_BDP].reshape(-1, 2).copy(),
             transfer_circuit=meta["t_circ"], transfer_start_s=start,
             transfer_request_bytes=meta["t_req"], transfer_response_bytes=meta["t_resp"],
             transfer_ttfb_s=rel(L.TI_TTFB), transfer_ttlb_s=rel(L.TI_TTLB),

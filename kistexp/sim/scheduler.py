@@ -33,7 +33,7 @@ def select_scheduler(schedulers: tuple[str, ...], kist_interval_ms: int) -> int:
     return -1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def schedule(S, node, t, after_run):
     if S.ni[L.NI_SCHED, node] == L.SCHED_VANILLA:
         vanilla_schedule(S, node, t, after_run)
@@ -41,7 +41,7 @@ def schedule(S, node, t, after_run):
         kist_schedule(S, node, t, after_run)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def has_waiting_cells(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_FOR_CELLS:
@@ -53,7 +53,7 @@ def has_waiting_cells(S, c, t):
         S.ci[L.CI_STATE, c] = L.ST_WAITING_TO_WRITE
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def wants_writes(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_TO_WRITE:
@@ -65,7 +65,7 @@ def wants_writes(S, c, t):
         S.ci[L.CI_STATE, c] = L.ST_WAITING_FOR_CELLS
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def run_scheduler(S, node, t):
     """The scheduler event callback: ``run()`` then ``schedule()`` (§2)."""
     S.ni[L.NI_TIMER_AT, node] = -1
@@ -99,11 +99,12 @@ def run_scheduler(S, node, t):
 
 
 @njit(cache=True)
-def notify_networkstatus_changed(S, node, kind, interval_ms):
+def notify_networkstatus_changed(D, node, kind, interval_ms):
     """``scheduler_notify_networkstatus_changed``: ``set_scheduler()`` (``kind``, chosen by
     ``select_scheduler``), then the running scheduler's ``on_new_consensus``.  Switching keeps the
     pending channels and an armed run event (scheduler.c owns both, §3); the next run is the new
-    scheduler's."""
+    scheduler's.  (Called from Python: ``D`` as for ``engine.run_kernel``.)"""
+    S = L.state_from(D)
     S.ni[L.NI_SCHED, node] = kind
     if kind == L.SCHED_VANILLA:
         vanilla_on_new_consensus(S, node, interval_ms)
@@ -112,6 +113,6 @@ def notify_networkstatus_changed(S, node, kind, interval_ms):
 
 
 @njit(cache=True)
-def notify_new_options(S, node, sock_buf_factor):
+def notify_new_options(D, node, sock_buf_factor):
     """``scheduler_conf_changed`` with the KIST options (``on_new_options``)."""
-    kist_on_new_options(S, node, sock_buf_factor)
+    kist_on_new_options(L.state_from(D), node, sock_buf_factor)

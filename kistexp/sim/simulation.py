@@ -208,7 +208,7 @@ class Simulation:
         for step in range(1, steps + 1):
             S.g[L.G_END] = t_ns if step == steps else start + (t_ns - start) * step // steps
             while True:
-                status = run_kernel(L.StateRef(*S))
+                status = run_kernel(L.descriptor(S))
                 if status == L.RS_GROW_CELLS:
                     S = _grow_cells(S)
                 elif status == L.RS_GROW_EVENTS:
@@ -321,7 +321,7 @@ class Simulation:
         self._check_params("apply", params)
         plans = [(i, *self._effective(i, params)) for i in ids]
         S = self._S
-        ref = L.StateRef(*S)
+        ref = L.descriptor(S)
         out = []
         need_ts = S.ts.shape[1]
         for i, interval, kind, cc, clamped, extra in plans:

@@ -22,12 +22,12 @@ RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kernel_room(S, c):
     return S.ci[L.CI_SNDBUF, c] - (S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_UNA, c])
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def _track_peaks(S, node):
     """Raise the node's peaks of queued bytes (application, kernel, both): over the run
     (``NI_PEAK_*``) and since the last sample (``NI_WPEAK_*``, for window measurements)."""
@@ -40,7 +40,7 @@ def _track_peaks(S, node):
             S.ni[L.NI_WPEAK_APP + j, node] = v
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_push(S, c, k):
     """Append cell ``k`` to chan ``c``'s kernel queue (the caller keeps room, see ``kq_check_room``)."""
     n = S.ci[L.CI_KQ_N, c]
@@ -52,13 +52,13 @@ def kq_push(S, c, k):
     S.ci[L.CI_KQ_N, c] = n + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_room_needed(S, c):
     """Free slots a kernel queue must have before an event: one event writes at most a send buffer."""
     return S.ci[L.CI_SNDBUF, c] // L.CELL_SIZE + 1
 
 
-@njit(cache=True, _nrt=False, inline="always")
+@njit(cache=True, inline="always")
 def kq_check_room(S, c):
     """List chan ``c`` for ``kq_grow_listed`` when its ring could overflow in the next event."""
     if (S.ci[L.CI_KQ_CAP, c] - S.ci[L.CI_KQ_N, c] < kq_room_needed(S, c)
@@ -69,7 +69,7 @@ def kq_check_room(S, c):
         S.g[L.G_KQGROW_N] = n + 1
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def kq_grow_listed(S):
     """Move each listed ring to a larger segment at the end of ``S.kq``; False when it is full.
 
@@ -101,7 +101,7 @@ def kq_grow_listed(S):
     return True
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def tcp_send(S, c, t):
     """Send what cwnd allows of the not-yet-sent bytes as one flight."""
     notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
@@ -154,7 +154,7 @@ def tcp_send(S, c, t):
     ev_push(S, arr + owd, L.EV_ACK, c, segs, -nbytes if lost else nbytes)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def write_to_kernel(S, c, t):
     """One write call (``connection_handle_write``): outbuf -> kernel, whole cells.
 
@@ -195,7 +195,7 @@ def write_to_kernel(S, c, t):
     return ob < L.ORCONN_LOW
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def on_ack(S, c, t, segs, nbytes):
     """An ACK for one flight: free the send buffer, grow or cut cwnd, send more, wake the writer."""
     lost = nbytes < 0

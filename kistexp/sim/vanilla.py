@@ -14,14 +14,14 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_pop, pend_push
 from kistexp.sim.channel import flush_cells
-from kistexp.sim.events import ev_push
+from kistexp.sim.events import timer_arm
 from kistexp.sim.kistlite import cells_writeable
 
 MAX_FLUSH_CELLS = 1000
 FLUSH_CLAMP = 256
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vanilla_run(S, node, t):
     nreadd = 0
     moved = 0
@@ -57,21 +57,18 @@ def vanilla_run(S, node, t):
     return moved
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vanilla_schedule(S, node, t, after_run):
     if S.ni[L.NI_HEAP_N, node] == 0:
         return
     armed = S.ni[L.NI_TIMER_AT, node]
     if 0 <= armed and armed <= t and not after_run:
         return  # already active in this pass
-    gen = S.ni[L.NI_TIMER_GEN, node] + 1
-    S.ni[L.NI_TIMER_GEN, node] = gen
     fire = S.ni[L.NI_LAST_RUN, node] if after_run else t  # the end of this pass
-    S.ni[L.NI_TIMER_AT, node] = fire
-    ev_push(S, fire, L.EV_SCHED, node, gen, 0)
+    timer_arm(S, node, fire)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True)
 def vanilla_on_new_consensus(S, node, interval_ms):
     """Vanilla's ``scheduler_t`` has no ``on_new_consensus``: no parameter changes how it runs.  The
     KIST interval is still the node's (``kist_scheduler_run_interval`` reads the consensus whenever
