@@ -20,6 +20,7 @@ _MODULES = (
     "metrics",
     "population",
     "simulate",
+    "sweep",
 )
 
 
