@@ -337,6 +337,7 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
         sn = build(attrs.evolve(traffic, bandwidth_scale=byte_budget / sn.offered_bytes_per_s))
     sim = Simulation(sn.network, RunConfig(duration_s=duration_s, seed=seed))
     sim.apply(list(range(len(sn.network.nodes))), dict(values))
+    sim.advance_to(sn.traffic.warmup_s)  # a window starts at a sample time or where the run stopped
     sim.advance_to(duration_s)
     window = sim.window(sn.traffic.warmup_s, duration_s)
     rows = _window_predictions(sn, window, "values", 0, load_profiles(), _class_labels(sn))
