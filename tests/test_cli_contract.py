@@ -75,6 +75,13 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "metrics list": (["metrics", "list", "--dir", str(tmp_path / "exp"), "--json"], "json"),
         "metrics show": (["metrics", "show", "client_ttlb_1mib_s", "--dir", str(tmp_path / "exp"), "--json"], "json"),
         "metrics params": (["metrics", "params", "--dir", str(tmp_path / "exp"), "--json"], "json"),
+        "population paths": (["population", "paths", str(microdesc), "--circuits", "200", "--json"], "json"),
+        "population summary": (["population", "summary", str(microdesc), "--scale", "0", "--json"], "error"),
+        # no such plan file
+        "simulate": (["simulate", str(tmp_path / "no-plan.toml"), "--json"], "error"),
+        # nothing listens on port 9: the scheduler is reported unreachable within the timeout
+        "sweep": (["sweep", "plans/sweeps/kist-interval-small.toml", "--dask", "tcp://127.0.0.1:9",
+                   "--dask-timeout", "1", "--cache", str(tmp_path / "sweep-cache"), "--json"], "error"),
     }
 
 

@@ -160,16 +160,17 @@ def _figures(outcomes) -> dict[str, tuple]:
     return {o.task.key: o.result.figures for o in outcomes if o.result is not None}
 
 
+def _run(backend, out: Path, cache: Path):
+    try:
+        return run_sweep(parse_sweep(TINY, "tiny.toml"), out, backend, CellCache(cache), plots=False)
+    finally:
+        backend.close()
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("local")
-    backend = LocalBackend(2)
-    try:
-        report = run_sweep(parse_sweep(TINY, "tiny.toml"), tmp / "out", backend, CellCache(tmp / "cache"),
-                           plots=False)
-    finally:
-        backend.close()
-    return tmp, report
+    return tmp, _run(LocalBackend(2), tmp / "out", tmp / "cache")
 
 
 @pytest.fixture(scope="module")
@@ -201,12 +202,7 @@ def test_local_pool_sweep_writes_results_and_resumes(local_run):
     assert len(cpu) == 8 and all(0 < r["value"] < 1 for r in cpu)  # 4 cells x (median, p95)
     assert len(report.recommendations) == 1 and report.recommendations[0].value in (2, 10)
     # a re-run finds every cell in the cache and writes the same table
-    backend = LocalBackend(1)
-    try:
-        again = run_sweep(parse_sweep(TINY, "tiny.toml"), tmp / "out2", backend, CellCache(tmp / "cache"),
-                          plots=False)
-    finally:
-        backend.close()
+    again = _run(LocalBackend(1), tmp / "out2", tmp / "cache")
     assert (again.ran, again.cached) == (0, 4)
     assert pq.read_table(tmp / "out2" / "results.parquet").to_pylist() == table
 
@@ -215,12 +211,8 @@ def test_local_pool_sweep_writes_results_and_resumes(local_run):
 def test_dask_local_cluster_equals_local_pool_cell_for_cell(local_run, dask_cluster, tmp_path):
     _, local = local_run
     backend = DaskBackend(dask_cluster.scheduler_address, timeout_s=30)
-    try:
-        assert backend.workers == 2
-        report = run_sweep(parse_sweep(TINY, "tiny.toml"), tmp_path / "out", backend, CellCache(tmp_path / "c"),
-                           plots=False)
-    finally:
-        backend.close()
+    assert backend.workers == 2
+    report = _run(backend, tmp_path / "out", tmp_path / "c")
     assert (report.ran, report.failed) == (4, 0)
     hosts = {o.result.host for o in report.outcomes}
     assert all(h.split(":")[1] != str(os.getpid()) for h in hosts)  # ran in the worker processes
