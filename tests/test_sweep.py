@@ -252,3 +252,23 @@ def test_a_worker_killed_mid_cell_is_retried_once_then_failed_dask(dask_cluster,
     assert by_index[1].status == "failed" and by_index[1].attempts == 2
     assert "KilledWorker" in by_index[1].error
     assert [by_index[i].status for i in (0, 2, 3)] == ["ok", "ok", "ok"]
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_with_the_finished_cells(local_run, tmp_path):
+    _, local = local_run
+    tasks = expand(parse_sweep(TINY))
+
+    def interrupt(outcome):
+        raise KeyboardInterrupt  # Ctrl-C while the first cell's result is being handled
+
+    backend = LocalBackend(1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            execute(tasks, backend, CellCache(tmp_path / "c"), on_outcome=interrupt)
+    finally:
+        backend.close()
+    assert len(list((tmp_path / "c").glob("*/*.json"))) == 1  # stored before the interrupt reached us
+    report = _run(LocalBackend(2), tmp_path / "out", tmp_path / "c")
+    assert (report.cached, report.ran, report.failed) == (1, 3, 0)
+    assert _figures(report.outcomes) == _figures(local.outcomes)

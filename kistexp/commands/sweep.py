@@ -56,11 +56,13 @@ def sweep(
             task = bar.add_task(f"{spec.name}: sampling networks", total=spec.n_cells)
 
             def start(total: int, cached: int) -> None:
-                bar.update(task, total=total, description=f"{spec.name}: {cached} cached, {backend.description}")
+                # the bar counts the cells to run: cached ones would make rich's rate, hence the ETA, wrong
+                bar.update(task, total=total - cached,
+                           description=f"{spec.name}: {cached} of {total} cached, {backend.description}")
 
             def done(outcome) -> None:
-                # cached cells do not count towards the ETA: rich estimates from the recent rate
-                bar.advance(task)
+                if outcome.status != "cached":
+                    bar.advance(task)
                 if outcome.status == "failed":
                     err_console.print(f"cell {outcome.task.index} ({outcome.task.key[:12]}) failed after "
                                       f"{outcome.attempts} attempt(s): {outcome.error}")
