@@ -123,7 +123,9 @@ def main() -> None:
             r = _spawn([str(s), "0.4", "60", "1.0", budget], LIMIT_S)
             if r is not None and time.perf_counter() - t <= LIMIT_S:
                 best = r
+                _print(f"    scale {s:g} finished", r)
             else:
+                print(f"    scale {s:g}: not finished within {LIMIT_S:.0f} s of wall time", flush=True)
                 break
         _print("(c) largest scale finishing 60 simulated s within 10 min (load 0.4, full NIC rates)", best)
     print("uptime after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())

@@ -29,7 +29,7 @@ with 3 networks that range is close to their min-max).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -285,17 +285,6 @@ def summarize_predictions(rows: list[Prediction] | tuple[Prediction, ...], stage
                 change = float(np.median([per_net[n] / base[n] - 1 for n in shared]))
         out.append(StageFigure(stage, metric, cls, float(np.median(v)), float(np.percentile(v, 2.5)),
                                float(np.percentile(v, 97.5)), len(v), change))
-    return out
-
-
-def figures_from_store(rows, stages: list[str]) -> list[StageFigure]:
-    return summarize_predictions(list(rows), stages)
-
-
-def stage_values(plan: Plan) -> Mapping[str, tuple[tuple[str, int], ...]]:
-    out = {"baseline": _concrete(plan.baseline.values)}
-    for t in plan_transitions(plan):
-        out[t.to_stage] = t.to_values
     return out
 
 

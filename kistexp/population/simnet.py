@@ -24,8 +24,6 @@ Uses ``kistexp.sim`` through its public API only (``Network``, ``NodeConfig``, `
 
 from __future__ import annotations
 
-import math
-
 import attrs
 import numpy as np
 
@@ -228,7 +226,3 @@ POSITION_NAMES = {"D": "guard+exit", "G": "guard", "E": "exit", "M": "middle"}
 def relay_class_label(pos: str, cls: RelayClass, capacity: float) -> str:
     """The label predictions carry per relay, e.g. ``exit linux HZ=250 >100 Mbit/s``."""
     return f"{POSITION_NAMES[pos]} {cls.os} HZ={cls.hz} {bandwidth_band(capacity)}"
-
-
-def transfers_expected(duration_s: float, rate: float) -> int:
-    return math.ceil(duration_s * rate)
