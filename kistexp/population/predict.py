@@ -29,7 +29,7 @@ with 3 networks that range is close to their min-max).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
