@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import cloudpickle
 import pytest
 from typer.testing import CliRunner
@@ -277,3 +278,36 @@ def test_an_interrupted_sweep_resumes_with_the_finished_cells(local_run, tmp_pat
     report = _run(LocalBackend(2), tmp_path / "out", tmp_path / "c")
     assert (report.cached, report.ran, report.failed) == (1, 3, 0)
     assert _figures(report.outcomes) == _figures(local.outcomes)
+
+
+def test_class_mixes_multiply_the_grid_and_change_the_keys(tmp_path):
+    mixes = ('\n[class_mixes]\nbundled = "bundled"\nhz1000 = "'
+             + str(Path("plans/sweeps/classes-hz1000.toml").resolve()) + '"\n')
+    s = parse_sweep(TINY.replace("[[recommend]]", mixes + "\n[[recommend]]"))
+    assert [m for m, _ in s.class_mixes] == ["bundled", "hz1000"] and s.n_cells == 8
+    tasks = expand(s)
+    hz = {t.class_mix: dict(t.shares.hz["linux"]) for t in tasks}
+    assert hz == {"bundled": {250: 0.8, 1000: 0.15, 300: 0.05}, "hz1000": {1000: 1.0}}
+    assert len({t.key for t in tasks}) == 8
+    bad = TINY.replace("[[recommend]]", '[class_mixes]\nx = "nope.toml"\n\n[[recommend]]')
+    assert "class_mixes.x: " in _error(tmp_path, bad) and "nope.toml: file not found" in _error(tmp_path, bad)
+
+
+def test_recommendation_is_the_lowest_value_within_the_limit_on_every_network():
+    from kistexp.sweep.results import recommend
+
+    s = parse_sweep(TINY.replace("KISTSchedRunInterval = [2, 10]", "KISTSchedRunInterval = [2, 3, 5, 10]")
+                    .replace("samples = [1, 2]", "samples = [1, 2, 3]").replace("max_rise_percent = 50",
+                                                                                 "max_rise_percent = 5"))
+    # relay CPU per network: network 2 makes 3 ms rise 6 % (over the limit) although the others rise 2 %
+    cpu = {10: (0.010, 0.020, 0.030), 5: (0.0102, 0.0204, 0.0306), 3: (0.0102, 0.0212, 0.0306),
+           2: (0.0110, 0.0220, 0.0330)}
+    rows = [{"network": n, "seed": 1, "load": 0.4, "loss_rate": 0.0, "class_mix": "bundled",
+             "KISTSchedRunInterval": v, "metric": "relay_cpu_utilization", "relay_class": "all",
+             "statistic": "median", "value": per_net[n]} for v, per_net in cpu.items() for n in range(3)]
+    rises, recs = recommend(s, rows)
+    assert [(r.value, round(r.rise_median, 4), r.within) for r in rises] == \
+        [(2, 0.1, False), (3, 0.02, False), (5, 0.02, True), (10, 0.0, True)]
+    assert len(recs) == 1 and recs[0].value == 5 and recs[0].context == "load=0.4 loss=0 mix=bundled"
+    other = recommend(attrs.evolve(s, recommend=(attrs.evolve(s.recommend[0], relay_class="exit"),)), rows)[1]
+    assert other[0].value is None and "no relay of class 'exit'" in other[0].note

@@ -31,7 +31,7 @@ import cloudpickle
 
 from kistexp.errors import SweepError
 from kistexp.sweep.cache import CellCache
-from kistexp.sweep.cells import CellResult, CellTask, run_cell
+from kistexp.sweep.cells import CellResult, CellTask, model_version, run_cell
 
 MAX_ATTEMPTS = 2  # the first run and one retry
 
@@ -48,6 +48,10 @@ class CellOutcome:
 def _call_pickled(blob: bytes, task: CellTask) -> CellResult:
     # the cell function travels by value (cloudpickle), so tests can inject one a worker can import
     return cloudpickle.loads(blob)(task)
+
+
+def _worker_model() -> str:
+    return model_version()
 
 
 def _one_line(exc: BaseException) -> str:
@@ -106,6 +110,17 @@ class DaskBackend:
         except Exception:
             self.client.close()
             raise SweepError(f"--dask {address}: the scheduler has no workers (waited {timeout_s:g} s)") from None
+        try:
+            models = self.client.run(_worker_model)
+        except Exception as exc:  # kistexp missing on a worker: the probe cannot even be unpickled there
+            self.client.close()
+            raise SweepError(f"--dask {address}: the workers cannot run kistexp ({_one_line(exc)}); install it on "
+                             "every worker (docs/sweeps.md, \"Running on a Dask cluster\")") from None
+        other = sorted(w for w, m in models.items() if m != model_version())
+        if other:
+            self.client.close()
+            raise SweepError(f"--dask {address}: {len(other)} worker(s) run another kistexp model (e.g. {other[0]}: "
+                             f"{models[other[0]]}, here {model_version()}): install the same kistexp everywhere")
         self.workers = max(1, sum(self.client.nthreads().values()))
         self._fn = cell_fn
         # pure=False: a resubmitted cell is a new task, not the erred one
