@@ -311,3 +311,12 @@ def test_recommendation_is_the_lowest_value_within_the_limit_on_every_network():
     assert len(recs) == 1 and recs[0].value == 5 and recs[0].context == "load=0.4 loss=0 mix=bundled"
     other = recommend(attrs.evolve(s, recommend=(attrs.evolve(s.recommend[0], relay_class="exit"),)), rows)[1]
     assert other[0].value is None and "no relay of class 'exit'" in other[0].note
+
+
+def test_check_prints_the_grid_without_running():
+    import json
+
+    result = CliRunner().invoke(app, ["sweep", "plans/sweeps/kist-interval-small.toml", "--check", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["cells"] == 16 and doc["axes"]["value_sets"] == 4 and doc["loads"] == [0.3, 0.6]

@@ -27,6 +27,7 @@ def sweep(
                                "~/.cache/kistexp/sweep)."),
     yes: bool = typer.Option(False, "--yes", help=f"Run a grid of more than {10_000:,} cells."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the plots."),
+    check: bool = typer.Option(False, "--check", help="Check the sweep file and print its grid; run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Run every cell of SWEEP.toml (values x loads x loss rates x class mixes x seeds x sampled networks),
@@ -40,6 +41,9 @@ def sweep(
     from kistexp.sweep.execute import DaskBackend, LocalBackend
 
     spec = load_sweep(sweep_file)
+    if check:
+        _print_grid(spec, as_json)
+        return
     if spec.n_cells > CONFIRM_CELLS and not yes:
         raise SweepError(f"{sweep_file}: the grid has {spec.n_cells:,} cells (more than {CONFIRM_CELLS:,}); "
                          "pass --yes to run it")
@@ -87,6 +91,21 @@ def sweep(
     if report.failed:
         raise SweepError(f"{report.failed} of {report.cells} cells failed (see {report.out}/cells.csv); the "
                          "others are done, and running the same command again retries only the failed ones")
+
+
+def _print_grid(spec, as_json: bool) -> None:
+    axes = {"value_sets": len(spec.value_sets), "loads": len(spec.loads), "loss_rates": len(spec.loss_rates),
+            "class_mixes": len(spec.class_mixes), "seeds": len(spec.seeds), "samples": len(spec.samples)}
+    if as_json:
+        emit_json({"name": spec.name, "cells": spec.n_cells, "axes": axes, "parameters": list(spec.parameters),
+                   "value_sets": [dict(v) for v in spec.value_sets], "loads": list(spec.loads),
+                   "loss_rates": list(spec.loss_rates), "class_mixes": [m for m, _ in spec.class_mixes],
+                   "seeds": list(spec.seeds), "scale": spec.scale, "samples": list(spec.samples),
+                   "duration_s": spec.duration_s})
+        return
+    console.print(f"[bold]{spec.name}[/bold]: {spec.n_cells:,} cells = "
+                  + " x ".join(f"{n} {k.replace('_', ' ')}" for k, n in axes.items())
+                  + f", scale {spec.scale:g}, {spec.duration_s:g} simulated s each")
 
 
 def _print(spec, report) -> None:
