@@ -98,8 +98,10 @@ class DaskBackend:
 
     def __init__(self, address: str, cell_fn: Callable[[CellTask], CellResult] = run_cell,
                  timeout_s: float = 10.0) -> None:
-        from distributed import Client
-
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SweepError("--dask needs Dask's distributed package: pip install 'kistexp[dask]'") from None
         try:
             self.client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
         except Exception as exc:  # OSError, TimeoutError, ValueError for a malformed address, ...
