@@ -39,3 +39,7 @@ class LocalNetError(KistexpError):
 
 class PopulationError(KistexpError):
     """A consensus, GeoIP file, sampling request or relay-class TOML cannot be used for a population."""
+
+
+class SweepError(KistexpError):
+    """A sweep file cannot be used, or its cells cannot be run or stored (cache, Dask scheduler)."""

@@ -95,6 +95,9 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         # the metrics directory above holds no rollout journal and no predictions
         "report": (["report", str(tmp_path / "exp"), "--json"], "error"),
         "announce": (["announce", plan, "--dir", str(tmp_path / "exp"), "--json"], "error"),
+        # nothing listens on port 9: the scheduler is reported unreachable within the timeout
+        "sweep": (["sweep", "plans/sweeps/kist-interval-small.toml", "--dask", "tcp://127.0.0.1:9",
+                   "--dask-timeout", "1", "--cache", str(tmp_path / "sweep-cache"), "--json"], "error"),
     }
 
 

@@ -24,6 +24,7 @@ _MODULES = (
     "rollout",
     "report",
     "announce",
+    "sweep",
 )
 
 

@@ -29,7 +29,7 @@ with 3 networks that range is close to their min-max).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -286,3 +286,55 @@ def summarize_predictions(rows: list[Prediction] | tuple[Prediction, ...], stage
         out.append(StageFigure(stage, metric, cls, float(np.median(v)), float(np.percentile(v, 2.5)),
                                float(np.percentile(v, 97.5)), len(v), change))
     return out
+
+
+@attrs.frozen
+class ValuesRun:
+    """One run of a sampled network at fixed values (``simulate_values``)."""
+
+    figures: tuple[tuple[str, str, float, float], ...]  # (metric, relay class, median, p95) per catalogue metric
+    relays: int
+    clients: int
+    bandwidth_scale: float
+    achieved_utilisation: float
+    window_s: tuple[float, float]
+    wall_s: float
+
+
+def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss_rate: float,
+                    shares: ClassShares, seed: int, duration_s: float, scale: float,
+                    byte_budget: float = DEFAULT_BYTE_BUDGET) -> ValuesRun:
+    """A sampled network ``pop`` run for ``duration_s`` with ``values`` in every relay's and client's
+    consensus from the start; measured over [warm-up, end) like a stage (one cell of a parameter sweep).
+
+    ``seed`` draws the clients, paths, classes and traffic and seeds the run: the same seed on the same
+    network gives the same traffic for any values (common random numbers). Figures are the median and
+    95th percentile of each catalogue metric's samples, relay metrics per relay class (labels as in
+    ``simulate_plan``)."""
+    wall0 = time.perf_counter()
+    traffic = TrafficModel(load=load, loss_rate=loss_rate, warmup_s=min(10.0, duration_s / 6))
+    if duration_s < traffic.warmup_s + 2.0:
+        raise PopulationError(f"duration {duration_s:g} s is too short: need the warm-up plus 2 s")
+    geoip = load_geoip()
+
+    def build(tr: TrafficModel) -> SimNetwork:
+        return build_network(pop, duration_s=duration_s, seed=seed, interval_ms=10, traffic=tr, shares=shares,
+                             geoip=geoip, scale=scale)
+
+    sn = build(traffic)
+    if sn.offered_bytes_per_s > byte_budget:
+        sn = build(attrs.evolve(traffic, bandwidth_scale=byte_budget / sn.offered_bytes_per_s))
+    sim = Simulation(sn.network, RunConfig(duration_s=duration_s, seed=seed))
+    sim.apply(list(range(len(sn.network.nodes))), dict(values))
+    sim.advance_to(sn.traffic.warmup_s)  # a window starts at a sample time or where the run stopped
+    sim.advance_to(duration_s)
+    window = sim.window(sn.traffic.warmup_s, duration_s)
+    rows = _window_predictions(sn, window, "values", 0, load_profiles(), _class_labels(sn))
+    at: dict[tuple[str, str], dict[float, float]] = {}
+    for p in rows:
+        if p.quantile in (0.5, 0.95):
+            at.setdefault((p.metric, p.relay_class), {})[p.quantile] = p.value
+    figures = tuple((m, c, q[0.5], q[0.95]) for (m, c), q in at.items())
+    return ValuesRun(figures, len(pop), len(sn.client_nodes) + len(sn.perf_nodes), sn.traffic.bandwidth_scale,
+                     achieved_utilisation(sn, window), (sn.traffic.warmup_s, duration_s),
+                     time.perf_counter() - wall0)

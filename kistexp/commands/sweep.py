@@ -1,0 +1,133 @@
+"""`kistexp sweep SWEEP.toml`: a parameter sweep on local worker processes or a Dask cluster
+(docs/sweeps.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from kistexp.output import console, emit_json, err_console
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f} %"
+
+
+def sweep(
+    sweep_file: Path = typer.Argument(..., metavar="SWEEP.toml", help="Sweep file (docs/sweeps.md)."),
+    workers: int = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
+    dask: str = typer.Option(None, "--dask", metavar="ADDRESS",
+                             help="Submit to an existing Dask scheduler, e.g. tcp://10.0.0.5:8786."),
+    dask_timeout: float = typer.Option(10.0, "--dask-timeout", help="Seconds to wait for the Dask scheduler."),
+    out: Path = typer.Option(None, "--out", help="Output directory (default: sweeps/<name>)."),
+    cache: Path = typer.Option(None, "--cache", help="Cell cache (default: $KISTEXP_SWEEP_CACHE or "
+                               "~/.cache/kistexp/sweep)."),
+    yes: bool = typer.Option(False, "--yes", help=f"Run a grid of more than {10_000:,} cells."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip the plots."),
+    check: bool = typer.Option(False, "--check", help="Check the sweep file and print its grid; run nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Run every cell of SWEEP.toml (values x loads x loss rates x class mixes x seeds x sampled networks),
+    each a population run; finished cells are cached by a hash of their inputs, so a re-run resumes.
+    Writes a tidy table (Parquet, CSV), plots with bands across networks and the recommendation table."""
+    import os
+
+    from kistexp.errors import SweepError
+    from kistexp.sweep import CONFIRM_CELLS, load_sweep, run_sweep
+    from kistexp.sweep.cache import CellCache, default_cache_dir
+    from kistexp.sweep.execute import DaskBackend, LocalBackend
+
+    spec = load_sweep(sweep_file)
+    if check:
+        _print_grid(spec, as_json)
+        return
+    if spec.n_cells > CONFIRM_CELLS and not yes:
+        raise SweepError(f"{sweep_file}: the grid has {spec.n_cells:,} cells (more than {CONFIRM_CELLS:,}); "
+                         "pass --yes to run it")
+    if dask is not None and workers is not None:
+        raise SweepError("--workers and --dask exclude each other (a Dask cluster has its own workers)")
+    if dask_timeout <= 0:
+        raise SweepError(f"--dask-timeout {dask_timeout:g}: must be positive")
+    store = CellCache(cache if cache is not None else default_cache_dir())
+    out_dir = out if out is not None else Path("sweeps") / spec.name
+    backend = DaskBackend(dask, timeout_s=dask_timeout) if dask else LocalBackend(workers or os.cpu_count() or 1)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("ETA"), TimeRemainingColumn(), console=err_console, disable=as_json) as bar:
+            task = bar.add_task(f"{spec.name}: sampling networks", total=spec.n_cells)
+
+            def start(total: int, cached: int) -> None:
+                # the bar counts the cells to run: cached ones would make rich's rate, hence the ETA, wrong
+                bar.update(task, total=total - cached,
+                           description=f"{spec.name}: {cached} of {total} cached, {backend.description}")
+
+            def done(outcome) -> None:
+                if outcome.status != "cached":
+                    bar.advance(task)
+                if outcome.status == "failed":
+                    err_console.print(f"cell {outcome.task.index} ({outcome.task.key[:12]}) failed after "
+                                      f"{outcome.attempts} attempt(s): {outcome.error}")
+
+            report = run_sweep(spec, out_dir, backend, store, on_start=start, on_outcome=done,
+                               plots=not no_plots)
+    except KeyboardInterrupt:
+        raise SweepError(f"{sweep_file}: interrupted; finished cells are stored in {store.root}, run the same "
+                         "command again to resume") from None
+    finally:
+        backend.close()
+    if as_json:
+        import attrs
+
+        doc = attrs.asdict(report, filter=lambda a, _v: a.name != "outcomes")
+        doc["failures"] = [{"index": o.task.index, "cell": o.task.key[:16], "attempts": o.attempts,
+                            "error": o.error} for o in report.outcomes if o.status == "failed"]
+        doc["cache"] = str(store.root)
+        emit_json(doc)
+    else:
+        _print(spec, report)
+    if report.failed:
+        raise SweepError(f"{report.failed} of {report.cells} cells failed (see {report.out}/cells.csv); the "
+                         "others are done, and running the same command again retries only the failed ones")
+
+
+def _print_grid(spec, as_json: bool) -> None:
+    axes = {"value_sets": len(spec.value_sets), "loads": len(spec.loads), "loss_rates": len(spec.loss_rates),
+            "class_mixes": len(spec.class_mixes), "seeds": len(spec.seeds), "samples": len(spec.samples)}
+    if as_json:
+        emit_json({"name": spec.name, "cells": spec.n_cells, "axes": axes, "parameters": list(spec.parameters),
+                   "value_sets": [dict(v) for v in spec.value_sets], "loads": list(spec.loads),
+                   "loss_rates": list(spec.loss_rates), "class_mixes": [m for m, _ in spec.class_mixes],
+                   "seeds": list(spec.seeds), "scale": spec.scale, "samples": list(spec.samples),
+                   "duration_s": spec.duration_s})
+        return
+    console.print(f"[bold]{spec.name}[/bold]: {spec.n_cells:,} cells = "
+                  + " x ".join(f"{n} {k.replace('_', ' ')}" for k, n in axes.items())
+                  + f", scale {spec.scale:g}, {spec.duration_s:g} simulated s each")
+
+
+def _print(spec, report) -> None:
+    from kistexp.sweep.results import rule_text
+
+    console.print(f"[bold]{report.name}[/bold]: {report.cells} cells ({report.ran} run, {report.cached} cached, "
+                  f"{report.failed} failed) on {report.backend} in {report.wall_s:.0f} s; results in {report.out}")
+    for i, rule in enumerate(spec.recommend):
+        t = Table(title=rule_text(rule), box=None, title_justify="left")
+        for col in ("context", rule.parameter, "rise (median)", "rise (95 % range)", "networks", "within"):
+            t.add_column(col, justify="left" if col == "context" else "right")
+        for r in report.rises:
+            if r.rule == i:
+                t.add_row(r.context, str(r.value), _pct(r.rise_median), f"{_pct(r.rise_low)} .. {_pct(r.rise_high)}",
+                          str(r.networks), "yes" if r.within else "no")
+        console.print(t)
+        for rec in report.recommendations:
+            if rec.rule == i:
+                verdict = (f"{rule.parameter} = {rec.value} (rise at most {_pct(rec.rise_high)})"
+                           if rec.value is not None else f"none: {rec.note}")
+                console.print(f"  recommended for {rec.context}: [bold]{verdict}[/bold]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)
