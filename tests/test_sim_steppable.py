@@ -238,6 +238,20 @@ def test_windows_measure_stage_against_baseline_in_catalogue_names():
     assert len(whole.transfer_ttlb_s) == int(np.sum(~np.isnan(res.transfer_ttlb_s)))
 
 
+def test_a_window_can_be_measured_while_the_run_goes_on():
+    net, rc = _path("kist", "sendme")
+    sim = Simulation(net, rc)
+    sim.advance_to(np.float64(1.2))              # off the 0.5 s sample grid
+    early = sim.window(0.5, 1.2)
+    sim.advance_to(3)
+    later = sim.window(0.5, 1.2)
+    np.testing.assert_array_equal(early.chan_bytes, later.chan_bytes)
+    np.testing.assert_array_equal(early.node_counters["cells_sent"], later.node_counters["cells_sent"])
+    np.testing.assert_array_equal(early.node_peaks["peak_queued_bytes"], later.node_peaks["peak_queued_bytes"])
+    assert early.node_levels["kernel_bytes"].shape == (2, 4)   # samples at 0.5 and 1.0 s
+    assert early.node_peaks["peak_queued_bytes"].max() > 0
+
+
 def test_bad_input_is_refused_with_the_node_and_key():
     net, client, ex = _pair()
     sim = Simulation(net, RunConfig(duration_s=2.0))

@@ -153,7 +153,6 @@ def deliver_edge(S, k, q, node, t):
         tr = s >> 1  # streams 2 tr and 2 tr + 1 are transfer tr's request and response
         if S.di[L.DI_DIR, cd] == 0:
             if d == S.si[s].total:
-                S.ti[L.TI_REQ_DONE, tr] = t
                 rcd = cd ^ 1
                 _ready_add(S, rcd, s ^ 1)
                 _resume(S, rcd, t)

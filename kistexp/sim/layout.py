@@ -152,7 +152,7 @@ STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int
                          ("inready", np.int32)], align=True)
 
 # transfers
-N_TI = _fields("TI_CIRC", "TI_START", "TI_TTFB", "TI_TTLB", "TI_REQ_DONE")
+N_TI = _fields("TI_START", "TI_TTFB", "TI_TTLB")
 
 # cells (pool): one 32-byte record per cell, so that a 32-byte aligned pool keeps each cell in one
 # half of a cache line: next cell in its FIFO, circuit queue, kind, stream, and the times it

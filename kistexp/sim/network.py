@@ -170,7 +170,10 @@ class Network:
         if not self._tr:
             e = np.zeros(0, np.int64)
             return e, e, e, np.zeros(0, np.float64)
-        return tuple(np.concatenate([t[i] for t in self._tr]) for i in range(4))  # type: ignore[return-value]
+        if len(self._tr) > 1:
+            # keep one copy: a network of millions of exchanges must not hold them twice
+            self._tr = [tuple(np.concatenate([t[i] for t in self._tr]) for i in range(4))]
+        return self._tr[0]
 
     def validate(self) -> None:
         if not self.nodes:
@@ -371,11 +374,9 @@ def _build(net: Network, rc: RunConfig):
     t_circ, t_req, t_resp, t_start = net.transfer_arrays()
     n_tr = len(t_circ)
     ti = np.zeros((L.N_TI, n_tr), np.int64)
-    ti[L.TI_CIRC] = t_circ
     ti[L.TI_START] = np.round(t_start * 1e9).astype(np.int64)
     ti[L.TI_TTFB] = -1
     ti[L.TI_TTLB] = -1
-    ti[L.TI_REQ_DONE] = -1
     if n_tr and max(int(t_req.max()), int(t_resp.max())) > L.INT_MAX * L.RELAY_PAYLOAD:
         raise SimConfigError(f"transfer: at most {L.INT_MAX * L.RELAY_PAYLOAD} bytes a direction "
                              f"({L.INT_MAX} cells), got {max(int(t_req.max()), int(t_resp.max()))}")
@@ -416,9 +417,10 @@ def _build(net: Network, rc: RunConfig):
     # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
     est_cells = int(min(n_cd * fcc.cellq_high, (int(si["total"].sum(dtype=np.int64)) if n_tr else 0) + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
-    ev_cap = 2 * ev_reserve + 8 * n_chan + 1024
+    ev_cap = 2 * ev_reserve + 2 * n_chan + 1024  # the heap doubles when it runs short
     # what the run-time arrays will take, checked before allocating them
-    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 8 * (2 * ev_cap * L.N_EV + n_samples * n_chan + kq_len + n_chan
+    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + 1024) + 8 * (
+                   2 * ev_cap * L.N_EV + n_samples * n_chan + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
@@ -462,7 +464,7 @@ def _build(net: Network, rc: RunConfig):
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
-        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(2 * kq_len + 1024, np.int32),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(kq_len + 1024, np.int32),
         kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
         ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),

@@ -18,6 +18,7 @@ previous one); torrc overrides (``NodeConfig.torrc_overrides``) win over the con
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -183,7 +184,7 @@ class Simulation:
         return self.run_config.duration_s
 
     def _time_ns(self, t_s: float, what: str) -> int:
-        if isinstance(t_s, bool) or not isinstance(t_s, (int, float)) or not math.isfinite(t_s):
+        if isinstance(t_s, bool) or not isinstance(t_s, numbers.Real) or not math.isfinite(t_s):
             raise SimConfigError(f"{what}={t_s!r}: must be a finite number of seconds")
         return int(round(t_s * 1e9))
 
@@ -319,6 +320,7 @@ class Simulation:
             raise SimConfigError(f"apply: params must be a mapping of parameter names to values, got {params!r}")
         ids = self._node_ids(nodes)
         self._check_params("apply", params)
+        params = {k: float(v) if k == SOCK_BUF_OPTION else int(v) for k, v in params.items()}
         plans = [(i, *self._effective(i, params)) for i in ids]
         S = self._S
         ref = L.descriptor(S)
@@ -406,7 +408,7 @@ class Simulation:
         at = (times >= t0) & (times < t1)
         peaks = {}
         for k, (f, _) in enumerate(WINDOW_PEAKS.values()):
-            v = S.ser_node[f][ends].max(axis=0) if ends.any() else np.zeros(S.ni.shape[1], np.int64)
+            v = S.ser_node[f][:taken][ends].max(axis=0) if ends.any() else np.zeros(S.ni.shape[1], np.int64)
             if b.peaks is not None:
                 v = np.maximum(v, b.peaks[k])
             peaks[list(WINDOW_PEAKS)[k]] = v
@@ -422,7 +424,7 @@ class Simulation:
             labels=tuple(self._meta["labels"]),
             node_counters={k: b.counters[j] - a.counters[j] for j, k in enumerate(WINDOW_COUNTERS)},
             node_peaks=peaks,
-            node_levels={k: S.ser_node[f][at].copy() for k, f in WINDOW_LEVELS.items()},
+            node_levels={k: S.ser_node[f][:taken][at].copy() for k, f in WINDOW_LEVELS.items()},
             chan_src=self._meta["chan_nodes"][0].copy(), chan_dst=self._meta["chan_nodes"][1].copy(),
             chan_bytes=b.chan_bytes - a.chan_bytes, delay_hist=b.hist - a.hist,
             transfer_circuit=circ.copy(), transfer_label=tuple(labels[int(c)] for c in circ),
