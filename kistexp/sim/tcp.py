@@ -15,12 +15,16 @@ With ``LinkConfig.nagle`` (tor never sets ``TCP_NODELAY``: its only ``setsockopt
 ``IP_BIND_ADDRESS_NO_PORT`` and ``SO_SNDBUF``/``SO_RCVBUF``) the sender holds a sub-MSS tail
 while an earlier sub-MSS segment is unacknowledged (``tcp_nagle_check`` with
 ``tcp_minshall_check``, net/ipv4/tcp_output.c), and the receiver acknowledges as Linux does
-instead of one RTT after every flight:
+instead of one RTT after every flight. Each write call reaches the socket as one ``send()``
+per TLS record (``L.TLS_RECORD_BYTES``: tor flushes its 4 KiB outbuf chunks one
+``SSL_write`` each, ``flush_chunk_tls``), and Nagle decides at each of them.
+
 
 * at once when more than one full frame (``rcv_mss``, the largest segment seen, starting at
   536) is unacknowledged (``__tcp_ack_snd_check``, net/ipv4/tcp_input.c);
-* when the application has read a pushed segment, unless the socket is in pingpong mode
-  (``tcp_cleanup_rbuf``, net/ipv4/tcp.c; every tor write pushes);
+* when a read empties the receive queue after two segments shorter than ``rcv_mss``
+  (``ICSK_ACK_PUSHED2``), or after one outside pingpong mode (``ICSK_ACK_PUSHED``)
+  (``tcp_measure_rcv_mss``; ``tcp_cleanup_rbuf``, net/ipv4/tcp.c);
 * with the next data the receiver sends back on the same connection (every segment carries
   the cumulative ACK), which on a tor channel is the reverse direction's cells at the peer's
   next write;
