@@ -314,10 +314,10 @@ def _run_kernel(S):
                 ev_push(S, done, L.EV_DELIVER, a, b, c)
             else:
                 on_arrival(S, a, b, c, t)
-                rcv_read(S, a, t)
+                rcv_read(S, a, b, t)
         elif kind == L.EV_DELIVER:
             on_arrival(S, a, b, c, t)
-            rcv_read(S, a, t)
+            rcv_read(S, a, b, t)
         elif kind == L.EV_DELACK:
             on_delack(S, a, b, t)
         elif kind == L.EV_ACK:

@@ -15,12 +15,16 @@ With ``LinkConfig.nagle`` (tor never sets ``TCP_NODELAY``: its only ``setsockopt
 ``IP_BIND_ADDRESS_NO_PORT`` and ``SO_SNDBUF``/``SO_RCVBUF``) the sender holds a sub-MSS tail
 while an earlier sub-MSS segment is unacknowledged (``tcp_nagle_check`` with
 ``tcp_minshall_check``, net/ipv4/tcp_output.c), and the receiver acknowledges as Linux does
-instead of one RTT after every flight:
+instead of one RTT after every flight. Each write call reaches the socket as one ``send()``
+per TLS record (``L.TLS_RECORD_BYTES``: tor flushes its 4 KiB outbuf chunks one
+``SSL_write`` each, ``flush_chunk_tls``), and Nagle decides at each of them.
+
 
 * at once when more than one full frame (``rcv_mss``, the largest segment seen, starting at
   536) is unacknowledged (``__tcp_ack_snd_check``, net/ipv4/tcp_input.c);
-* when the application has read a pushed segment, unless the socket is in pingpong mode
-  (``tcp_cleanup_rbuf``, net/ipv4/tcp.c; every tor write pushes);
+* when a read empties the receive queue after two segments shorter than ``rcv_mss``
+  (``ICSK_ACK_PUSHED2``), or after one outside pingpong mode (``ICSK_ACK_PUSHED``)
+  (``tcp_measure_rcv_mss``; ``tcp_cleanup_rbuf``, net/ipv4/tcp.c);
 * with the next data the receiver sends back on the same connection (every segment carries
   the cumulative ACK), which on a tor channel is the reverse direction's cells at the peer's
   next write;
@@ -126,7 +130,13 @@ def kq_grow_listed(S):
 @njit(cache=True)
 def tcp_send(S, c, t):
     """Send what cwnd allows of the not-yet-sent bytes as one flight."""
-    notsent = S.ci[L.CI_WRITE_SEQ, c] - S.ci[L.CI_SND_NXT, c]
+    tcp_send_upto(S, c, t, S.ci[L.CI_WRITE_SEQ, c])
+
+
+@njit(cache=True)
+def tcp_send_upto(S, c, t, upto):
+    """``tcp_send`` for the bytes written up to stream offset ``upto`` (one send() call's end)."""
+    notsent = upto - S.ci[L.CI_SND_NXT, c]
     if notsent <= 0:
         return
     unacked = S.ci[L.CI_UNACKED, c]
@@ -213,7 +223,7 @@ def _ack(S, c, t):
     S.ci[L.CI_ACK_BYTES, c] = 0
     S.ci[L.CI_DELACK_GEN, c] += 1
     S.ci[L.CI_DELACK_AT, c] = -1
-    S.ci[L.CI_ACK_ON_READ, c] = 0
+    S.ci[L.CI_ACK_PUSHED, c] = 0  # inet_csk_clear_xmit_timer(ICSK_TIME_DACK) clears icsk_ack.pending
 
 
 @njit(cache=True)
@@ -226,7 +236,10 @@ def rcv_segments(S, c, upto, t):
     mss = S.ci[L.CI_MSS, c]
     S.ci[L.CI_ACK_SEGS, c] += (nbytes + mss - 1) // mss
     S.ci[L.CI_ACK_BYTES, c] += nbytes
-    _measure_rcv_mss(S, c, nbytes, mss)
+    if _measure_rcv_mss(S, c, nbytes, mss):
+        # a segment shorter than rcv_mss sets ICSK_ACK_PUSHED; a second one before the ACK,
+        # ICSK_ACK_PUSHED2 (tcp_measure_rcv_mss)
+        S.ci[L.CI_ACK_PUSHED, c] = min(S.ci[L.CI_ACK_PUSHED, c] + 1, 2)
     S.ci[L.CI_LRCV, c] = t
     at = S.ci[L.CI_DELACK_AT, c]
     ato = S.ci[L.CI_DELACK_NS, c]
@@ -234,8 +247,6 @@ def rcv_segments(S, c, upto, t):
         # more than one full frame, or the delayed ACK is due anyway (tcp_send_delayed_ack)
         _ack(S, c, t)
         return
-    if S.ci[L.CI_PINGPONG, c] == 0:
-        S.ci[L.CI_ACK_ON_READ, c] = 1
     if at < 0:
         S.ci[L.CI_DELACK_AT, c] = t + ato
         ev_push(S, t + ato, L.EV_DELACK, c, S.ci[L.CI_DELACK_GEN, c], 0)
@@ -246,33 +257,47 @@ def _measure_rcv_mss(S, c, nbytes, mss):
     """tcp_measure_rcv_mss (net/ipv4/tcp_input.c) over a flight: full segments raise ``rcv_mss``
     to the mss; a shorter one raises it to its length if at least ``rcv_mss``, and two equal
     shorter ones in a row (each at least 536 B with headers) set it to theirs. The kernel queue
-    holds 514-byte cells; on the wire each carries TLS framing, so lengths count 543 B a cell."""
+    holds 514-byte cells; on the wire each carries TLS framing, so lengths count 543 B a cell.
+    True when the tail was a short segment that marks the ACK pushed (the ``else`` branch
+    that does not return early)."""
     if nbytes >= mss:
         S.ci[L.CI_RCV_MSS, c] = mss
         S.ci[L.CI_LSS, c] = 0
     tail = nbytes % mss
     if tail == 0:
-        return
+        return False
     seg = min(tail // L.CELL_SIZE * L.TLS_CELL_BYTES, mss)
     lss = S.ci[L.CI_LSS, c]
     S.ci[L.CI_LSS, c] = 0
     if seg >= S.ci[L.CI_RCV_MSS, c]:
         S.ci[L.CI_RCV_MSS, c] = seg
-    elif seg + L.TCP_HEADER_BYTES >= L.TCP_MSS_DEFAULT + 20:
+        return False
+    if seg + L.TCP_HEADER_BYTES >= L.TCP_MSS_DEFAULT + 20:
         S.ci[L.CI_LSS, c] = seg
         if seg == lss:
             S.ci[L.CI_RCV_MSS, c] = seg
+            return False
+    return True
 
 
 @njit(cache=True, inline="always")
-def rcv_read(S, c, t):
-    """The receiving process has read chan ``c``'s data (tcp_cleanup_rbuf): it acknowledges a pushed
-    segment unless in pingpong mode, and always when the read reopens at least half the window
-    (the window it can now advertise is at least twice what was left)."""
+def rcv_read(S, c, upto, t):
+    """The receiving process has read chan ``c``'s data up to ``upto`` (tcp_cleanup_rbuf, net/ipv4/tcp.c).
+
+    When the read emptied the receive queue (no later flight has arrived): an ACK if two short
+    segments came since the last one (``ICSK_ACK_PUSHED2``, in pingpong mode too), or one did and
+    the socket is not in pingpong mode (``ICSK_ACK_PUSHED``). Always when the read reopens at
+    least half the window (the window it can now advertise is at least twice what was left)."""
     if S.ci[L.CI_NAGLE, c] == 0:
         return
     acked = S.ci[L.CI_ACK_BYTES, c]
-    if acked > 0 and (S.ci[L.CI_ACK_ON_READ, c] == 1 or 2 * acked >= S.ci[L.CI_RWND, c]):
+    if acked <= 0:
+        return
+    pushed = S.ci[L.CI_ACK_PUSHED, c]
+    drained = upto >= S.ci[L.CI_RCV_SEQ, c]
+    if drained and (pushed == 2 or (pushed == 1 and S.ci[L.CI_PINGPONG, c] == 0)):
+        _ack(S, c, t)
+    elif 2 * acked >= S.ci[L.CI_RWND, c]:
         _ack(S, c, t)
 
 
@@ -303,7 +328,14 @@ def write_to_kernel(S, c, t):
     share = L.WRITE_SHARE_BYTES if S.ci[L.CI_RATE_LIMITED, c] == 1 else ob
     room = kernel_room(S, c)
     moved = 0
+    nagle = S.ci[L.CI_NAGLE, c] == 1
+    start = S.ci[L.CI_WRITE_SEQ, c]
+    record_end = start + L.TLS_RECORD_BYTES
     while ob > 0 and moved + L.CELL_SIZE <= share and room >= L.CELL_SIZE:
+        if nagle and S.ci[L.CI_WRITE_SEQ, c] + L.CELL_SIZE > record_end:
+            # one send() per TLS record: Nagle decides on each (tcp_sendmsg -> tcp_push)
+            tcp_send_upto(S, c, t, record_end)
+            record_end += L.TLS_RECORD_BYTES
         k = cell_list_pop(S, S.ci, L.CI_OB_HEAD, L.CI_OB_TAIL, c)
         S.ci[L.CI_WRITE_SEQ, c] += L.CELL_SIZE
         S.cells[k].t_kern = t
