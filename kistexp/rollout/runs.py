@@ -76,8 +76,6 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
     exp_path = Path(exp_path)
     fresh = not (exp_path / DB_NAME).is_file()
     exp = ExperimentDir.create(exp_path, plan_path) if fresh else ExperimentDir.open(exp_path)
-    if not exp.plan_path.is_file():
-        exp.save_plan(plan_path)  # status, history and rollback --dry-run read the plan from here
     journal = Journal(exp.db_path, durable=True)
     run_lock = None
     if lock:
@@ -94,6 +92,8 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
         if run_lock is not None:
             run_lock.release()
         raise
+    if Path(plan_path).resolve() != exp.plan_path.resolve():
+        exp.save_plan(plan_path)  # the checked (or acknowledged) plan is the plan of record
     return RunSetup(exp, journal, run_lock, spec, load_plan(plan_path), mode)
 
 
