@@ -1,4 +1,6 @@
-"""kill -9 a live run against fake authorities at random instants; each resume must lose and repeat nothing."""
+"""kill -9 a live run against fake authorities at random instants; each resume must lose and repeat nothing.
+
+KISTEXP_CRASH_KILLS sets the number of kills (default 6, to keep the wall time near a minute)."""
 
 import json
 import os
@@ -57,7 +59,9 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
     assert time.monotonic() - t0 < 5
     while kills < KILLS:
         try:
-            proc.wait(timeout=rng.uniform(2, 7))
+            # the fake authorities live in the killed process: kills closer than a couple of rounds
+            # can leave three consensuses unpublished, which rightly pauses (not-in-consensus)
+            proc.wait(timeout=rng.uniform(4, 9))
             break  # finished before the next kill
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)

@@ -33,7 +33,8 @@ def plan_hashes(plan_path: Path) -> tuple[str, str, dict]:
     canon = attrs.asdict(load_plan(plan_path), value_serializer=json_value)
     canon.pop("path", None)
     text = json.dumps(canon, sort_keys=True)
-    return hashlib.sha256(raw).hexdigest(), hashlib.sha256(text.encode()).hexdigest(), canon
+    # the JSON form (lists, not tuples) is what the journal keeps and diffs against
+    return hashlib.sha256(raw).hexdigest(), hashlib.sha256(text.encode()).hexdigest(), json.loads(text)
 
 
 def plan_diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -75,13 +76,29 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
     exp_path = Path(exp_path)
     fresh = not (exp_path / DB_NAME).is_file()
     exp = ExperimentDir.create(exp_path, plan_path) if fresh else ExperimentDir.open(exp_path)
-    if not exp.plan_path.is_file():
-        exp.save_plan(plan_path)  # status, history and rollback --dry-run read the plan from here
     journal = Journal(exp.db_path, durable=True)
     run_lock = None
     if lock:
         run_lock = RunLock(exp.path)
-        run_lock.acquire(journal.owner_text())
+        try:
+            run_lock.acquire(journal.owner_text())
+        except BaseException:
+            journal.close()
+            raise
+    try:
+        spec = _check_plan(plan_path, exp_path, mode, cadence, clock, journal, accept_plan_change)
+    except BaseException:
+        journal.close()  # a refusal leaves nothing held: no lock, no open database
+        if run_lock is not None:
+            run_lock.release()
+        raise
+    if Path(plan_path).resolve() != exp.plan_path.resolve():
+        exp.save_plan(plan_path)  # the checked (or acknowledged) plan is the plan of record
+    return RunSetup(exp, journal, run_lock, spec, load_plan(plan_path), mode)
+
+
+def _check_plan(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock: Clock, journal: Journal,
+                accept_plan_change: bool) -> RolloutSpec:
     raw, canon_sha, canon = plan_hashes(plan_path)
     plan = load_plan(plan_path)
     experiment_id = journal.meta("experiment_id")
@@ -113,7 +130,7 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
                              plan_sha256=raw)
         stored = Cadence(**json.loads(journal.meta("cadence")))
         spec = spec_from_plan(plan, stored, start=dt.datetime.fromisoformat(journal.meta("start")))
-    return RunSetup(exp, journal, run_lock, spec, plan, mode)
+    return spec
 
 
 def plan_watch(plan_path: Path, journal: Journal):
