@@ -17,12 +17,23 @@ Public API (stable):
 * Verdict (frozen): outcome, reason, effect, ci_low, ci_high, bound, n_baseline, n_stage,
   rule, detail, statistic, comparison, threshold, method, sequential, look, information,
   c_fail, c_pass, excluded, warnings, state, criterion; ``to_dict()`` for JSON.
+
+    judge_switchback(criterion, periods, *, washout=0.0, planned_cycles=None,
+                     sequential_state=None, alpha_fail=0.05, alpha_pass=0.05, final=False,
+                     min_cycles=MIN_CYCLES) -> Verdict
+
+* ``periods``: Period(arm="treatment"|"control", values, start, end[, times]) (epoch s);
+  adjacent opposite-arm periods form cycles; the effect is the mean per-cycle
+  treatment/control ratio (or difference) with a t interval over cycles (spec §6).
+  ``planned_cycles`` starts sequential looks at cycle ends; then pass ``verdict.state``.
 """
 
 from kistexp.judge.core import COMPARISONS, MIN_EVENTS, MIN_RELAYS, STATISTICS, JudgeError, judge
 from kistexp.judge.model import OUTCOMES, REASONS, Counts, CriterionSpec, SequentialState, Verdict, Window
+from kistexp.judge.switchback import MIN_CYCLES, Period, judge_switchback
 
 __all__ = [
     "COMPARISONS", "MIN_EVENTS", "MIN_RELAYS", "OUTCOMES", "REASONS", "STATISTICS",
-    "Counts", "CriterionSpec", "JudgeError", "SequentialState", "Verdict", "Window", "judge",
+    "Counts", "CriterionSpec", "JudgeError", "MIN_CYCLES", "Period", "SequentialState", "Verdict", "Window",
+    "judge", "judge_switchback",
 ]

@@ -18,6 +18,7 @@ import attrs
 
 from kistexp.judge.core import judge
 from kistexp.judge.model import SequentialState, Verdict, Window
+from kistexp.judge.switchback import Period, judge_switchback
 from kistexp.metrics import catalogue
 from kistexp.metrics.series import Sample
 from kistexp.metrics.store import MetricStore
@@ -84,6 +85,8 @@ def judge_plan(plan: Plan, store: MetricStore, *, now: dt.datetime | None = None
     over the stage), stopping at the first FAIL or PASS; otherwise one fixed-horizon look.
     """
     now = now or dt.datetime.now(dt.timezone.utc)
+    if plan.kind == "switchback" and plan.switchback is not None:
+        return _judge_switchback_plan(plan, store, now, sequential, alpha, progress)
     param = plan.parameters[0] if len(plan.parameters) == 1 else None
     base_t0 = plan.start - plan.baseline.duration
     base_value = _single_value(plan.baseline.values, param)
@@ -145,3 +148,48 @@ def _replay(crit, baseline, staged, t0: dt.datetime, t1: dt.datetime, end: dt.da
             break
     assert verdict is not None
     return verdict
+
+
+def _arm(stage_name: str) -> str:
+    """The expanded periods are named treatment-N / control-N (kistexp.plan)."""
+    return "control" if stage_name.startswith("control") else "treatment"
+
+
+def _judge_switchback_plan(plan: Plan, store: MetricStore, now: dt.datetime, sequential: bool, alpha: float,
+                           progress: Callable[[int, int], None] | None) -> list[StageVerdict]:
+    """Switchback plans are judged period against period (spec §6), one verdict per
+    criterion over the periods completed by ``now``; with ``sequential`` the looks at each
+    completed cycle are replayed (t = cycles / planned cycles), stopping at FAIL or PASS."""
+    assert plan.switchback is not None
+    param = plan.parameters[0] if len(plan.parameters) == 1 else None
+    done = [(stage, t0, t1) for stage, t0, t1 in plan.stage_windows() if t1 <= now]
+    alpha_fail = alpha / max(1, len(plan.criteria))
+    washout = plan.switchback.washout.total_seconds()
+    out: list[StageVerdict] = []
+    for i, crit in enumerate(plan.criteria):
+        periods: list[Period] = []
+        for stage, t0, t1 in done:
+            samples, by_value = _select(store, crit.metric, t0, t1, _single_value(stage.values, param))
+            periods.append(Period(_arm(stage.name), [s.value for s in samples], t0.timestamp(), t1.timestamp(),
+                                  # by value in effect, propagation is already accounted for
+                                  None if by_value else [s.time.timestamp() for s in samples]))
+        kwargs = dict(washout=washout, alpha_fail=alpha_fail, alpha_pass=alpha)
+        if not sequential:
+            v = judge_switchback(crit, periods, **kwargs)
+        else:
+            state = None
+            v = judge_switchback(crit, [], planned_cycles=plan.switchback.cycles, **kwargs)
+            for k in range(2, len(periods) + 1, 2):
+                final = k >= 2 * plan.switchback.cycles
+                v = judge_switchback(crit, periods[:k], sequential_state=state,
+                                     planned_cycles=None if state else plan.switchback.cycles,
+                                     final=final, **kwargs)
+                state = v.state or state
+                if v.outcome != "inconclusive":
+                    break
+        start = plan.start
+        end = done[-1][2] if done else plan.start
+        out.append(StageVerdict("switchback", crit.name or crit.metric, crit.metric, v, start, end))
+        if progress is not None:
+            progress(i + 1, len(plan.criteria))
+    return out
