@@ -327,6 +327,14 @@ class _Context:
             if not hb & hs:
                 return self.inconclusive("coverage", "the baseline has no hour of day in common with the stage "
                                          f"(baseline hours {_hours_text(hb)}, stage {_hours_text(hs)})", n_b, n_s)
+        weights = None
+        if (b is not None and b.times is not None and s.times is not None and self.estimator == "default"
+                and spec.statistic != "shift"):
+            weights, s = self._post_stratify(b, s)
+            n_s = s.n
+            if n_s < need:
+                return self.inconclusive("insufficient_samples", f"stage {n_s} samples in hours of day the "
+                                         f"baseline covers < {need} needed per side", n_b, n_s)
         if (spec.statistic == "mean" and not o.one_sample and b is not None
                 and np.isin(s.values, (0.0, 1.0)).all() and np.isin(b.values, (0.0, 1.0)).all()):
             self.warnings.append("0/1 samples judged as event counts")
@@ -339,8 +347,11 @@ class _Context:
             e = est.hodges_lehmann(s.values, b.values, log_scale)
             extra = self._mann_whitney(s.values, b.values, log_scale)
         else:
-            e = est.two_sample(s.values, b.values if b is not None else None, spec.statistic, log_scale)
+            e = est.two_sample(s.values, b.values if b is not None else None, spec.statistic, log_scale, weights)
             extra = ""
+            if weights is not None:
+                extra = (f"baseline re-weighted to the stage's hours of day (Kish n_eff {est.kish_n(weights):.0f} "
+                         f"of {b.n})")
             if spec.statistic == "mean":
                 share = est.tail_share(s.values)
                 if share > 0.2:
@@ -353,7 +364,7 @@ class _Context:
             elif spec.statistic == "median" and b is not None and s.n * b.n <= 1_000_000:
                 hl = est.hodges_lehmann(s.values, b.values, log_scale)
                 lo, hi = hl.bounds(look.c_fail)
-                extra = (f"Hodges-Lehmann check {o.to_effect(hl.theta):.4g} "
+                extra = (extra + "; " if extra else "") + (f"Hodges-Lehmann check {o.to_effect(hl.theta):.4g} "
                          f"[{o.to_effect(lo):.4g}, {o.to_effect(hi):.4g}]")
             if np.ptp(s.values) == 0 and b is not None and np.ptp(b.values) == 0:
                 if s.values[0] != b.values[0]:
@@ -377,6 +388,25 @@ class _Context:
         else:
             self.warnings.append("no sample times: staleness, coverage and design effect not checked")
         return self.decide(e, look, n_b, n_s, pass_gate=gate, scale=scale, extra=extra)
+
+    def _post_stratify(self, b: Window, s: Window) -> tuple[np.ndarray | None, Window]:
+        """Hour-of-day weights for the baseline when the stage covers the hours of the day
+        differently (spec §5.4 rule 2); None when the mixes agree within 10 % in every hour
+        (whole days on both sides), so full-day stages keep the plain estimators. Stage
+        samples in hours the baseline never saw have no counterpart and are left out."""
+        assert b.times is not None and s.times is not None
+        w = est.hour_weights(b.times, s.times)
+        seen = np.bincount(est.hour_of_day(b.times), minlength=HOURS_OF_DAY) > 0
+        in_base = seen[est.hour_of_day(s.times)]
+        if not in_base.all():
+            dropped = int((~in_base).sum())
+            self.excluded += dropped
+            self.warnings.append(f"{dropped} stage samples in hours of day the baseline never saw left out")
+            s = Window(s.values[in_base], s.times[in_base], s.excluded)
+            w = est.hour_weights(b.times, s.times)
+        if np.all(np.abs(w - 1.0) <= 0.10):
+            return None, s
+        return w, s
 
     def _mann_whitney(self, xs: np.ndarray, xb: np.ndarray, log_scale: bool) -> str:
         ys = np.log(xs) if log_scale else xs
@@ -511,8 +541,7 @@ def _t_adjusted(e: est.Estimate, df: float) -> est.Estimate:
     return est.Estimate(e.theta, e.se, bounds, e.method, e.notes)
 
 
-def _hour_of_day(times: np.ndarray) -> np.ndarray:
-    return (np.floor(times / 3600.0).astype(np.int64) % 24)
+_hour_of_day = est.hour_of_day
 
 
 def _hours_text(hours: set[int]) -> str:

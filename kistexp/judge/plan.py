@@ -54,8 +54,9 @@ def _select(store: MetricStore, metric: str, t0: dt.datetime, t1: dt.datetime, v
 
 
 def _as_input(samples: Sequence[Sample], population: str):
-    """Relay metrics with relay labels -> relay -> Window (paired); else one Window."""
-    if population == "relays" and samples and all("relay" in s.labels for s in samples):
+    """Relay metrics with relay labels -> relay -> Window (paired; {} when a window is empty,
+    so the comparison says how many relays it lacks); else one Window."""
+    if population == "relays" and all("relay" in s.labels for s in samples):  # none: no relays
         by: dict[str, list[Sample]] = {}
         for s in samples:
             by.setdefault(s.labels["relay"], []).append(s)
