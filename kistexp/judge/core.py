@@ -152,7 +152,8 @@ class _Look:
 def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: SequentialState | None = None,
           alpha_fail: float = 0.05, alpha_pass: float = 0.05, now: float | None = None,
           stale_after: float | None = None, washout_until: float | None = None, final: bool = False,
-          min_relays: int = MIN_RELAYS, estimator: str = "default") -> Verdict:
+          min_relays: int = MIN_RELAYS, estimator: str = "default",
+          relay_weights: Mapping[str, float] | None = None) -> Verdict:
     """Judge one criterion at one look.
 
     ``criterion``: anything with statistic, comparison, threshold, min_samples (a plan
@@ -167,6 +168,9 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
     3 x the metric's nominal sample interval when the criterion names a catalogue metric.
     ``estimator``: "default" (order statistics, spec §2) or "bootstrap" (bootstrap SEs of
     the mean or quantile, hour blocks when times are known).
+    ``relay_weights``: relay -> baseline bandwidth for paired comparisons; the
+    bandwidth-weighted change (the average byte) decides bandwidth metrics and is reported
+    beside the unweighted one (the typical relay) for the others (spec §2.5).
     """
     if estimator not in ESTIMATORS:
         raise JudgeError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
@@ -182,7 +186,7 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
     if isinstance(stage, Mapping) or isinstance(baseline, Mapping):
         if not (isinstance(stage, Mapping) and isinstance(baseline, Mapping)):
             raise JudgeError("paired relay comparison needs a mapping relay -> samples on both sides")
-        return ctx.paired(baseline, stage, min_relays)
+        return ctx.paired(baseline, stage, min_relays, relay_weights)
     s = _as_window(stage, "stage")
     b = None if orient.one_sample else _as_window(baseline, "baseline")
     return ctx.windows(b, s, washout_until)
@@ -465,7 +469,8 @@ class _Context:
         return self.decide(e, look, n_b, n_s, extra=extra, fail_pass=(p_fail < a_fail, p_pass < a_pass))
 
     # -- per-relay pairs ---------------------------------------------------------------------------
-    def paired(self, base: Mapping[str, Any], stage: Mapping[str, Any], min_relays: int) -> Verdict:
+    def paired(self, base: Mapping[str, Any], stage: Mapping[str, Any], min_relays: int,
+               relay_weights: Mapping[str, float] | None = None) -> Verdict:
         spec, o = self.spec, self.orient
         if o.one_sample or spec.statistic == "shift":
             raise JudgeError(f"{spec.comparison}/{spec.statistic} is not a paired relay comparison")
@@ -516,7 +521,32 @@ class _Context:
         extra = (f"{len(both)} relays; paired t check {o.to_effect(tmean):.4g} "
                  f"[{o.to_effect(tmean - look.c_fail * tse):.4g}, {o.to_effect(tmean + look.c_pass * tse):.4g}]; "
                  f"Wilcoxon signed-rank p = {p:.3g} beyond the bound")
+        if relay_weights is not None:
+            w = np.array([max(float(relay_weights.get(r, 0.0)), 0.0) for r in both])
+            missing = int((w == 0).sum())
+            if missing:
+                self.warnings.append(f"{missing} relays without a bandwidth weight count 0 in the weighted change")
+            if w.sum() <= 0 or est.kish_n(w) < 2:
+                return self.inconclusive("data_quality", "bandwidth weights give fewer than 2 effective relays",
+                                         n_b, n_s)
+            ew = est.weighted_paired(y, w)
+            if _is_bandwidth(spec.metric):
+                # the average byte is what a bandwidth criterion is about: the weighted change decides
+                extra += (f"; unweighted (typical relay) {o.to_effect(e.theta):.4g} "
+                          f"[{o.to_effect(e.bounds(look.c_fail)[0]):.4g}, {o.to_effect(e.bounds(look.c_pass)[1]):.4g}]")
+                e = ew
+            else:
+                lo, hi = ew.bounds(t_boundary(look.c_fail, ew.df))[0], ew.bounds(t_boundary(look.c_pass, ew.df))[1]
+                extra += (f"; bandwidth-weighted (average byte) {o.to_effect(ew.theta):.4g} "
+                          f"[{o.to_effect(lo):.4g}, {o.to_effect(hi):.4g}], Kish n_eff {est.kish_n(w):.1f}")
+            if look.kind == "fixed" and e is ew:
+                e = _t_adjusted(e, e.df)
         return self.decide(e, look, n_b, n_s, extra=extra)
+
+
+def _is_bandwidth(metric: str) -> bool:
+    m = catalogue.get(metric) if metric else None
+    return m is not None and m.unit == "bytes/s"
 
 
 def t_boundary(c: float, df: float) -> float:

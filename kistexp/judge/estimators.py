@@ -382,6 +382,19 @@ def walsh_hodges_lehmann(y: np.ndarray) -> Estimate:
     return Estimate(theta, (hi - lo) / 2.0, bounds, "paired per-relay Wilcoxon / Hodges-Lehmann")
 
 
+def weighted_paired(y: np.ndarray, w: np.ndarray) -> Estimate:
+    """Bandwidth-weighted mean of per-relay changes, Σw·y/Σw, with the linearization SE
+    √(R/(R−1)·Σw²(y−θ)²)/Σw and df = Kish n_eff − 1 (spec §2.5: n_eff ≈ 0.26 R at a
+    bandwidth log-SD of 1.15, the price of estimating the average byte)."""
+    y, w = np.asarray(y, dtype=float), np.asarray(w, dtype=float)
+    total = float(w.sum())
+    theta = float((w * y).sum() / total)
+    r = y.size
+    se = math.sqrt(r / max(r - 1, 1) * float((np.square(w) * np.square(y - theta)).sum())) / total
+    return Estimate(theta, se, _normal_bounds(theta, se), "bandwidth-weighted paired per-relay change",
+                    df=max(kish_n(w) - 1.0, 1.0))
+
+
 def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_s: float = 3600.0) -> float:
     """Variance inflation from time correlation: hourly batch means vs iid (spec §5.4 rule 3).
 

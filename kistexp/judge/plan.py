@@ -110,6 +110,10 @@ def judge_plan(plan: Plan, store: MetricStore, *, now: dt.datetime | None = None
             staged = _after(staged, cut)
         name = crit.name or crit.metric
         kwargs = dict(now=end.timestamp())  # staleness is judged at the window's end
+        if isinstance(baseline, dict):
+            weights = _bandwidth_weights(store, base_t0, plan.start)
+            if weights:
+                kwargs["relay_weights"] = weights
         if not sequential:
             v = judge(crit, baseline, staged, alpha_fail=alpha_fail, alpha_pass=alpha, **kwargs)
         else:
@@ -120,6 +124,15 @@ def judge_plan(plan: Plan, store: MetricStore, *, now: dt.datetime | None = None
         if progress is not None:
             progress(i + 1, len(jobs))
     return out
+
+
+def _bandwidth_weights(store: MetricStore, t0: dt.datetime, t1: dt.datetime) -> dict[str, float]:
+    """Each relay's mean baseline bandwidth, the weight of its change for the average byte (spec §2.5)."""
+    sums: dict[str, list[float]] = {}
+    for s in store.select("relay_bandwidth_bytes_per_s", t0, t1):
+        if "relay" in s.labels:
+            sums.setdefault(s.labels["relay"], []).append(s.value)
+    return {r: sum(v) / len(v) for r, v in sums.items()}
 
 
 def _after(data, t: float):
