@@ -12,8 +12,12 @@ Public API (stable):
   Counts(events, exposure[, dispersion, newest]) for rare events; or mappings
   relay fingerprint -> samples for per-relay paired comparisons.
 * ``sequential_state``: None = one fixed-horizon look (90 % interval, 5 % per direction);
-  SequentialState.plan(planned_stage=N, method="obf"|"mixture") for hourly looks, then
+  SequentialState.plan(planned_stage=N, method="obf"|"pocock"|"mixture") for hourly looks
+  ("pocock": flat boundaries, for tripwires), then
   ``verdict.state`` of the previous look.
+* ``relay_weights`` (keyword): relay -> baseline bandwidth; the bandwidth-weighted paired
+  change decides bandwidth metrics and is reported for the others.
+* Windows with times on both sides: the baseline is re-weighted to the stage's hours of day.
 * Verdict (frozen): outcome, reason, effect, ci_low, ci_high, bound, n_baseline, n_stage,
   rule, detail, statistic, comparison, threshold, method, sequential, look, information,
   c_fail, c_pass, excluded, warnings, state, criterion; ``to_dict()`` for JSON.

@@ -117,15 +117,15 @@ class _Look:
         self.kind = state.method
         n_base = n_baseline if n_baseline > 0 else math.inf  # one-sample: information ∝ n_S
         t = float(seq.information_fraction(n_stage, n_base, state.planned_stage))
-        if state.method == "obf":
+        if state.method in ("obf", "pocock"):
             if state.fractions:
                 t = max(t, state.fractions[-1])
             if final:
                 t = 1.0  # the planned end spends what is left (spec §3.3)
             t = max(t, 1e-9)
             fractions = (*state.fractions, t)
-            self.c_fail = float(seq.spending_boundaries(fractions, state.alpha_fail)[-1])
-            self.c_pass = float(seq.spending_boundaries(fractions, state.alpha_pass)[-1])
+            self.c_fail = float(seq.spending_boundaries(fractions, state.alpha_fail, state.method)[-1])
+            self.c_pass = float(seq.spending_boundaries(fractions, state.alpha_pass, state.method)[-1])
         else:
             inv_target = 1.0 / state.target_stage + 1.0 / n_base
             of_target = inv_target / (1.0 / max(n_stage, 1e-12) + 1.0 / n_base)
@@ -143,8 +143,9 @@ class _Look:
     def describe(self) -> str:
         if self.kind == "fixed":
             return f"fixed horizon, c_fail {self.c_fail:.3f}, c_pass {self.c_pass:.3f}"
-        name = ("Lan-DeMets O'Brien-Fleming-type alpha spending (repeated confidence intervals)"
-                if self.kind == "obf" else "normal-mixture confidence sequence")
+        name = {"obf": "Lan-DeMets O'Brien-Fleming-type alpha spending (repeated confidence intervals)",
+                "pocock": "Lan-DeMets Pocock-type alpha spending (repeated confidence intervals)"}.get(
+                    self.kind, "normal-mixture confidence sequence")
         return (f"{name}, look {self.look} at information {self.fraction:.3f}: "
                 f"c_fail {self.c_fail:.3f}, c_pass {self.c_pass:.3f}")
 

@@ -25,6 +25,16 @@ from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import UNSET, Plan
 
 WASHOUT = dt.timedelta(hours=3)  # spec §5.3 and §7
+TRIPWIRE_ALPHA = 0.001  # spec §5.2 and §7: a critical criterion's own FAIL error
+
+
+def fail_alphas(criteria, alpha: float) -> list[float]:
+    """FAIL error per criterion: tripwires (critical = true) take 0.001 each, the rest of α
+    is split evenly over the other criteria (Bonferroni, spec §5.5)."""
+    trips = sum(1 for c in criteria if getattr(c, "critical", False))
+    rest = max(alpha - TRIPWIRE_ALPHA * trips, TRIPWIRE_ALPHA)
+    others = max(1, len(criteria) - trips)
+    return [TRIPWIRE_ALPHA if getattr(c, "critical", False) else rest / others for c in criteria]
 
 
 @attrs.frozen
@@ -91,7 +101,7 @@ def judge_plan(plan: Plan, store: MetricStore, *, now: dt.datetime | None = None
     param = plan.parameters[0] if len(plan.parameters) == 1 else None
     base_t0 = plan.start - plan.baseline.duration
     base_value = _single_value(plan.baseline.values, param)
-    alpha_fail = alpha / max(1, len(plan.criteria))
+    alphas = dict(zip(map(id, plan.criteria), fail_alphas(plan.criteria, alpha), strict=True))
     jobs = [(stage, t0, t1, c) for stage, t0, t1 in plan.stage_windows() if t0 < now for c in plan.criteria]
     out: list[StageVerdict] = []
     for i, (stage, t0, t1, crit) in enumerate(jobs):
@@ -109,6 +119,7 @@ def judge_plan(plan: Plan, store: MetricStore, *, now: dt.datetime | None = None
             excluded = sum(1 for s in stage_samples if s.time.timestamp() < cut)
             staged = _after(staged, cut)
         name = crit.name or crit.metric
+        alpha_fail = alphas[id(crit)]
         kwargs = dict(now=end.timestamp())  # staleness is judged at the window's end
         if isinstance(baseline, dict):
             weights = _bandwidth_weights(store, base_t0, plan.start)
@@ -149,7 +160,9 @@ def _replay(crit, baseline, staged, t0: dt.datetime, t1: dt.datetime, end: dt.da
     hours = max(1, math.ceil((end - t0).total_seconds() / 3600.0))
     base_rate = _size(baseline) / max(baseline_duration.total_seconds() / 3600.0, 1e-9)
     planned = max(1.0, base_rate * (t1 - t0 - WASHOUT).total_seconds() / 3600.0)
-    state = SequentialState.plan(planned_stage=planned, alpha_fail=alpha_fail, alpha_pass=alpha_pass)
+    # a tripwire looks with flat (Pocock-type) boundaries, so severe breakage FAILs in the first hours
+    state = SequentialState.plan(planned_stage=planned, alpha_fail=alpha_fail, alpha_pass=alpha_pass,
+                                 method="pocock" if getattr(crit, "critical", False) else "obf")
     verdict = None
     for h in range(1, hours + 1):
         cut = min(t0 + dt.timedelta(hours=h), end)
@@ -177,10 +190,9 @@ def _judge_switchback_plan(plan: Plan, store: MetricStore, now: dt.datetime, seq
     assert plan.switchback is not None
     param = plan.parameters[0] if len(plan.parameters) == 1 else None
     done = [(stage, t0, t1) for stage, t0, t1 in plan.stage_windows() if t1 <= now]
-    alpha_fail = alpha / max(1, len(plan.criteria))
     washout = plan.switchback.washout.total_seconds()
     out: list[StageVerdict] = []
-    for i, crit in enumerate(plan.criteria):
+    for i, (crit, alpha_fail) in enumerate(zip(plan.criteria, fail_alphas(plan.criteria, alpha), strict=True)):
         periods: list[Period] = []
         for stage, t0, t1 in done:
             samples, by_value = _select(store, crit.metric, t0, t1, _single_value(stage.values, param))
