@@ -12,10 +12,11 @@ Tables: one fixed-horizon look at the bundled plans' min_samples (100, 200, 300,
 the analytic forecast the linter uses beside each measured rate; per-relay CPU, paired and
 pooled; hourly looks for 14 days (336 looks) with the O'Brien-Fleming-type spending the
 judge uses, the mixture confidence sequence and naive fixed-horizon peeking; the real
-op-hk6a circuit build times. Writes the tables between the <!-- table:NAME --> markers of
+op-hk6a circuit build times; switchback plans (7 cycles of 24 h periods) judged period
+against period with drifting hour effects. Writes the tables between the <!-- table:NAME --> markers of
 docs/judge.md and plots docs/img/judge-sequential.png.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/judge_error_rates.py [--seeds 1000] [--no-write]
+    PYTHONPATH=$PWD .venv/bin/python bench/judge_error_rates.py [--seeds 1000] [--only NAME] [--no-write]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from rich.progress import Progress
 from scipy.stats import norm
 
-from kistexp.judge import CriterionSpec, Window, judge, simulate
+from kistexp.judge import CriterionSpec, Period, Window, judge, judge_switchback, simulate
 from kistexp.judge import estimators as est
 from kistexp.judge.inputs import read_samples
 from kistexp.stats import power
@@ -191,6 +192,61 @@ def real_build_times() -> str:
     return _table(["statistic", "windows", "verdict", "ratio", "90 % interval", "n baseline / stage"], rows)
 
 
+def _switchback_periods(rng, factor: float, cycles: int = 7, per_hour: int = 12, washout_h: int = 2
+                        ) -> list[Period]:
+    """24 h periods with a random start arm, an hour-of-day cycle (afternoons ~10 % slower,
+    as op-hk6a) and AR(1) hour effects (φ 0.8, SD 0.06; spec §5.4 rule 3) that carry
+    across periods; the washout hours are left out as the judge would."""
+    hours = 2 * cycles * 24
+    eps = rng.normal(0.0, 0.06 * math.sqrt(1 - 0.8 ** 2), hours)
+    ar = np.empty(hours)
+    ar[0] = rng.normal(0.0, 0.06)
+    for h in range(1, hours):
+        ar[h] = 0.8 * ar[h - 1] + eps[h]
+    level = ar + 0.05 * -np.cos(2 * np.pi * (np.arange(hours) % 24 - 6) / 24)
+    first = rng.integers(2)
+    out = []
+    for i in range(2 * cycles):
+        arm = ("treatment", "control")[(i + first) % 2]
+        hs = np.arange(i * 24 + washout_h, (i + 1) * 24)
+        y = np.repeat(level[hs], per_hour) + rng.normal(0.0, SIGMA, hs.size * per_hour)
+        x = np.exp(y) * (factor if arm == "treatment" else 1.0)
+        out.append(Period(arm, x, i * 86400.0, (i + 1) * 86400.0))
+    return out
+
+
+def switchback(seeds: int) -> str:
+    """FAIL/PASS of switchback plans, fixed look after 7 cycles and looks at each cycle end."""
+    cases = [(0.0, 0.0), (0.10, 0.0), (0.10, 0.05), (0.10, 0.10), (0.10, 0.15), (0.10, 0.25)]
+    rows = []
+    with Progress(transient=True) as bar:
+        task = bar.add_task("switchback", total=len(cases) * seeds)
+        for thr, true in cases:
+            crit = CriterionSpec("median", "relative-increase", thr, 100)
+            fixed = {"fail": 0, "pass": 0, "inconclusive": 0}
+            seq = {"fail": 0, "pass": 0, "inconclusive": 0}
+            for seed in range(seeds):
+                periods = _switchback_periods(np.random.default_rng([seed, int(1000 * thr), int(1000 * true)]),
+                                              1.0 + true)
+                fixed[judge_switchback(crit, periods).outcome] += 1
+                state, v = None, None
+                for k in range(4, 8):  # decisions need 4 cycles (MIN_CYCLES)
+                    v = judge_switchback(crit, periods[: 2 * k], planned_cycles=None if state else 7,
+                                         sequential_state=state, final=k == 7)
+                    state = v.state or state
+                    if v.outcome != "inconclusive":
+                        break
+                seq[v.outcome] += 1
+                bar.advance(task)
+            bad = thr == 0.0 or true == thr  # every FAIL is a false alarm
+            for name, c in (("fixed, after 7 cycles", fixed), ("looks at cycle ends (OBF)", seq)):
+                f, pa = c["fail"] / seeds, c["pass"] / seeds
+                rows.append([name, "0 (any rise)" if thr == 0 else f"{thr:.0%}".replace("%", " %"),
+                             "no change" if true == 0 and thr == 0 else f"+{true:.0%}".replace("%", " %"),
+                             _pct(f) + (f" ± {_pct(2 * _se(f, seeds))}" if bad else ""), _pct(pa)])
+    return _table(["analysis", "threshold", "true change", "FAIL", "PASS"], rows)
+
+
 def update_doc(tables: dict[str, str]) -> None:
     text = DOC.read_text()
     for name, table in tables.items():
@@ -206,11 +262,18 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2000,
                     help="replications (at least 1,000): the bootstrap table; 2x for the others")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/judge.md alone")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="make only this table (repeatable): one-look, bootstrap, relays, sequential, real, switchback")
     args = ap.parse_args()
+    if args.seeds < 1000:
+        sys.exit("--seeds: at least 1,000 replications")
     tables = {}
     for name, fn in (("one-look", lambda: one_look(2 * args.seeds)), ("bootstrap", lambda: bootstrap(args.seeds)),
                      ("relays", lambda: relays(2 * args.seeds)),
-                     ("sequential", lambda: sequential(2 * args.seeds)), ("real", real_build_times)):
+                     ("sequential", lambda: sequential(2 * args.seeds)), ("real", real_build_times),
+                     ("switchback", lambda: switchback(args.seeds))):
+        if args.only and name not in args.only:
+            continue
         t0 = time.perf_counter()
         tables[name] = fn()
         print(f"{tables[name]}\n{name}: {time.perf_counter() - t0:.1f} s\n", flush=True)

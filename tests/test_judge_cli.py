@@ -146,7 +146,7 @@ def test_judge_plan_on_stored_metrics(tmp_path):
     first, second = data["verdicts"]
     assert first["stage"] == "two" and first["outcome"] == "fail" and first["effect"] == pytest.approx(1.3, rel=0.05)
     assert first["n_baseline"] == 7 * 24 * 12 and first["excluded"] == 36  # 3 h washout by time
-    assert second["stage"] == "five" and second["n_stage"] < first["n_stage"]
+    assert second["stage"] == "eight" and second["n_stage"] < first["n_stage"]
 
 
 @pytest.mark.slow
@@ -186,7 +186,7 @@ def test_judge_plan_pairs_relays_by_value_in_effect(tmp_path):
         for minutes in range(-7 * 24 * 60, 2 * 24 * 60, 30):
             t = plan.start + dt.timedelta(minutes=minutes)
             propagating = 0 <= minutes < 90 + 3 * r  # relays pick the new value up one by one
-            value_in_effect = 3 if minutes < 0 or propagating else 2
+            value_in_effect = 10 if minutes < 0 or propagating else 2
             value = level * float(np.exp(rng.normal(0, 0.3)))
             if value_in_effect == 2:
                 value *= 1.6

@@ -12,17 +12,32 @@ Public API (stable):
   Counts(events, exposure[, dispersion, newest]) for rare events; or mappings
   relay fingerprint -> samples for per-relay paired comparisons.
 * ``sequential_state``: None = one fixed-horizon look (90 % interval, 5 % per direction);
-  SequentialState.plan(planned_stage=N, method="obf"|"mixture") for hourly looks, then
+  SequentialState.plan(planned_stage=N, method="obf"|"pocock"|"mixture") for hourly looks
+  ("pocock": flat boundaries, for tripwires), then
   ``verdict.state`` of the previous look.
+* ``relay_weights`` (keyword): relay -> baseline bandwidth; the bandwidth-weighted paired
+  change decides bandwidth metrics and is reported for the others.
+* Windows with times on both sides: the baseline is re-weighted to the stage's hours of day.
 * Verdict (frozen): outcome, reason, effect, ci_low, ci_high, bound, n_baseline, n_stage,
   rule, detail, statistic, comparison, threshold, method, sequential, look, information,
   c_fail, c_pass, excluded, warnings, state, criterion; ``to_dict()`` for JSON.
+
+    judge_switchback(criterion, periods, *, washout=0.0, planned_cycles=None,
+                     sequential_state=None, alpha_fail=0.05, alpha_pass=0.05, final=False,
+                     min_cycles=MIN_CYCLES) -> Verdict
+
+* ``periods``: Period(arm="treatment"|"control", values, start, end[, times]) (epoch s);
+  adjacent opposite-arm periods form cycles; the effect is the mean per-cycle
+  treatment/control ratio (or difference) with a t interval over cycles (spec §6).
+  ``planned_cycles`` starts sequential looks at cycle ends; then pass ``verdict.state``.
 """
 
 from kistexp.judge.core import COMPARISONS, MIN_EVENTS, MIN_RELAYS, STATISTICS, JudgeError, judge
 from kistexp.judge.model import OUTCOMES, REASONS, Counts, CriterionSpec, SequentialState, Verdict, Window
+from kistexp.judge.switchback import MIN_CYCLES, Period, judge_switchback
 
 __all__ = [
     "COMPARISONS", "MIN_EVENTS", "MIN_RELAYS", "OUTCOMES", "REASONS", "STATISTICS",
-    "Counts", "CriterionSpec", "JudgeError", "SequentialState", "Verdict", "Window", "judge",
+    "Counts", "CriterionSpec", "JudgeError", "MIN_CYCLES", "Period", "SequentialState", "Verdict", "Window",
+    "judge", "judge_switchback",
 ]

@@ -117,15 +117,15 @@ class _Look:
         self.kind = state.method
         n_base = n_baseline if n_baseline > 0 else math.inf  # one-sample: information ∝ n_S
         t = float(seq.information_fraction(n_stage, n_base, state.planned_stage))
-        if state.method == "obf":
+        if state.method in ("obf", "pocock"):
             if state.fractions:
                 t = max(t, state.fractions[-1])
             if final:
                 t = 1.0  # the planned end spends what is left (spec §3.3)
             t = max(t, 1e-9)
             fractions = (*state.fractions, t)
-            self.c_fail = float(seq.spending_boundaries(fractions, state.alpha_fail)[-1])
-            self.c_pass = float(seq.spending_boundaries(fractions, state.alpha_pass)[-1])
+            self.c_fail = float(seq.spending_boundaries(fractions, state.alpha_fail, state.method)[-1])
+            self.c_pass = float(seq.spending_boundaries(fractions, state.alpha_pass, state.method)[-1])
         else:
             inv_target = 1.0 / state.target_stage + 1.0 / n_base
             of_target = inv_target / (1.0 / max(n_stage, 1e-12) + 1.0 / n_base)
@@ -143,8 +143,9 @@ class _Look:
     def describe(self) -> str:
         if self.kind == "fixed":
             return f"fixed horizon, c_fail {self.c_fail:.3f}, c_pass {self.c_pass:.3f}"
-        name = ("Lan-DeMets O'Brien-Fleming-type alpha spending (repeated confidence intervals)"
-                if self.kind == "obf" else "normal-mixture confidence sequence")
+        name = {"obf": "Lan-DeMets O'Brien-Fleming-type alpha spending (repeated confidence intervals)",
+                "pocock": "Lan-DeMets Pocock-type alpha spending (repeated confidence intervals)"}.get(
+                    self.kind, "normal-mixture confidence sequence")
         return (f"{name}, look {self.look} at information {self.fraction:.3f}: "
                 f"c_fail {self.c_fail:.3f}, c_pass {self.c_pass:.3f}")
 
@@ -152,7 +153,8 @@ class _Look:
 def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: SequentialState | None = None,
           alpha_fail: float = 0.05, alpha_pass: float = 0.05, now: float | None = None,
           stale_after: float | None = None, washout_until: float | None = None, final: bool = False,
-          min_relays: int = MIN_RELAYS, estimator: str = "default") -> Verdict:
+          min_relays: int = MIN_RELAYS, estimator: str = "default",
+          relay_weights: Mapping[str, float] | None = None) -> Verdict:
     """Judge one criterion at one look.
 
     ``criterion``: anything with statistic, comparison, threshold, min_samples (a plan
@@ -167,6 +169,9 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
     3 x the metric's nominal sample interval when the criterion names a catalogue metric.
     ``estimator``: "default" (order statistics, spec §2) or "bootstrap" (bootstrap SEs of
     the mean or quantile, hour blocks when times are known).
+    ``relay_weights``: relay -> baseline bandwidth for paired comparisons; the
+    bandwidth-weighted change (the average byte) decides bandwidth metrics and is reported
+    beside the unweighted one (the typical relay) for the others (spec §2.5).
     """
     if estimator not in ESTIMATORS:
         raise JudgeError(f"estimator {estimator!r} is not one of {', '.join(ESTIMATORS)}")
@@ -182,7 +187,7 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
     if isinstance(stage, Mapping) or isinstance(baseline, Mapping):
         if not (isinstance(stage, Mapping) and isinstance(baseline, Mapping)):
             raise JudgeError("paired relay comparison needs a mapping relay -> samples on both sides")
-        return ctx.paired(baseline, stage, min_relays)
+        return ctx.paired(baseline, stage, min_relays, relay_weights)
     s = _as_window(stage, "stage")
     b = None if orient.one_sample else _as_window(baseline, "baseline")
     return ctx.windows(b, s, washout_until)
@@ -327,6 +332,14 @@ class _Context:
             if not hb & hs:
                 return self.inconclusive("coverage", "the baseline has no hour of day in common with the stage "
                                          f"(baseline hours {_hours_text(hb)}, stage {_hours_text(hs)})", n_b, n_s)
+        weights = None
+        if (b is not None and b.times is not None and s.times is not None and self.estimator == "default"
+                and spec.statistic != "shift"):
+            weights, s = self._post_stratify(b, s)
+            n_s = s.n
+            if n_s < need:
+                return self.inconclusive("insufficient_samples", f"stage {n_s} samples in hours of day the "
+                                         f"baseline covers < {need} needed per side", n_b, n_s)
         if (spec.statistic == "mean" and not o.one_sample and b is not None
                 and np.isin(s.values, (0.0, 1.0)).all() and np.isin(b.values, (0.0, 1.0)).all()):
             self.warnings.append("0/1 samples judged as event counts")
@@ -339,8 +352,11 @@ class _Context:
             e = est.hodges_lehmann(s.values, b.values, log_scale)
             extra = self._mann_whitney(s.values, b.values, log_scale)
         else:
-            e = est.two_sample(s.values, b.values if b is not None else None, spec.statistic, log_scale)
+            e = est.two_sample(s.values, b.values if b is not None else None, spec.statistic, log_scale, weights)
             extra = ""
+            if weights is not None:
+                extra = (f"baseline re-weighted to the stage's hours of day (Kish n_eff {est.kish_n(weights):.0f} "
+                         f"of {b.n})")
             if spec.statistic == "mean":
                 share = est.tail_share(s.values)
                 if share > 0.2:
@@ -353,7 +369,7 @@ class _Context:
             elif spec.statistic == "median" and b is not None and s.n * b.n <= 1_000_000:
                 hl = est.hodges_lehmann(s.values, b.values, log_scale)
                 lo, hi = hl.bounds(look.c_fail)
-                extra = (f"Hodges-Lehmann check {o.to_effect(hl.theta):.4g} "
+                extra = (extra + "; " if extra else "") + (f"Hodges-Lehmann check {o.to_effect(hl.theta):.4g} "
                          f"[{o.to_effect(lo):.4g}, {o.to_effect(hi):.4g}]")
             if np.ptp(s.values) == 0 and b is not None and np.ptp(b.values) == 0:
                 if s.values[0] != b.values[0]:
@@ -377,6 +393,25 @@ class _Context:
         else:
             self.warnings.append("no sample times: staleness, coverage and design effect not checked")
         return self.decide(e, look, n_b, n_s, pass_gate=gate, scale=scale, extra=extra)
+
+    def _post_stratify(self, b: Window, s: Window) -> tuple[np.ndarray | None, Window]:
+        """Hour-of-day weights for the baseline when the stage covers the hours of the day
+        differently (spec §5.4 rule 2); None when the mixes agree within 10 % in every hour
+        (whole days on both sides), so full-day stages keep the plain estimators. Stage
+        samples in hours the baseline never saw have no counterpart and are left out."""
+        assert b.times is not None and s.times is not None
+        w = est.hour_weights(b.times, s.times)
+        seen = np.bincount(est.hour_of_day(b.times), minlength=HOURS_OF_DAY) > 0
+        in_base = seen[est.hour_of_day(s.times)]
+        if not in_base.all():
+            dropped = int((~in_base).sum())
+            self.excluded += dropped
+            self.warnings.append(f"{dropped} stage samples in hours of day the baseline never saw left out")
+            s = Window(s.values[in_base], s.times[in_base], s.excluded)
+            w = est.hour_weights(b.times, s.times)
+        if np.all(np.abs(w - 1.0) <= 0.10):
+            return None, s
+        return w, s
 
     def _mann_whitney(self, xs: np.ndarray, xb: np.ndarray, log_scale: bool) -> str:
         ys = np.log(xs) if log_scale else xs
@@ -435,7 +470,8 @@ class _Context:
         return self.decide(e, look, n_b, n_s, extra=extra, fail_pass=(p_fail < a_fail, p_pass < a_pass))
 
     # -- per-relay pairs ---------------------------------------------------------------------------
-    def paired(self, base: Mapping[str, Any], stage: Mapping[str, Any], min_relays: int) -> Verdict:
+    def paired(self, base: Mapping[str, Any], stage: Mapping[str, Any], min_relays: int,
+               relay_weights: Mapping[str, float] | None = None) -> Verdict:
         spec, o = self.spec, self.orient
         if o.one_sample or spec.statistic == "shift":
             raise JudgeError(f"{spec.comparison}/{spec.statistic} is not a paired relay comparison")
@@ -486,7 +522,32 @@ class _Context:
         extra = (f"{len(both)} relays; paired t check {o.to_effect(tmean):.4g} "
                  f"[{o.to_effect(tmean - look.c_fail * tse):.4g}, {o.to_effect(tmean + look.c_pass * tse):.4g}]; "
                  f"Wilcoxon signed-rank p = {p:.3g} beyond the bound")
+        if relay_weights is not None:
+            w = np.array([max(float(relay_weights.get(r, 0.0)), 0.0) for r in both])
+            missing = int((w == 0).sum())
+            if missing:
+                self.warnings.append(f"{missing} relays without a bandwidth weight count 0 in the weighted change")
+            if w.sum() <= 0 or est.kish_n(w) < 2:
+                return self.inconclusive("data_quality", "bandwidth weights give fewer than 2 effective relays",
+                                         n_b, n_s)
+            ew = est.weighted_paired(y, w)
+            if _is_bandwidth(spec.metric):
+                # the average byte is what a bandwidth criterion is about: the weighted change decides
+                extra += (f"; unweighted (typical relay) {o.to_effect(e.theta):.4g} "
+                          f"[{o.to_effect(e.bounds(look.c_fail)[0]):.4g}, {o.to_effect(e.bounds(look.c_pass)[1]):.4g}]")
+                e = ew
+            else:
+                lo, hi = ew.bounds(t_boundary(look.c_fail, ew.df))[0], ew.bounds(t_boundary(look.c_pass, ew.df))[1]
+                extra += (f"; bandwidth-weighted (average byte) {o.to_effect(ew.theta):.4g} "
+                          f"[{o.to_effect(lo):.4g}, {o.to_effect(hi):.4g}], Kish n_eff {est.kish_n(w):.1f}")
+            if look.kind == "fixed" and e is ew:
+                e = _t_adjusted(e, e.df)
         return self.decide(e, look, n_b, n_s, extra=extra)
+
+
+def _is_bandwidth(metric: str) -> bool:
+    m = catalogue.get(metric) if metric else None
+    return m is not None and m.unit == "bytes/s"
 
 
 def t_boundary(c: float, df: float) -> float:
@@ -511,8 +572,7 @@ def _t_adjusted(e: est.Estimate, df: float) -> est.Estimate:
     return est.Estimate(e.theta, e.se, bounds, e.method, e.notes)
 
 
-def _hour_of_day(times: np.ndarray) -> np.ndarray:
-    return (np.floor(times / 3600.0).astype(np.int64) % 24)
+_hour_of_day = est.hour_of_day
 
 
 def _hours_text(hours: set[int]) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 
 OUTCOMES = ("pass", "fail", "inconclusive")
 REASONS = ("insufficient_samples", "stale", "coverage", "data_quality", "undecided")
-SEQUENTIAL_METHODS = ("obf", "mixture")
+SEQUENTIAL_METHODS = ("obf", "pocock", "mixture")  # pocock: flat boundaries, for tripwires
 
 
 def _floats(values: Any) -> np.ndarray:

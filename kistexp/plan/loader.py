@@ -413,7 +413,11 @@ def _criteria(root: _Table) -> tuple[model.Criterion, ...]:
     out = []
     for i, item in enumerate(root.array("criteria", required=False, limit=MAX_CRITERIA)):
         t = _Table(root.src, item, f"criteria[{i}]")
-        t.check_keys(("name", "metric", "statistic", "comparison", "threshold", "min_samples", "on_fail"))
+        t.check_keys(("name", "metric", "statistic", "comparison", "threshold", "min_samples", "on_fail",
+                      "critical"))
+        critical = t._get("critical", False, False)
+        if not isinstance(critical, bool):
+            raise root.src.error(t.key("critical"), f"expected true or false, got {_type_name(critical)}")
         threshold = t.number("threshold")
         comparison = t.choice("comparison", model.COMPARISONS)
         if comparison != "above" and comparison != "below" and threshold < 0:
@@ -423,6 +427,7 @@ def _criteria(root: _Table) -> tuple[model.Criterion, ...]:
             comparison=comparison, threshold=threshold,
             min_samples=t.integer("min_samples", 1, 10_000_000),
             on_fail=t.choice("on_fail", model.ON_FAIL_ACTIONS), name=t.string("name", required=False),
+            critical=critical,
         ))
     return tuple(out)
 

@@ -48,11 +48,13 @@ class Criterion:
     min_samples: int
     on_fail: str
     name: str = ""
+    critical: bool = False  # a tripwire: its own small FAIL error, flat boundaries (judge spec §5.2)
 
     def describe(self) -> str:
         unit = "%" if self.comparison.startswith("relative") else ""
         value = self.threshold * 100 if unit else self.threshold
-        return f"{self.statistic}({self.metric}) {self.comparison} {value:g}{unit} -> {self.on_fail}"
+        tripwire = " (tripwire)" if self.critical else ""
+        return f"{self.statistic}({self.metric}) {self.comparison} {value:g}{unit}{tripwire} -> {self.on_fail}"
 
 
 @attrs.frozen
