@@ -17,8 +17,9 @@ from pathlib import Path
 
 import attrs
 
+from kistexp.clock import RealClock
 from kistexp.errors import KistexpError
-from kistexp.metrics.collectors import Collected, SystemClock, group_samples
+from kistexp.metrics.collectors import Collected, group_samples
 from kistexp.metrics.series import Sample
 from kistexp.metrics.store import MetricStore
 
@@ -141,7 +142,7 @@ def _live(kind: str, source: str, opts: ImportOptions, clock) -> Collected:
 
 def collect(kind: str, source: str, opts: ImportOptions, clock=None) -> Collected:
     """Run the collector of ``kind`` on ``source`` (not for consensus archives)."""
-    clock = clock or SystemClock()
+    clock = clock or RealClock()
     if kind == "onionperf":
         from kistexp.metrics.collectors import onionperf
 
@@ -161,7 +162,7 @@ def import_source(store: MetricStore, source: str, kind: str | None = None, opts
     """Import one source. Raises (CorruptSource, ScrapeError, ...) if nothing of it can
     be used; otherwise stores its good records and returns the problems of the rest.
     ``on_item(n, location)`` reports progress through an archive's files."""
-    clock = clock or SystemClock()
+    clock = clock or RealClock()
     kind = kind or detect_kind(source)
     if kind not in KINDS:
         raise SourceKindError(f"{source}: unknown kind {kind!r} (known: {', '.join(KINDS)})")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import lzma
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,21 +26,6 @@ from kistexp.metrics.series import Sample
 MiB = 1024 * 1024
 # Sample times outside [2000-01-01, now + 1 day] are clock or parsing errors.
 EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
-
-
-class SystemClock:
-    """Wall and monotonic time of this machine (the clock seam's real side)."""
-
-    def now(self) -> dt.datetime:
-        return dt.datetime.now(dt.timezone.utc)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def sleep_until(self, t: dt.datetime) -> None:
-        delay = (t - self.now()).total_seconds()
-        if delay > 0:
-            time.sleep(delay)
 
 
 class CorruptSource(KistexpError):

@@ -17,8 +17,8 @@ from pathlib import Path
 import attrs
 import httpx
 
+from kistexp.clock import RealClock
 from kistexp.errors import KistexpError
-from kistexp.metrics.collectors import SystemClock
 from kistexp.metrics.collectors.prometheus import Exposition, Limits, Poller, counter_delta
 from kistexp.metrics.series import Sample
 
@@ -43,7 +43,7 @@ class ProcSnapshot:
 
 
 def read_proc(pid: int, *, clock=None, proc: Path = Path("/proc")) -> ProcSnapshot:
-    clock = clock or SystemClock()
+    clock = clock or RealClock()
     base = proc / str(pid)
     try:
         stat = (base / "stat").read_text()
@@ -80,7 +80,7 @@ class ProcessSampler:
 
     def __init__(self, pid: int, labels: Mapping[str, str], *, clock=None, proc: Path = Path("/proc")) -> None:
         self.pid, self.labels, self.proc = pid, dict(labels), proc
-        self.clock = clock or SystemClock()
+        self.clock = clock or RealClock()
         self.last: ProcSnapshot | None = None
 
     def poll(self, param_value: int | None = None) -> list[tuple[str, Sample]]:

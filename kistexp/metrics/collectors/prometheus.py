@@ -17,8 +17,9 @@ import attrs
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from kistexp.clock import RealClock
 from kistexp.errors import KistexpError
-from kistexp.metrics.collectors import CorruptSource, MiB, SourceTooLarge, SystemClock
+from kistexp.metrics.collectors import CorruptSource, MiB, SourceTooLarge
 
 
 class ScrapeError(KistexpError):
@@ -58,7 +59,7 @@ class Exposition:
 def fetch(url: str, *, limits: Limits = Limits(), clock=None, transport: httpx.BaseTransport | None = None) -> bytes:
     """GET ``url`` and return the body, within ``limits.timeout_s`` in total (a server
     that drips bytes is cut off too) and ``limits.max_bytes``."""
-    clock = clock or SystemClock()
+    clock = clock or RealClock()
     deadline = clock.monotonic() + limits.timeout_s
     # Each blocking read waits at most half the budget, so a silent server is noticed
     # within 1.5 x timeout_s even if it stalls right before the deadline.
@@ -159,7 +160,7 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
 def scrape(url: str, *, limits: Limits = Limits(), clock=None,
            transport: httpx.BaseTransport | None = None) -> Exposition:
     """Fetch and parse one endpoint; the exposition's time is when the answer arrived."""
-    clock = clock or SystemClock()
+    clock = clock or RealClock()
     body = fetch(url, limits=limits, clock=clock, transport=transport)
     return parse(body, url, time=clock.now(), limits=limits)
 
@@ -179,7 +180,7 @@ class Poller:
     def __init__(self, url: str, *, limits: Limits = Limits(), clock=None,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.url, self.limits, self.transport = url, limits, transport
-        self.clock = clock or SystemClock()
+        self.clock = clock or RealClock()
         self.last: Exposition | None = None
 
     def next(self) -> tuple[Exposition | None, Exposition]:
