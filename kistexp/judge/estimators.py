@@ -93,6 +93,34 @@ def mean_and_se(x: np.ndarray, log_scale: bool) -> tuple[np.ndarray, np.ndarray]
         return np.log(m), s / (math.sqrt(n) * m)
 
 
+_MEMO: dict[tuple, tuple[np.ndarray, ...]] = {}
+_MEMO_SIZE = 64
+
+
+def _memo_readonly(fn):
+    """Remember ``fn`` on read-only arrays (a Window's): the rollout engine judges the same
+    baseline every hour for weeks, and recomputing its order statistics dominated a dry run.
+    Keyed by the arrays' identity, which the memo keeps alive, so a key is never reused."""
+
+    def wrapper(*args):
+        arrays = tuple(a for a in args if isinstance(a, np.ndarray))
+        if not arrays or any(a.flags.writeable for a in arrays):
+            return fn(*args)
+        key = (fn.__name__, *(id(a) if isinstance(a, np.ndarray) else a for a in args))
+        hit = _MEMO.get(key)
+        if hit is not None:
+            return hit[1]
+        out = fn(*args)
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = (arrays, out)
+        return out
+
+    wrapper.__doc__, wrapper.__name__ = fn.__doc__, fn.__name__
+    return wrapper
+
+
+@_memo_readonly
 def side_statistic(x: np.ndarray, statistic: str, log_scale: bool) -> tuple[np.ndarray, np.ndarray]:
     """(statistic, SE) of one window for a plan statistic; on logs when ``log_scale``."""
     if statistic == "mean":
@@ -313,6 +341,7 @@ def walsh_hodges_lehmann(y: np.ndarray) -> Estimate:
     return Estimate(theta, (hi - lo) / 2.0, bounds, "paired per-relay Wilcoxon / Hodges-Lehmann")
 
 
+@_memo_readonly
 def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_s: float = 3600.0) -> float:
     """Variance inflation from time correlation: hourly batch means vs iid (spec §5.4 rule 3).
 

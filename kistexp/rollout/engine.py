@@ -315,8 +315,11 @@ class Engine:
         """The judge's input for one side, rebuilt only when a batch was added."""
         batches = self._samples.get((phase, metric), [])
         cached = self._inputs.get((phase, metric))
-        if cached is None or cached[0] != len(batches):
+        if cached is None or cached[0] > len(batches):
             cached = (len(batches), judging.judge_input(self.spec, metric, batches))
+            self._inputs[(phase, metric)] = cached
+        elif cached[0] < len(batches):
+            cached = (len(batches), judging.extend(self.spec, metric, cached[1], batches, batches[cached[0]:]))
             self._inputs[(phase, metric)] = cached
         return cached[1]
 

@@ -30,6 +30,9 @@ from kistexp.rollout.state import ERROR, Verdict
 
 SEQUENTIAL_METHOD = "mixture"  # always valid: any number of looks, extensions included
 PLAN_HOUR_S = 3600.0
+# batches arrive once a plan hour: a stage side whose newest sample is older than one and a
+# half windows missed its last batch, which holds (INCONCLUSIVE "stale")
+STALE_AFTER_S = 1.5 * PLAN_HOUR_S
 
 
 @attrs.frozen(eq=False)
@@ -72,6 +75,22 @@ def judge_input(spec: RolloutSpec, metric: str, batches: Sequence[Batch]) -> Win
     return Window(np.concatenate([b.values for b in batches]), np.concatenate([_times(spec, b) for b in batches]))
 
 
+def extend(spec: RolloutSpec, metric: str, old, batches: Sequence[Batch], new: Sequence[Batch]):
+    """``judge_input`` of ``batches`` given ``old``, the input of all but the ``new`` ones:
+    appends instead of rebuilding the weeks already collected each hour."""
+    add = judge_input(spec, metric, new)
+    if isinstance(old, Window) and isinstance(add, Window):
+        return Window(np.concatenate([old.values, add.values]), np.concatenate([old.times, add.times]))
+    if isinstance(old, Mapping) and isinstance(add, Mapping) and len(batches) > len(new):
+        out = dict(old)
+        for r, w in add.items():
+            o = out.get(r)
+            out[r] = w if o is None else Window(np.concatenate([o.values, w.values]),
+                                                np.concatenate([o.times, w.times]))
+        return out
+    return judge_input(spec, metric, batches)
+
+
 def size(data: Window | Mapping[str, Window]) -> int:
     return sum(w.n for w in data.values()) if isinstance(data, Mapping) else data.n
 
@@ -89,7 +108,7 @@ def judge_criterion(criterion: CriterionSpec, baseline, stage, state: Sequential
                     now_s: float) -> tuple[Verdict, SequentialState | None]:
     """One look of the judge at one criterion -> (the machine's Verdict, the state for the next look)."""
     try:
-        v = judge(criterion, baseline, stage, sequential_state=state, now=now_s)
+        v = judge(criterion, baseline, stage, sequential_state=state, now=now_s, stale_after=STALE_AFTER_S)
     except JudgeError as exc:
         return Verdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
     record = json.dumps(v.to_dict(), default=float, sort_keys=True)
