@@ -18,10 +18,10 @@ import numpy as np
 
 from kistexp.clock import Clock
 from kistexp.metrics import catalogue
+from kistexp.rollout import judging
 from kistexp.rollout import triggers as tg
 from kistexp.rollout.actuators import ActuationError, Actuator
 from kistexp.rollout.journal import Journal, desired_params
-from kistexp.rollout import judging
 from kistexp.rollout.judging import Batch
 from kistexp.rollout.machine import initial_status, mismatched, step
 from kistexp.rollout.spec import RolloutSpec
