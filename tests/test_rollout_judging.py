@@ -5,18 +5,14 @@ import datetime as dt
 
 import numpy as np
 
-from kistexp.clock import VirtualClock
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.loader import parse_plan
 from kistexp.rollout import judging
-from kistexp.rollout.actuators import SimulatedAuthorities
-from kistexp.rollout.drivers import VirtualDriver
-from kistexp.rollout.dryrun import initial_configs
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.spec import spec_from_plan
 from kistexp.rollout.state import FAIL, INCONCLUSIVE, PASS
 from tests.rollout_helpers import write_predictions
-from tests.test_rollout_engine import SHORT_EFFECTS, SHORT_PLAN, Killed, _approve, _engine
+from tests.test_rollout_engine import SHORT_EFFECTS, SHORT_PLAN, Killed, run_with_restarts
 
 CPU_PLAN = SHORT_PLAN + """
 [[criteria]]
@@ -108,12 +104,9 @@ def test_the_sequential_test_survives_a_restart(tmp_path):
     store = MetricStore(Journal(tmp_path / "e" / "experiment.db").conn)
 
     def run(db, kill_after_looks=None):
-        journal = Journal(db, durable=False)
-        clock = VirtualClock(spec.baseline_start)
-        sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
         killed = {"done": False}
 
-        def hook(name):
+        def hook(name, journal):
             if kill_after_looks is None or killed["done"] or name != "mid_batch":
                 return
             looks = journal.conn.execute("SELECT MAX(looks) FROM rollout_sequential").fetchone()[0] or 0
@@ -121,16 +114,7 @@ def test_the_sequential_test_survives_a_restart(tmp_path):
                 killed["done"] = True
                 raise Killed(name)
 
-        kills = 0
-        while True:
-            engine = _engine(spec, journal, sim, clock, store, hook)
-            try:
-                VirtualDriver(engine, clock).run(on_step=_approve(journal, clock))
-                break
-            except Killed:
-                kills += 1
-                journal.close()
-                journal = Journal(db, durable=False)
+        journal, _, kills = run_with_restarts(spec, db, store, hook)
         return journal, kills
 
     clean, _ = run(tmp_path / "e" / "experiment.db")
