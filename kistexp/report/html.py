@@ -50,6 +50,11 @@ def limit_in_units(comparison: str, threshold: float, base: float) -> float:
             "absolute-increase": base + threshold, "absolute-decrease": base - threshold}.get(comparison, threshold)
 
 
+def effect_origin(comparison: str) -> float:
+    """"No effect" on the judge's effect scale: a ratio of 1, a difference of 0."""
+    return 1.0 if comparison.startswith("relative") else 0.0
+
+
 def effect_limit(comparison: str, threshold: float) -> float:
     """The threshold on the judge's effect scale (kistexp.judge Verdict.bound): the ratio
     stage/baseline for relative comparisons, the difference for absolute ones, the stage
