@@ -332,6 +332,8 @@ class Engine:
                 out.append((Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"), None))
                 continue
             base, stage = self.judge_input("baseline", c.metric), self.judge_input(phase, c.metric)
+            if judging.short_stage(self.spec, stage_index):
+                base, stage = judging.untimed(base), judging.untimed(stage)
             state = self._sequential.get((c.name, phase))
             if state is None:
                 hours = len(self._samples.get((phase, c.metric), []))

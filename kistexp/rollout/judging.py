@@ -91,6 +91,20 @@ def extend(spec: RolloutSpec, metric: str, old, batches: Sequence[Batch], new: S
     return judge_input(spec, metric, batches)
 
 
+def untimed(data):
+    """The same samples without times, for a stage planned shorter than a day: the judge's PASS
+    needs a stage to cover all 24 hours of the day (a time-of-day confound otherwise), which such a
+    stage can never do; its plan accepts that confound, and staleness is left to the engine's
+    missing-batch check."""
+    if isinstance(data, Mapping):
+        return {r: Window(w.values) for r, w in data.items()}
+    return Window(data.values)
+
+
+def short_stage(spec: RolloutSpec, stage_index: int) -> bool:
+    return spec.stages[stage_index - 1].duration < 24 * spec.hour
+
+
 def size(data: Window | Mapping[str, Window]) -> int:
     return sum(w.n for w in data.values()) if isinstance(data, Mapping) else data.n
 
