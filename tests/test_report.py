@@ -95,8 +95,8 @@ def test_experiment_report_shows_the_run(rolled_back, tmp_path):
         _decode_svg(img["src"])
         assert img["alt"]
     # the verdict that fired, with the judge's interval, and the decision it caused
-    assert any("stage 2ms" in i["alt"] and "verdict fail: mean +" in i["alt"] for i in page.images)
-    assert re.search(r"rollback:step-back .*criterion 'relay CPU' failed \(mean \+\d+\.\d% \[", text)
+    assert any("stage 2ms" in i["alt"] and "verdict fail: ratio stage/baseline" in i["alt"] for i in page.images)
+    assert re.search(r"rollback:step-back .*criterion 'relay CPU' failed \(ratio stage/baseline \d\.\d+ \[", text)
     # who acted: the six participating authorities' intents, and the rollback's minimal acting set
     for auth in ("moria1", "tor26", "dizum", "gabelmoo", "dannenberg", "maatuska"):
         assert auth in text

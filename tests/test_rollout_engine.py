@@ -164,28 +164,15 @@ def test_resume_after_a_crash_at_each_hook_loses_and_repeats_nothing(tmp_path, h
     store = MetricStore(Journal(tmp_path / "e" / "experiment.db").conn)
 
     def run(db, kill_at=None):
-        journal = Journal(db, durable=False)
-        clock = VirtualClock(spec.baseline_start)
-        sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
         seen = {"n": 0}
 
-        def hook(name):
+        def hook(name, journal):
             if name == kill_at:
                 seen["n"] += 1
                 if seen["n"] == nth:
                     raise Killed(name)
 
-        kills = 0
-        while True:
-            engine = _engine(spec, journal, sim, clock, store, hook)
-            try:
-                VirtualDriver(engine, clock).run(on_step=_approve(journal, clock))
-                break
-            except Killed:
-                kills += 1
-                journal.close()
-                journal = Journal(db, durable=False)  # the process is gone: only the journal remains
-        return journal, sim, kills
+        return run_with_restarts(spec, db, store, hook)
 
     clean, clean_sim, _ = run(tmp_path / "e" / "experiment.db")
     import shutil
@@ -202,6 +189,25 @@ def test_resume_after_a_crash_at_each_hook_loses_and_repeats_nothing(tmp_path, h
     assert changes(killed_sim) == changes(clean_sim)
     assert {i["state"] for i in killed.intents()} <= {"done", "superseded"}
     assert killed.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def run_with_restarts(spec, db, store, hook):
+    """Run to the end on the virtual clock; ``hook(name, journal)`` may raise Killed, after
+    which a new engine resumes from the journal alone. -> (journal, authorities, kills)."""
+    journal = Journal(db, durable=False)
+    clock = VirtualClock(spec.baseline_start)
+    sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
+    kills = 0
+    while True:
+        engine = _engine(spec, journal, sim, clock, store, lambda name, j=journal: hook(name, j))
+        try:
+            VirtualDriver(engine, clock).run(on_step=_approve(journal, clock))
+            break
+        except Killed:
+            kills += 1
+            journal.close()
+            journal = Journal(db, durable=False)  # the process is gone: only the journal remains
+    return journal, sim, kills
 
 
 def _approve(journal, clock):

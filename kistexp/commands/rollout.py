@@ -110,13 +110,14 @@ def status_cmd(
         return
     from kistexp.output import print_table
     from kistexp.report.data import verdict_looks
-    from kistexp.report.html import effect_limit
+    from kistexp.report.html import effect_limit, effect_origin
     from kistexp.report.terminal import status_table, times_table
     from kistexp.rollout.runs import load_spec
 
     spec, _, _ = load_spec(Path(exp))
     limits = {c.name: effect_limit(c.comparison, c.threshold) for c in spec.criteria}
-    print_table(status_table(view, verdict_looks(exp), limits))
+    origins = {c.name: effect_origin(c.comparison) for c in spec.criteria}
+    print_table(status_table(view, verdict_looks(exp), limits, origins=origins))
     print_table(times_table(view))
 
 

@@ -309,7 +309,13 @@ class _Context:
             if bad.any():
                 return self.inconclusive("data_quality", f"{label} has {int(bad.sum())} non-finite values",
                                          n_b, n_s)
-            if o.relative and w.n and (w.values <= 0).any():
+            if o.relative and w.n and spec.statistic == "mean":
+                # the ratio of means needs a positive mean, not positive samples: an idle
+                # relay's CPU share is a legitimate 0
+                if (w.values < 0).any() or not w.values.mean() > 0:
+                    return self.inconclusive("data_quality", f"{label} has negative values or a mean <= 0: a "
+                                             "relative comparison of means needs a positive mean", n_b, n_s)
+            elif o.relative and w.n and (w.values <= 0).any():
                 return self.inconclusive("data_quality", f"{label} has values <= 0: a relative comparison "
                                          "needs positive samples", n_b, n_s)
         if self.now is not None and self.stale_after is not None and s.times is not None and s.n:
@@ -327,8 +333,8 @@ class _Context:
             return self.inconclusive("insufficient_samples", f"{', '.join(short)} samples < {need} needed per side",
                                      n_b, n_s)
         if b is not None and b.times is not None and s.times is not None:
-            hb = set(np.unique(_hour_of_day(b.times)).tolist())
-            hs = set(np.unique(_hour_of_day(s.times)).tolist())
+            hb = set(np.flatnonzero(np.bincount(_hour_of_day(b.times), minlength=HOURS_OF_DAY)).tolist())
+            hs = set(np.flatnonzero(np.bincount(_hour_of_day(s.times), minlength=HOURS_OF_DAY)).tolist())
             if not hb & hs:
                 return self.inconclusive("coverage", "the baseline has no hour of day in common with the stage "
                                          f"(baseline hours {_hours_text(hb)}, stage {_hours_text(hs)})", n_b, n_s)
@@ -387,7 +393,7 @@ class _Context:
             scale = math.sqrt(deff)
         gate = ""
         if s.times is not None:
-            covered = len(np.unique(_hour_of_day(s.times)))
+            covered = int(np.count_nonzero(np.bincount(_hour_of_day(s.times), minlength=HOURS_OF_DAY)))
             if covered < HOURS_OF_DAY:
                 gate = "coverage"
         else:

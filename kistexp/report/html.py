@@ -11,13 +11,13 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from kistexp.judge.estimators import side_statistic
 from kistexp.metrics import catalogue
 from kistexp.plan.durations import format_duration
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import build_timeline
 from kistexp.report import plots
 from kistexp.report.data import RELAY_COSTS, ExperimentData, PlanData
-from kistexp.rollout.judging import statistic_interval
 from kistexp.rollout.spec import LIVE_CADENCE
 
 Progress = Callable[[float, str], None]
@@ -45,17 +45,26 @@ def _noop(_f: float, _what: str) -> None:
 
 def limit_in_units(comparison: str, threshold: float, base: float) -> float:
     """The stage statistic at which a criterion fails, in the metric's units, for drawing
-    (the inverse of kistexp.rollout.judging's effect for each comparison)."""
+    (the inverse of the judge's effect for each comparison)."""
     return {"relative-increase": base * (1 + threshold), "relative-decrease": base * (1 - threshold),
             "absolute-increase": base + threshold, "absolute-decrease": base - threshold}.get(comparison, threshold)
 
 
+def effect_origin(comparison: str) -> float:
+    """"No effect" on the judge's effect scale: a ratio of 1, a difference of 0."""
+    return 1.0 if comparison.startswith("relative") else 0.0
+
+
 def effect_limit(comparison: str, threshold: float) -> float:
-    return -threshold if comparison == "below" else threshold
+    """The threshold on the judge's effect scale (kistexp.judge Verdict.bound): the ratio
+    stage/baseline for relative comparisons, the difference for absolute ones, the stage
+    value itself for above/below."""
+    return {"relative-increase": 1 + threshold, "relative-decrease": 1 - threshold,
+            "absolute-decrease": -threshold}.get(comparison, threshold)
 
 
 def _stat(values: np.ndarray, statistic: str) -> float | None:
-    return statistic_interval(values, statistic)[0] if values.size else None
+    return float(side_statistic(values, statistic, False)[0]) if values.size else None
 
 
 def class_order(figures, metric: str, limit: int = MAX_CLASSES) -> list[str]:

@@ -47,10 +47,11 @@ def _t(value: dt.datetime | None) -> str:
 
 
 def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], thresholds: Mapping[str, float],
-                 width: int = 24) -> Table:
+                 width: int = 24, origins: Mapping[str, float] | None = None) -> Table:
     """Per criterion: the latest outcome, the counters of the verdict aggregation, and a sparkline of
     the last ``width`` effect estimates against the criterion's limit (the bar: how close the latest
-    estimate came to it)."""
+    estimate came to it, measured from the criterion's "no effect" in ``origins``: 1 for the judge's
+    ratios, 0 for differences)."""
     table = make_table(title=f"{view['summary']} — values {view['values']}",
                        columns=("criterion", "latest", ("effect, last looks", {"no_wrap": True}),
                                 ("latest / limit", {"no_wrap": True}), ("failed", {"justify": "right"}),
@@ -62,12 +63,14 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
         recent = list(looks.get(name, ()))[-width:]
         effects = [v.get("effect") for v in recent]
         limit = thresholds.get(name)
+        origin = (origins or {}).get(name, 0.0)
         latest = next((e for e in reversed(effects) if e is not None), None)
-        closeness = "" if latest is None or not limit else f"{bar(latest / limit, 10)} {latest / limit:4.0%}"
+        share = None if latest is None or limit is None or limit == origin else (latest - origin) / (limit - origin)
+        closeness = "" if share is None else f"{bar(share, 10)} {share:4.0%}"
         outcome = counters.get("latest") or (recent[-1]["outcome"] if recent else "-")
         known = [e for e in effects if e is not None and math.isfinite(e)]
         # scaled from no effect (or the lowest) to the limit (or the highest): a full block is at the limit
-        spark = sparkline(effects, lo=min([0.0, *known]), hi=max([limit or 0.0, *known]))
+        spark = sparkline(effects, lo=min([origin, *known]), hi=max([limit or origin, *known]))
         add_row(table, name, plain(outcome, OUTCOME_STYLE.get(outcome)), spark, closeness,
                 counters.get("failed", 0), counters.get("inconclusive", 0), counters.get("consecutive_error", 0))
     return table

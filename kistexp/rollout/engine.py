@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
 
 from kistexp.clock import Clock
 from kistexp.metrics import catalogue
+from kistexp.rollout import judging
 from kistexp.rollout import triggers as tg
 from kistexp.rollout.actuators import ActuationError, Actuator
 from kistexp.rollout.journal import Journal, desired_params
-from kistexp.rollout.judging import Judge, default_judge
+from kistexp.rollout.judging import Batch
 from kistexp.rollout.machine import initial_status, mismatched, step
 from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import (
@@ -47,9 +48,11 @@ from kistexp.rollout.state import (
 
 
 class MetricSource(Protocol):
-    """Yields one collection window of a metric's samples, or None when the source has a gap."""
+    """Yields one collection window of a metric's samples, or None when the source has a gap;
+    a mapping relay -> samples when the collector knows which relay each sample came from."""
 
-    def collect(self, source: str, metric: str, t0: dt.datetime, t1: dt.datetime) -> np.ndarray | None: ...
+    def collect(self, source: str, metric: str, t0: dt.datetime, t1: dt.datetime
+                ) -> np.ndarray | Mapping[str, np.ndarray] | None: ...
 
 
 def metric_source_of(metric: str) -> str:
@@ -63,10 +66,9 @@ Hook = Callable[[str], None]
 
 class Engine:
     def __init__(self, spec: RolloutSpec, journal: Journal, actuator: Actuator, metrics: MetricSource,
-                 clock: Clock, *, judge: Judge | None = None, experiment_id: str = "",
+                 clock: Clock, *, experiment_id: str = "",
                  plan_check: Callable[[], str] | None = None, hook: Hook | None = None) -> None:
         self.spec, self.journal, self.actuator, self.metrics, self.clock = spec, journal, actuator, metrics, clock
-        self.judge = judge or default_judge()
         self.experiment_id = experiment_id or spec.plan_name
         self.plan_check = plan_check
         self.hook = hook or (lambda _name: None)
@@ -76,11 +78,18 @@ class Engine:
         for trig, due in journal.conn.execute("SELECT trigger, MAX(due_us) FROM rollout_events GROUP BY trigger"):
             from kistexp.metrics.series import from_us
             self._fired[trig] = from_us(due)
-        self._samples: dict[tuple[str, str], list[np.ndarray]] = {}
-        for metric, phase, payload in journal.conn.execute(
-                "SELECT metric, phase, payload FROM rollout_metric_batches WHERE missing = 0 ORDER BY window_us"):
-            self._samples.setdefault((phase, metric), []).append(np.frombuffer(payload, dtype="<f8"))
+        self._samples: dict[tuple[str, str], list[Batch]] = {}
+        for metric, phase, window_us, payload, relays in journal.conn.execute(
+                "SELECT metric, phase, window_us, payload, relays FROM rollout_metric_batches WHERE missing = 0 "
+                "ORDER BY window_us"):
+            from kistexp.metrics.series import from_us
+            self._samples.setdefault((phase, metric), []).append(
+                Batch(from_us(window_us), np.frombuffer(payload, dtype="<f8"),
+                      None if relays is None else tuple((r, int(n)) for r, n in json.loads(relays))))
         self._last_missing: dict[str, bool] = {}
+        # each criterion's sequential test in each stage entry, as of its latest journaled look
+        self._sequential = journal.sequential_states()
+        self._inputs: dict[tuple[str, str], tuple[int, object]] = {}
 
     # --- triggers ------------------------------------------------------------------------
 
@@ -285,52 +294,107 @@ class Engine:
         t0 = at - self.spec.hour
         phase = self._phase(t0)
         metrics = sorted({c.metric for c in self.spec.criteria if metric_source_of(c.metric) == source})
-        batches = [(m, self.metrics.collect(source, m, t0, at)) for m in metrics]
+        batches = [(m, *_flatten(self.metrics.collect(source, m, t0, at))) for m in metrics]
         self.hook("mid_batch")
 
         def write(c) -> None:
-            for m, values in batches:
-                self.journal.add_batch(c, source, m, t0, phase, values)
+            for m, values, relays in batches:
+                self.journal.add_batch(c, source, m, t0, phase, values, relays)
 
         with self.journal.write() as c:
             write(c)
             self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
                                 after=self.status)
-        for m, values in batches:
+        for m, values, relays in batches:
             self._last_missing[m] = values is None
             if values is not None:
-                self._samples.setdefault((phase, m), []).append(np.asarray(values, dtype="<f8"))
+                self._samples.setdefault((phase, m), []).append(
+                    Batch(t0, np.asarray(values, dtype="<f8"), None if relays is None else tuple(relays)))
 
-    def values(self, phase: str, metric: str) -> np.ndarray:
-        parts = self._samples.get((phase, metric))
-        if not parts:
-            return np.zeros(0)
-        if len(parts) > 1:
-            parts[:] = [np.concatenate(parts)]
-        return parts[0]
+    def judge_input(self, phase: str, metric: str):
+        """The judge's input for one side, rebuilt only when a batch was added."""
+        batches = self._samples.get((phase, metric), [])
+        cached = self._inputs.get((phase, metric))
+        if cached is None or cached[0] > len(batches):
+            cached = (len(batches), judging.judge_input(self.spec, metric, batches))
+            self._inputs[(phase, metric)] = cached
+        elif cached[0] < len(batches):
+            cached = (len(batches), judging.extend(self.spec, metric, cached[1], batches, batches[cached[0]:]))
+            self._inputs[(phase, metric)] = cached
+        return cached[1]
+
+    def _look(self, phase: str, at: dt.datetime) -> list[tuple[Verdict, object]]:
+        """One sequential look of the judge at every criterion of the stage in ``phase``."""
+        out = []
+        stage_index = int(phase.split(":")[1])
+        for c in self.spec.criteria:
+            if self._last_missing.get(c.metric):
+                out.append((Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"), None))
+                continue
+            base, stage = self.judge_input("baseline", c.metric), self.judge_input(phase, c.metric)
+            if judging.short_stage(self.spec, stage_index):
+                base, stage = judging.untimed(base), judging.untimed(stage)
+            state = self._sequential.get((c.name, phase))
+            if state is None:
+                hours = len(self._samples.get((phase, c.metric), []))
+                state = judging.planned_state(self.spec, stage_index, judging.size(stage), hours)
+            v, nxt = judging.judge_criterion(c, base, stage, state, judging.plan_seconds(self.spec, at))
+            out.append((v, nxt))
+        return out
+
+    def _journal_looks(self, c, looks: list[tuple[Verdict, object]], phase: str, at: dt.datetime) -> None:
+        for v, nxt in looks:
+            self.journal.add_verdict(c, v, at, self.status.stage, self.spec.criterion(v.criterion).shadow, phase)
+            if nxt is not None:
+                self.journal.save_sequential(c, v.criterion, phase, nxt, at)
+
+    def _remember(self, looks: list[tuple[Verdict, object]], phase: str) -> None:
+        # only once the look is committed: a look lost in a crash is redone from the same state
+        for v, nxt in looks:
+            if nxt is not None:
+                self._sequential[(v.criterion, phase)] = nxt
 
     def _evaluate(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         phase = self._phase(at - self.spec.hour)
-        verdicts: list[Verdict] = []
-        if phase.startswith("stage:"):
-            for c in self.spec.criteria:
-                if self._last_missing.get(c.metric):
-                    verdicts.append(Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"))
-                    continue
-                verdicts.append(self.judge(c, self.values("baseline", c.metric), self.values(phase, c.metric)))
-
-        def write(c) -> None:
-            for v in verdicts:
-                self.journal.add_verdict(c, v, at, self.status.stage, self.spec.criterion(v.criterion).shadow)
-
-        self._machine(key, name, at, now, Evaluate(at, tuple(verdicts)), extra=write)
+        looks = self._look(phase, at) if phase.startswith("stage:") else []
+        self._machine(key, name, at, now, Evaluate(at, tuple(v for v, _ in looks)),
+                      extra=lambda c: self._journal_looks(c, looks, phase, at))
+        self._remember(looks, phase)
 
     def _decide(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         short: tuple[str, ...] = ()
         if self.status.state == BASELINE:
             short = tuple(c.name for c in self.spec.criteria
-                          if self.values("baseline", c.metric).size < c.min_samples)
+                          if judging.size(self.judge_input("baseline", c.metric)) < c.min_samples)
+        elif self.status.state == MEASURING:
+            # the decision rests on the judge's look at the decision time: the hourly evaluate
+            # due at the same instant made it (it sorts first); when it did not, look now
+            phase = self._phase(at - self.spec.hour)
+            judged = {r[0] for r in self.journal.conn.execute(
+                "SELECT criterion FROM rollout_verdicts WHERE window_end_us = ?", (_us(at),))}
+            if phase.startswith("stage:") and any(c.name not in judged for c in self.spec.criteria):
+                looks = [lk for lk in self._look(phase, at) if lk[0].criterion not in judged]
+                look_key = f"{key}:look"
+                if not self.journal.processed(look_key):
+                    self._machine(look_key, f"{name}:look", at, now, Evaluate(at, tuple(v for v, _ in looks)),
+                                  extra=lambda c: self._journal_looks(c, looks, phase, at))
+                    self._remember(looks, phase)
+                if self.status.state != MEASURING:
+                    with self.journal.write() as c:  # the look rolled back or paused: nothing to decide
+                        self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
+                                            after=self.status)
+                    return
         self._machine(key, name, at, now, DecisionDue(at, self.status.stage, short))
+
+
+def _flatten(collected) -> tuple[np.ndarray | None, list[tuple[str, int]] | None]:
+    """A collection as (values, relay runs): relay-labelled samples in sorted relay order."""
+    if collected is None or not isinstance(collected, Mapping):
+        return collected, None
+    relays = sorted(collected)
+    parts = [np.asarray(collected[r], dtype="<f8").ravel() for r in relays]
+    values = np.concatenate(parts) if parts else np.zeros(0)
+    return values, [(r, int(p.size)) for r, p in zip(relays, parts, strict=True)]
 
 
 def _plan_part(params: dict, spec: RolloutSpec) -> dict:

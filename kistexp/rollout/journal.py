@@ -13,6 +13,7 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -63,6 +64,22 @@ def status_from_json(text: str) -> Status:
 
 def values_json(values) -> str:
     return json.dumps({k: v for k, v in values}, sort_keys=True)
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def sequential_to_dict(state) -> dict:
+    d = attrs.asdict(state)
+    d["fractions"] = list(state.fractions)
+    return d
+
+
+def sequential_from_dict(d: dict):
+    from kistexp.judge import SequentialState
+
+    return SequentialState(**{**d, "fractions": tuple(d["fractions"])})
 
 
 def desired_params(values) -> dict[str, int]:
@@ -236,7 +253,7 @@ class Journal:
 
     # metric batches and verdicts
     def add_batch(self, c: sqlite3.Connection, source: str, metric: str, window: dt.datetime, phase: str,
-                  values: np.ndarray | None) -> None:
+                  values: np.ndarray | None, relays: list[tuple[str, int]] | None = None) -> None:
         missing = values is None
         arr = np.zeros(0) if values is None else np.asarray(values, dtype="<f8")
         payload = arr.tobytes()
@@ -244,9 +261,9 @@ class Journal:
             "mean": float(arr.mean()), "median": float(np.median(arr)), "min": float(arr.min()),
             "max": float(arr.max())}
         c.execute("INSERT OR IGNORE INTO rollout_metric_batches (source, metric, window_us, phase, n, missing, "
-                  "summary, payload, sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  "summary, payload, sha256, relays) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                   (source, metric, to_us(window), phase, int(arr.size), int(missing), json.dumps(summary),
-                   payload, hashlib.sha256(payload).hexdigest()))
+                   payload, hashlib.sha256(payload).hexdigest(), None if relays is None else json.dumps(relays)))
 
     def batch_values(self, metric: str, phase: str) -> np.ndarray:
         rows = self.conn.execute("SELECT payload FROM rollout_metric_batches WHERE metric = ? AND phase = ? "
@@ -255,11 +272,24 @@ class Journal:
             return np.zeros(0)
         return np.concatenate([np.frombuffer(r[0], dtype="<f8") for r in rows])
 
-    def add_verdict(self, c: sqlite3.Connection, v, window_end: dt.datetime, stage: int, shadow: bool) -> None:
+    def add_verdict(self, c: sqlite3.Connection, v, window_end: dt.datetime, stage: int, shadow: bool,
+                    phase: str = "") -> None:
+        """One look's verdict with the judge's whole record (effect, interval, n per side, rule)."""
         c.execute("INSERT OR IGNORE INTO rollout_verdicts (criterion, window_end_us, stage, outcome, effect, ci_low, "
-                  "ci_high, n_baseline, n_stage, shadow, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                  (v.criterion, to_us(window_end), stage, v.outcome, v.effect, v.ci_low, v.ci_high,
-                   v.n_baseline, v.n_stage, int(shadow), v.detail))
+                  "ci_high, n_baseline, n_stage, shadow, detail, phase, reason, rule, record) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (v.criterion, to_us(window_end), stage, v.outcome, _finite(v.effect), _finite(v.ci_low),
+                   _finite(v.ci_high), v.n_baseline, v.n_stage, int(shadow), v.detail, phase, v.reason, v.rule,
+                   v.record or "{}"))
+
+    def save_sequential(self, c: sqlite3.Connection, criterion: str, phase: str, state, now: dt.datetime) -> None:
+        c.execute("INSERT OR REPLACE INTO rollout_sequential (criterion, phase, state, looks, updated_us) "
+                  "VALUES (?, ?, ?, ?, ?)", (criterion, phase, json.dumps(sequential_to_dict(state)),
+                                             state.looks, to_us(now)))
+
+    def sequential_states(self) -> dict[tuple[str, str], object]:
+        rows = self.conn.execute("SELECT criterion, phase, state FROM rollout_sequential").fetchall()
+        return {(r[0], r[1]): sequential_from_dict(json.loads(r[2])) for r in rows}
 
     # commands (queued by control commands, which take no lock)
     def queue_command(self, kind: str, args: dict, user: str, now: dt.datetime) -> int:
@@ -297,9 +327,12 @@ class Journal:
 
     def verdicts(self) -> list[dict]:
         rows = self.conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, n_baseline, n_stage, "
-                                 "shadow, detail FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
+                                 "shadow, detail, ci_low, ci_high, reason, rule, record FROM rollout_verdicts "
+                                 "ORDER BY window_end_us, id").fetchall()
         return [{"criterion": r[0], "window_end": from_us(r[1]), "stage": r[2], "outcome": r[3], "effect": r[4],
-                 "n_baseline": r[5], "n_stage": r[6], "shadow": bool(r[7]), "detail": r[8]} for r in rows]
+                 "n_baseline": r[5], "n_stage": r[6], "shadow": bool(r[7]), "detail": r[8], "ci_low": r[9],
+                 "ci_high": r[10], "reason": r[11], "rule": r[12], "record": json.loads(r[13] or "{}")}
+                for r in rows]
 
     def consensuses(self) -> list[dict]:
         rows = self.conn.execute("SELECT valid_after_us, params, signers FROM rollout_consensus_seen "

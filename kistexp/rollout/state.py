@@ -121,6 +121,9 @@ class Verdict:
     n_baseline: int = 0
     n_stage: int = 0
     detail: str = ""
+    reason: str = ""  # why an INCONCLUSIVE is one (kistexp.judge REASONS), "" otherwise
+    rule: str = ""  # the judge's decision rule at this look
+    record: str = ""  # JSON of the judge's whole Verdict (kistexp.judge.Verdict.to_dict())
 
 
 @attrs.frozen

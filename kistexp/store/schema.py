@@ -260,9 +260,28 @@ CREATE TABLE rollout_plan_acks (
 );
 """
 
+# The engine judges criteria with kistexp.judge: each criterion's sequential test lives on
+# across looks and restarts (rollout_sequential), each verdict keeps the judge's whole record,
+# and metric batches may carry the relay each sample came from (per-relay paired comparisons).
+_V3_SEQUENTIAL_JUDGE = """
+CREATE TABLE rollout_sequential (
+    criterion   TEXT NOT NULL,
+    phase       TEXT NOT NULL,           -- stage:<i>:<valid-after>: one sequential test per stage entry
+    state       TEXT NOT NULL,           -- JSON of kistexp.judge.SequentialState after the latest look
+    looks       INTEGER NOT NULL,
+    updated_us  INTEGER NOT NULL,
+    PRIMARY KEY (criterion, phase)
+);
+ALTER TABLE rollout_verdicts ADD COLUMN phase TEXT NOT NULL DEFAULT '';
+ALTER TABLE rollout_verdicts ADD COLUMN reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE rollout_verdicts ADD COLUMN rule TEXT NOT NULL DEFAULT '';
+ALTER TABLE rollout_verdicts ADD COLUMN record TEXT NOT NULL DEFAULT '{}';  -- kistexp.judge Verdict.to_dict()
+ALTER TABLE rollout_metric_batches ADD COLUMN relays TEXT;  -- JSON [[relay, n], ...] in payload order, or NULL
+"""
+
 # Append-only. Each entry is one SQL script; open_db runs it in a transaction together
 # with the user_version bump.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL, _V3_SEQUENTIAL_JUDGE)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
