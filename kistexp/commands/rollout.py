@@ -31,16 +31,20 @@ def dry_run_cmd(
     seed: int = typer.Option(1, "--seed", help="Seed of the synthetic samples."),
     predictions: str = typer.Option(None, "--predictions", help="Read predictions from this experiment directory."),
     stop_at_gates: bool = typer.Option(False, "--stop-at-gates", help="Do not approve manual gates."),
-    replay: list[str] = typer.Option([], "--replay", help="Recorded series to judge instead (not available yet)."),
+    replay: list[str] = typer.Option([], "--replay", help="Recorded series (OnionPerf JSON, operator CSV, "
+                                     "MetricsPort URL) to judge on their own timestamps (repeatable)."),
+    align: str = typer.Option(None, "--align", help="Replay: the baseline's start, ISO UTC "
+                              "(default: the hour of the first recorded sample)."),
     as_json: bool = typer.Option(False, "--json", help="Decisions, rollbacks and timings as JSON."),
 ) -> None:
     """Rehearse the whole plan on the virtual clock against simulated authorities and predicted metrics."""
     from kistexp.plan import load_plan
     from kistexp.rollout.dryrun import dry_run
 
-    if replay:
-        raise KistexpError("--replay: judging recorded series is not available in this version")
     plan = load_plan(plan_path)
+    if replay:
+        _replay(plan, replay, exp, align, not stop_at_gates, as_json)
+        return
     if exp is None and predictions is None:
         raise KistexpError(f"{plan_path}: a dry run draws from the population's predictions: make them with "
                            f"`kistexp simulate {plan_path} --dir EXP`, then pass --dir EXP")
@@ -77,6 +81,35 @@ def dry_run_cmd(
                        for c, v in r.verdict_counts.items())
     console.print(f"verdicts: {counts}", highlight=False, soft_wrap=True)
     console.print(f"[bold]{r.status}[/bold] ({r.wall_s:.1f} s; journal {r.journal})", highlight=False)
+
+
+def _replay(plan, files: list[str], exp: str | None, align: str | None, approve: bool, as_json: bool) -> None:
+    from kistexp.rollout.replay import replay
+
+    at = None
+    if align is not None:
+        try:
+            at = dt.datetime.fromisoformat(align.replace("Z", "+00:00"))
+        except ValueError:
+            raise KistexpError(f"--align {align!r}: not an ISO 8601 time") from None
+        at = at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)
+    r = replay(plan, files, Path(exp) if exp else None, align=at, approve_gates=approve)
+    if as_json:
+        emit_json(r.to_json())
+        return
+    console.print(f"replay of {', '.join(files)} through {r.plan}: recorded {_t(r.recorded_from)} .. "
+                  f"{_t(r.recorded_until)} UTC; {r.alignment}", highlight=False, soft_wrap=True)
+    for w in r.windows:
+        console.print(f"  {w['name']}: {_t(w['start'])} .. {_t(w['end'])}", highlight=False)
+    fb = r.first_rollback
+    if fb is None:
+        console.print(f"no rollback would have fired ({r.dry_run['status']})", highlight=False)
+        return
+    v = fb["verdict"] or {}
+    console.print(f"[bold]rollback {fb['kind']}[/bold] would have fired at {_t(fb['at'])} UTC, hour "
+                  f"{fb['hour_in_stage']:.0f} of stage {fb['stage']} ({fb['stage_name']}): criterion "
+                  f"{fb['criterion']!r} {v.get('detail', '')}; {', '.join(fb['authorities_must_act'])} must act; "
+                  f"relays back after {fb['relays_back_after_s'] / 3600:.1f} h", highlight=False, soft_wrap=True)
 
 
 def run_cmd(
