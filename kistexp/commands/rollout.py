@@ -31,16 +31,20 @@ def dry_run_cmd(
     seed: int = typer.Option(1, "--seed", help="Seed of the synthetic samples."),
     predictions: str = typer.Option(None, "--predictions", help="Read predictions from this experiment directory."),
     stop_at_gates: bool = typer.Option(False, "--stop-at-gates", help="Do not approve manual gates."),
-    replay: list[str] = typer.Option([], "--replay", help="Recorded series to judge instead (not available yet)."),
+    replay: list[str] = typer.Option([], "--replay", help="Recorded series (OnionPerf JSON, operator CSV, "
+                                     "MetricsPort URL) to judge on their own timestamps (repeatable)."),
+    align: str = typer.Option(None, "--align", help="Replay: the baseline's start, ISO UTC "
+                              "(default: the hour of the first recorded sample)."),
     as_json: bool = typer.Option(False, "--json", help="Decisions, rollbacks and timings as JSON."),
 ) -> None:
     """Rehearse the whole plan on the virtual clock against simulated authorities and predicted metrics."""
     from kistexp.plan import load_plan
     from kistexp.rollout.dryrun import dry_run
 
-    if replay:
-        raise KistexpError("--replay: judging recorded series is not available in this version")
     plan = load_plan(plan_path)
+    if replay:
+        _replay(plan, replay, exp, align, not stop_at_gates, as_json)
+        return
     if exp is None and predictions is None:
         raise KistexpError(f"{plan_path}: a dry run draws from the population's predictions: make them with "
                            f"`kistexp simulate {plan_path} --dir EXP`, then pass --dir EXP")
@@ -79,10 +83,41 @@ def dry_run_cmd(
     console.print(f"[bold]{r.status}[/bold] ({r.wall_s:.1f} s; journal {r.journal})", highlight=False)
 
 
+def _replay(plan, files: list[str], exp: str | None, align: str | None, approve: bool, as_json: bool) -> None:
+    from kistexp.rollout.replay import replay
+
+    at = None
+    if align is not None:
+        try:
+            at = dt.datetime.fromisoformat(align.replace("Z", "+00:00"))
+        except ValueError:
+            raise KistexpError(f"--align {align!r}: not an ISO 8601 time") from None
+        at = at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)
+    r = replay(plan, files, Path(exp) if exp else None, align=at, approve_gates=approve)
+    if as_json:
+        emit_json(r.to_json())
+        return
+    console.print(f"replay of {', '.join(files)} through {r.plan}: recorded {_t(r.recorded_from)} .. "
+                  f"{_t(r.recorded_until)} UTC; {r.alignment}", highlight=False, soft_wrap=True)
+    for w in r.windows:
+        console.print(f"  {w['name']}: {_t(w['start'])} .. {_t(w['end'])}", highlight=False)
+    fb = r.first_rollback
+    if fb is None:
+        console.print(f"no rollback would have fired ({r.dry_run['status']})", highlight=False)
+        return
+    v = fb["verdict"] or {}
+    console.print(f"[bold]rollback {fb['kind']}[/bold] would have fired at {_t(fb['at'])} UTC, hour "
+                  f"{fb['hour_in_stage']:.0f} of stage {fb['stage']} ({fb['stage_name']}): criterion "
+                  f"{fb['criterion']!r} {v.get('detail', '')}; {', '.join(fb['authorities_must_act'])} must act; "
+                  f"relays back after {fb['relays_back_after_s'] / 3600:.1f} h", highlight=False, soft_wrap=True)
+
+
 def run_cmd(
     plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file."),
     exp: str = typer.Option(..., "--dir", help="Experiment directory (created, or resumed from its journal)."),
-    authorities: str = typer.Option("fake", "--authorities", help="fake | instructions (local: not yet)."),
+    authorities: str = typer.Option("fake", "--authorities", help="fake | local | instructions."),
+    localnet: str = typer.Option(None, "--localnet", help="--authorities local: the running local tor network's "
+                                 "directory (kistexp localnet)."),
     interval: int = typer.Option(10, "--interval", help="Fake authorities: seconds per voting round (= plan hour)."),
     accept_plan_change: bool = typer.Option(False, "--accept-plan-change", help="Continue with an edited plan."),
     predictions: str = typer.Option(None, "--predictions", help="Read predictions from this experiment directory."),
@@ -92,7 +127,8 @@ def run_cmd(
     from kistexp.rollout.runs import live_run, status_view
 
     live_run(Path(plan_path), Path(exp), authorities, interval_s=interval, accept_plan_change=accept_plan_change,
-             predictions_from=Path(predictions) if predictions else None, argv=sys.argv)
+             predictions_from=Path(predictions) if predictions else None, argv=sys.argv,
+             localnet=Path(localnet) if localnet else None)
     view = status_view(Path(exp))
     emit_json(view) if as_json else console.print(view["summary"], highlight=False)
 

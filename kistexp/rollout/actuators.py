@@ -301,3 +301,57 @@ class InstructionsActuator:
 
     def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
         return self.observer.fetch_consensus(valid_after)
+
+
+# --- a local tor network ---------------------------------------------------------------------------
+
+class LocalTorActuator:
+    """A local tor network (``kistexp localnet``): write the authority's ``params.inc`` (the line
+    checked by the own-vote rule before anything is written; temp and rename), reload it through
+    stem's ``Controller`` (SIGNAL RELOAD = SIGHUP), and observe its votes and the consensus on the
+    DirPorts through the directory client and its signature checks (rollout.md §4). The plan's
+    authorities are the network's, by nickname."""
+
+    name = "local"
+
+    def __init__(self, net, directory, clock: Clock) -> None:
+        self.net, self.clock = net, clock
+        self.observer = DirectoryObserver(directory, clock)
+        self._seen: dict[dt.datetime, Params | None] = {}
+
+    def current(self, authority: str) -> Params | None:
+        """GETCONF ConsensusParams: what tor is configured with now (not yet what it votes)."""
+        try:
+            with self.net.control(authority) as ctl:
+                lines = ctl.get_conf("ConsensusParams")
+        except KistexpError:
+            return None
+        return _parse_lines([x for x in lines if x])
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        items = tuple(sorted(desired.items()))
+        try:
+            self.net.write_consensus_params(authority, items)
+            self.net.reload(authority)
+        except KistexpError as exc:
+            raise ActuationError(str(exc)) from None
+        line = " ".join(f"{k}={v}" for k, v in items)
+        return f"params.inc: ConsensusParams {line}; reloaded; used from the next vote"
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        return self.observer.fetch_vote(authority, valid_after)
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        params, signers = self.observer.fetch_consensus(valid_after)
+        if params is not None:
+            self._seen[valid_after] = params
+        return params, signers
+
+    def held_at(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        """The consensus nodes hold at ``valid_after``: the newest one seen at or before it (the
+        DirPorts serve only the current one, so older ones come from what was fetched)."""
+        params, signers = self.fetch_consensus(valid_after)
+        if params is not None:
+            return params, signers
+        older = [va for va in self._seen if va <= valid_after]
+        return (self._seen[max(older)], []) if older else (None, [])

@@ -1,0 +1,166 @@
+"""Replays: recorded series judged by the plan's criteria on their own timestamps (rollout.md §5).
+
+The recordings (OnionPerf/tgen analysis JSON, operator-report CSV, consensus archives, and
+MetricsPort or process-exporter URLs, scraped now) go through the collectors of
+``kistexp.metrics.importer`` into a scratch metric store. The plan is then laid on the record:
+its baseline starts at ``align`` (default: the hour of the first recorded sample of a metric
+the criteria use) and each stage follows for its planned duration, one plan hour per real hour.
+The engine runs on the virtual clock against simulated authorities, as in a dry run, but each
+hourly collection returns the recorded samples stamped inside that hour; an hour without
+samples is a gap, which holds. The replay ends an hour after the last recorded sample (or at
+the plan's end), and reports the first rollback the criteria would have fired: the criterion,
+the stage and its window, the failing verdict, the rollback's kind, the authorities that must
+act and when relays would be back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from kistexp.clock import VirtualClock
+from kistexp.errors import KistexpError
+from kistexp.expdir import ExperimentDir
+from kistexp.metrics.importer import import_all
+from kistexp.metrics.store import MetricStore
+from kistexp.plan.model import Plan
+from kistexp.rollout.actuators import SimulatedAuthorities
+from kistexp.rollout.drivers import VirtualDriver
+from kistexp.rollout.dryrun import _start_fresh, initial_configs, summarize
+from kistexp.rollout.engine import Engine
+from kistexp.rollout.journal import Journal
+from kistexp.rollout.spec import RolloutSpec, spec_from_plan
+from kistexp.store.schema import open_db
+
+
+class ReplayError(KistexpError):
+    """Recordings that cannot be replayed through a plan."""
+
+
+class RecordedMetrics:
+    """A ``MetricSource`` serving the recorded samples stamped within each collection window."""
+
+    def __init__(self, store: MetricStore) -> None:
+        self.store = store
+
+    def collect(self, source: str, metric: str, t0: dt.datetime, t1: dt.datetime) -> np.ndarray | None:
+        values = self.store.values(metric, t0, t1)
+        return np.asarray(values, dtype=float) if values else None
+
+
+@attrs.frozen
+class ReplayResult:
+    plan: str
+    recordings: tuple[dict, ...]  # per file: kind, samples per metric, problems
+    recorded_from: dt.datetime
+    recorded_until: dt.datetime
+    alignment: str
+    windows: tuple[dict, ...]  # baseline and each stage: name, start, end (UTC)
+    first_rollback: dict | None  # criterion, stage, window, verdict, kind, authorities, times
+    dry_run: dict  # the engine's decisions, transitions, verdict counts (as a dry run reports them)
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+def _hour(t: dt.datetime) -> dt.datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
+def stage_windows(spec: RolloutSpec) -> list[dict]:
+    out = [{"stage": 0, "name": "baseline", "start": spec.baseline_start, "end": spec.start}]
+    t = spec.start
+    for s in spec.stages:
+        out.append({"stage": s.index, "name": s.name, "start": t, "end": t + s.duration})
+        t += s.duration
+    return out
+
+
+def _recorded_span(store: MetricStore, metrics: set[str], files: Sequence[str]) -> tuple[dt.datetime, dt.datetime]:
+    spans = [(m.first, m.last) for m in store.summary() if m.metric in metrics and m.first is not None]
+    if not spans:
+        raise ReplayError(f"{', '.join(files)}: no samples of the plan's metrics ({', '.join(sorted(metrics))})")
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def replay(plan: Plan, files: Sequence[str], exp: Path | None = None, *, align: dt.datetime | None = None,
+           approve_gates: bool = True, progress: Callable[[float, str], None] | None = None) -> ReplayResult:
+    """Judge ``files`` through ``plan``'s criteria; ``align`` is the baseline's start (UTC)."""
+    started = time.monotonic()
+    metrics = {c.metric for c in plan.criteria}
+    with tempfile.TemporaryDirectory(prefix="kistexp-replay-") as tmp:
+        store = MetricStore(open_db(Path(tmp) / "recorded.db"))
+        results, errors = import_all(store, list(files))
+        if errors:
+            raise ReplayError(errors[0])
+        first, last = _recorded_span(store, metrics, files)
+        if align is None:
+            baseline_start, how = _hour(first), "baseline starts at the hour of the first recorded sample"
+        else:
+            baseline_start, how = align, "baseline starts at --align"
+        spec = spec_from_plan(plan, start=baseline_start + plan.baseline.duration)
+        if exp is None:
+            scratch = tempfile.TemporaryDirectory(prefix="kistexp-replay-exp-")
+            exp = Path(scratch.name) / "exp"
+        else:
+            scratch = None
+        try:
+            expdir = ExperimentDir.open_or_create(exp)
+            journal = Journal(expdir.db_path, durable=False)
+            _start_fresh(journal, spec)
+            clock = VirtualClock(spec.baseline_start)
+            sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
+            engine = Engine(spec, journal, sim, RecordedMetrics(store), clock,
+                            experiment_id=f"replay:{plan.name}")
+            plan_end = spec.start + sum((s.duration for s in spec.stages), dt.timedelta())
+            until = min(plan_end, _hour(last) + 2 * spec.hour)
+            if until <= spec.baseline_start:
+                raise ReplayError(f"{', '.join(files)}: the recording ends ({last:%Y-%m-%d %H:%M} UTC) before "
+                                  f"the aligned baseline starts ({spec.baseline_start:%Y-%m-%d %H:%M} UTC)")
+            span = until - spec.baseline_start
+
+            def operator(eng: Engine) -> None:
+                if progress is not None:
+                    progress(min(1.0, (clock.now() - spec.baseline_start) / span), eng.status.describe())
+                if approve_gates and eng.status.state == "PAUSED" and eng.status.reasons == {"gate"}:
+                    journal.queue_command("promote", {}, "replay (gate approved)", clock.now())
+                    eng.step(clock.now())
+
+            VirtualDriver(engine, clock).run(until=until, on_step=operator)
+            summary = summarize(spec, journal, engine, (), str(expdir.db_path), time.monotonic() - started)
+            windows = stage_windows(spec)
+            first_rb = _first_rollback(summary.to_json(), journal.verdicts(), windows)
+            journal.close()
+        finally:
+            if scratch is not None:
+                scratch.cleanup()
+        store.conn.close()
+    recs = tuple({"kind": r.kind, "location": r.location, "samples": dict(r.samples),
+                  "problems": list(r.problems)} for r in results)
+    return ReplayResult(plan.name, recs, first, last, how, tuple(windows), first_rb, summary.to_json())
+
+
+def _first_rollback(summary: dict, verdicts: list[dict], windows: list[dict]) -> dict | None:
+    rollbacks = summary["rollbacks"]
+    if not rollbacks:
+        return None
+    rb = rollbacks[0]
+    failed = [v for v in verdicts if v["outcome"].upper() == "FAIL" and not v["shadow"] and v["window_end"] <= rb["at"]]
+    verdict = failed[-1] if failed else None
+    stage = rb["from_stage"]
+    window = next((w for w in windows if w["stage"] == stage), None)
+    return {"at": rb["at"], "criterion": verdict["criterion"] if verdict else None, "stage": stage,
+            "stage_name": window["name"] if window else None,
+            "stage_window": [window["start"], window["end"]] if window else None,
+            "hour_in_stage": ((rb["at"] - window["start"]) / dt.timedelta(hours=1)) if window else None,
+            "verdict": verdict, "kind": rb["kind"], "authorities_must_act": rb["authorities_must_act"],
+            "relays_back_after_s": rb["relays_back_after_s"], "cause": rb["cause"]}
+
+
+__all__ = ["RecordedMetrics", "ReplayError", "ReplayResult", "replay", "stage_windows"]
