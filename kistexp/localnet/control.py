@@ -1,38 +1,43 @@
-"""Control-port connections to the local network's own tors, through stem's ``Controller``
-(control-spec: PROTOCOLINFO, AUTHENTICATE with the cookie, SETCONF, GETINFO, SIGNAL). Each
-connection is bounded by stem's socket timeouts; stem's errors become one-line LocalNetErrors."""
+"""A minimal tor control-port client (control-spec: AUTHENTICATE with the cookie, SETCONF,
+GETINFO) for the local network's own tors; every call is bounded by a socket timeout."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from kistexp.errors import LocalNetError
-from kistexp.localnet.spec import LOOPBACK
+
+TIMEOUT_S = 10.0
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class ControlPort:
-    """One authenticated stem ``Controller`` on a tor at 127.0.0.1 (use as a context manager)."""
+    """One authenticated control connection to a tor on 127.0.0.1."""
 
-    def __init__(self, port: int, where: str) -> None:
-        import stem
-        import stem.connection
-        import stem.control
-
+    def __init__(self, port: int, cookie_file: Path, where: str) -> None:
         self.where = f"{where} ControlPort {port}"
         try:
-            self.controller = stem.control.Controller.from_port(address=LOOPBACK, port=port)
-        except stem.SocketError as exc:
-            raise LocalNetError(f"{self.where}: cannot connect: {exc}") from None
+            cookie = Path(cookie_file).read_bytes()
+        except OSError as exc:
+            raise LocalNetError(f"{self.where}: cannot read {cookie_file}: {exc.strerror}") from None
         try:
-            # the cookie's path comes from PROTOCOLINFO: the node's own DataDirectory
-            self.controller.authenticate()
-        except (stem.connection.AuthenticationFailure, stem.ControllerError) as exc:
-            self.controller.close()
-            raise LocalNetError(f"{self.where}: cannot authenticate: {exc}") from None
+            self._sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
+        except OSError as exc:
+            raise LocalNetError(f"{self.where}: cannot connect: {exc.strerror or exc}") from None
+        self._buf = b""
+        self.command(f"AUTHENTICATE {cookie.hex()}")
 
     def close(self) -> None:
-        self.controller.close()
+        try:
+            self._sock.sendall(b"QUIT\r\n")
+        except OSError:
+            pass
+        self._sock.close()
 
     def __enter__(self) -> ControlPort:
         return self
@@ -40,32 +45,53 @@ class ControlPort:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        import stem
+    def _line(self) -> str:
+        while b"\r\n" not in self._buf:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError as exc:
+                raise LocalNetError(f"{self.where}: {exc.strerror or exc}") from None
+            if not chunk:
+                raise LocalNetError(f"{self.where}: connection closed")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\r\n", 1)
+        return line.decode(errors="replace")
 
+    def command(self, text: str) -> list[str]:
+        """Send one command; return the reply lines (without status codes) or raise on non-250."""
         try:
-            yield
-        except (stem.ControllerError, stem.SocketError) as exc:
-            raise LocalNetError(f"{self.where}: {what} failed: {exc}") from None
+            self._sock.sendall(text.encode() + b"\r\n")
+        except OSError as exc:
+            raise LocalNetError(f"{self.where}: {exc.strerror or exc}") from None
+        lines: list[str] = []
+        while True:
+            line = self._line()
+            code, sep, rest = line[:3], line[3:4], line[4:]
+            if code != "250":
+                verb = text.split(" ", 1)[0]
+                raise LocalNetError(f"{self.where}: {verb} failed: {line}")
+            if sep == "+":  # data block until a lone "."
+                lines.append(rest)
+                while (data := self._line()) != ".":
+                    lines.append(data)
+                continue
+            lines.append(rest)
+            if sep == " ":
+                return lines
 
     def set_conf(self, options: Mapping[str, str | Sequence[str] | None]) -> None:
-        """SETCONF: tor applies the options all or nothing; a None value resets one to its default."""
-        with self._errors("SETCONF"):
-            self.controller.set_options({k: (list(v) if v is not None and not isinstance(v, str) else v)
-                                         for k, v in options.items()})
-
-    def get_conf(self, key: str) -> list[str]:
-        with self._errors("GETCONF"):
-            return list(self.controller.get_conf(key, multiple=True))
+        parts = []
+        for key, value in options.items():
+            if value is None:
+                parts.append(key)
+            elif isinstance(value, str):
+                parts.append(f"{key}={_quote(value)}")
+            else:
+                parts.extend(f"{key}={_quote(v)}" for v in value)
+        self.command("SETCONF " + " ".join(parts))
 
     def get_info(self, key: str) -> str:
-        with self._errors("GETINFO"):
-            return self.controller.get_info(key)
-
-    def reload(self) -> None:
-        """SIGNAL RELOAD, the control-port SIGHUP: tor re-reads its torrc and %includes."""
-        import stem
-
-        with self._errors("SIGNAL RELOAD"):
-            self.controller.signal(stem.Signal.RELOAD)
+        lines = self.command(f"GETINFO {key}")
+        first = lines[0].partition("=")[2] if lines else ""
+        body = [first, *lines[1:-1]] if len(lines) > 1 else [first]
+        return "\n".join(x for x in body if x)

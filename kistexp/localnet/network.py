@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -397,7 +398,7 @@ class LocalNetwork:
         node = self.node(name)
         if not self.is_running(node):
             raise LocalNetError(f"{node.nickname} is not running; its ControlPort is closed")
-        return ControlPort(node.control_port, node.nickname)
+        return ControlPort(node.control_port, Path(node.data_dir) / "control_auth_cookie", node.nickname)
 
     def set_conf(self, name: str, options: Mapping[str, str | Sequence[str] | None]) -> None:
         """SETCONF on a running node; tor applies e.g. Schedulers, KISTSchedRunInterval and
@@ -436,10 +437,15 @@ class LocalNetwork:
             raise LocalNetError(f"{path}: cannot write ConsensusParams: {exc.strerror or exc}") from None
         self._state["params"][node.nickname] = [list(item) for item in params]
 
-    def write_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str) -> ParamItems:
-        """Rewrite an authority's params.inc (not reloaded yet); returns the items written.
+    def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str,
+                             confirm_timeout_s: float | None = None) -> DirDocument | None:
+        """Rewrite an authority's params.inc and SIGHUP it (real-tor.md problem 6).
 
         A line tor could not vote with is refused before anything is written (``parse_params_arg``).
+        With ``confirm_timeout_s``, wait that long at most for the authority's first vote made after the
+        reload and return it: an authority that reloaded a line it cannot vote with makes none (it logs
+        "Generated a networkstatus vote we couldn't parse"), which is then a LocalNetError, not silence.
+        The change reaches the consensus one or two voting periods later.
         """
         node = self.node(authority)
         if node.role != "authority":
@@ -452,33 +458,10 @@ class LocalNetwork:
             items = parse_params_arg(" ".join(f"{k}={v}" for k, v in params), node.nickname)
         self._write_params(node, items)
         self._save()
-        return items
-
-    def reload(self, authority: str | int) -> None:
-        """SIGNAL RELOAD through the control port: tor re-reads its torrc and params.inc, the SIGHUP
-        of real-tor.md problem 6 (rollout.md §4: the two are equivalent)."""
-        node = self.node(authority)
-        with self.control(node.nickname) as ctl:
-            ctl.reload()
-
-    def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str,
-                             confirm_timeout_s: float | None = None) -> DirDocument | None:
-        """Rewrite an authority's params.inc and reload it (real-tor.md problem 6).
-
-        With ``confirm_timeout_s``, wait that long at most for the authority's first vote made after the
-        reload and return it: an authority that reloaded a line it cannot vote with makes none (it logs
-        "Generated a networkstatus vote we couldn't parse"), which is then a LocalNetError, not silence.
-        The change reaches the consensus one or two voting periods later.
-        """
-        node = self.node(authority)
-        items = self.write_consensus_params(node.nickname, params)
         reloaded_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-        if not self.pid(node):
-            return None
-        if not self.is_running(node):
+        if self.pid(node) and not procs.signal_ours(self.pid(node), node.torrc, signal.SIGHUP):
             raise LocalNetError(f"{node.nickname} is not running: params.inc rewritten but nothing reloaded it")
-        self.reload(node.nickname)
-        if confirm_timeout_s is None:
+        if confirm_timeout_s is None or not self.pid(node):
             return None
         return self.wait_for_own_vote(node.nickname, reloaded_at, items, confirm_timeout_s)
 

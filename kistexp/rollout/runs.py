@@ -251,48 +251,17 @@ class _PublishedHistory:
         return (None if best is None else dict(best.params)), []
 
 
-class _HeldConsensus:
-    """The local network's consensus nodes hold at a valid-after (from what the actuator fetched)."""
-
-    def __init__(self, actuator) -> None:
-        self.actuator = actuator
-
-    def fetch_consensus(self, valid_after: dt.datetime):
-        return self.actuator.held_at(valid_after)
-
-
-def _local_network(plan_path: Path, localnet: Path | None):
-    """The running local tor network whose authorities are the plan's (by nickname)."""
-    from kistexp.localnet import LocalNetwork
-
-    if localnet is None:
-        raise RolloutError("--authorities local needs --localnet DIR: a running local tor network "
-                           "(kistexp localnet up DIR)")
-    net = LocalNetwork.load(localnet)
-    plan = load_plan(plan_path)
-    have = {n.nickname for n in net.authorities}
-    for a in plan.authorities.authorities:
-        if a.nickname not in have:
-            raise RolloutError(f"{plan_path}: authority {a.nickname!r} is not one of the local network {localnet}'s "
-                               f"({', '.join(sorted(have))}); list those under [[authorities.custom]]")
-    down = [n.nickname for n in net.authorities if not net.is_running(n)]
-    if down:
-        raise RolloutError(f"{localnet}: authorities not running: {', '.join(down)} (kistexp localnet up)")
-    return net
-
-
 def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
              predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
-             hook=None, key_bits: tuple[int, int] = (3072, 2048), localnet: Path | None = None) -> Status:
+             hook=None, key_bits: tuple[int, int] = (3072, 2048)) -> Status:
     """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
-    one plan hour per voting interval), a running local tor network (``local``, at its own voting
-    interval) or, with ``instructions``, against the real network by writing each operator's
-    instructions and watching public votes and consensuses."""
+    one plan hour per voting interval) or, with ``instructions``, against the real network by
+    writing each operator's instructions and watching public votes and consensuses."""
     from kistexp.clock import RealClock
     from kistexp.dirauth.schedule import AcceleratedSchedule
     from kistexp.directory import DirectoryClient
     from kistexp.metrics.store import MetricStore
-    from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator, LocalTorActuator
+    from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator
     from kistexp.rollout.drivers import LiveDriver
     from kistexp.rollout.dryrun import PredictedMetrics, initial_configs, load_curves
     from kistexp.rollout.engine import Engine
@@ -303,12 +272,9 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         cadence = Cadence.of(AcceleratedSchedule.scaled(interval_s))
     elif mode == "instructions":
         cadence = LIVE_CADENCE
-    elif mode == "local":
-        lnet = _local_network(plan_path, localnet)
-        ls = lnet.spec
-        cadence = Cadence.of(AcceleratedSchedule.scaled(ls.voting_interval_s, ls.vote_delay_s, ls.vote_delay_s))
     else:
-        raise RolloutError(f"--authorities {mode!r}: one of fake, local, instructions")
+        raise RolloutError(f"--authorities {mode!r}: this version drives fake authorities or writes "
+                           "instructions; the local tor network is driven by `kistexp localnet`")
     setup = open_run(plan_path, exp_path, mode, cadence, clock, accept_plan_change=accept_plan_change)
     spec, journal = setup.spec, setup.journal
     net = None
@@ -326,10 +292,6 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             client = DirectoryClient(net.directory_authorities(), retries=1, timeout_s=max(1.0, interval_s / 4))
             actuator = FakeAuthoritiesActuator(net.operator_url, net.token, client, clock)
             history = _PublishedHistory(net)
-        elif mode == "local":
-            client = lnet.directory_client(retries=1, timeout_s=max(1.0, cadence.interval_s / 4))
-            actuator = LocalTorActuator(lnet, client, clock)
-            history = _HeldConsensus(actuator)
         else:
             client = DirectoryClient()
             actuator = InstructionsActuator(setup.exp.path / "outbox", spec.plan_name, spec.cadence, client, clock)
