@@ -5,7 +5,7 @@ from plan_helpers import VALID_PLAN
 
 from kistexp.errors import PlanError
 from kistexp.plan import load_plan, parse_plan
-from kistexp.plan.durations import format_duration, parse_duration
+from kistexp.durations import format_duration, parse_duration
 from kistexp.plan.model import UNSET
 
 
