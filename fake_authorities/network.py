@@ -6,6 +6,12 @@ node population. The voting loop follows dirspec-params.md §2.2 with every time
 (``kistexp.dirauth.schedule.AcceleratedSchedule``): ``interval_s`` is one "hour"; the vote and
 distribution delays are 300/3600 of it unless given. Votes and detached signatures travel as
 HTTP POSTs (over sockets, or through the in-process transport when the network does not listen).
+
+Time comes from a ``kistexp.clock.Clock``. On the wall clock a thread runs the rounds. On a
+``VirtualClock`` (with ``listen=False``) each phase of a round is a ``call_at`` on the clock:
+advancing the clock votes, computes, signs and publishes with no real waiting, and the
+exchanges between authorities run to completion inside their phase (a slow or hanging peer
+costs no real time; whether its answer arrives is decided against the request's timeout).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from fake_authorities.authority import FakeAuthority, Published
 from fake_authorities.dirport import DirPortApp, DirPortServer, Gate, dirport_admit, require_loopback
 from fake_authorities.faults import Fault
 from fake_authorities.transport import InProcessTransport, Route
+from kistexp.clock import Clock, RealClock, Timer, as_utc
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
 from kistexp.dirauth.schedule import AcceleratedSchedule, RoundTimes, ScheduleError
@@ -35,7 +42,7 @@ from kistexp.errors import KistexpError
 from kistexp.safeio import read_bounded, read_bounded_text
 
 if TYPE_CHECKING:
-    from fake_authorities.population import Population
+    from fake_authorities.fetchers import FetcherFleet
 
 class NetworkError(KistexpError):
     """Misuse of the fake network (bad name, bad option); the CLI reports it in one line."""
@@ -47,8 +54,9 @@ def default_nicknames(count: int) -> list[str]:
     return names + [f"auth{i}" for i in range(len(names) + 1, count + 1)]
 
 
-def generate_keys(count: int, bits: tuple[int, int] = (3072, 2048)) -> list[AuthorityKeys]:
-    return [AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1]) for _ in range(count)]
+def generate_keys(count: int, bits: tuple[int, int] = (3072, 2048),
+                  clock: Clock | None = None) -> list[AuthorityKeys]:
+    return [AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1], clock=clock) for _ in range(count)]
 
 
 #: Keys, certificates, the token and consensus-params.json in a state directory are a few KiB each.
@@ -69,7 +77,8 @@ def _check_state_dir(path: Path) -> None:
         raise NetworkError(f"--state-dir {path}: cannot create it ({exc.strerror or exc})") from None
 
 
-def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int, int]) -> list[AuthorityKeys]:
+def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int, int],
+                       clock: Clock) -> list[AuthorityKeys]:
     out = []
     for name in names:
         d = state_dir / name if state_dir else None
@@ -79,7 +88,7 @@ def _load_or_make_keys(state_dir: Path | None, names: list[str], bits: tuple[int
                                               _state_bytes(d / "authority_certificate").decode("ascii", "replace"),
                                               str(d)))
             continue
-        keys = AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1])
+        keys = AuthorityKeys.generate(identity_bits=bits[0], signing_bits=bits[1], clock=clock)
         if d:
             d.mkdir(parents=True, exist_ok=True)
             for fname, data in (("authority_identity_key", keys.identity_pem()),
@@ -123,7 +132,7 @@ class FakeAuthorityNetwork:
                  key_bits: tuple[int, int] = (3072, 2048), vote_delay_s: float | None = None,
                  dist_delay_s: float | None = None,
                  initial_params: Mapping[str, ParamsInput] | ParamsInput | None = None,
-                 now: Callable[[], float] = time.time) -> None:
+                 clock: Clock | None = None) -> None:
         if not 1 <= count <= 64:
             raise NetworkError(f"count must be between 1 and 64, got {count}")
         try:
@@ -157,7 +166,12 @@ class FakeAuthorityNetwork:
         self._given_keys = keys
         self._key_bits = key_bits
         self._initial_params = initial_params
-        self._now = now
+        self.clock: Clock = clock or RealClock()
+        self.virtual = bool(getattr(self.clock, "virtual", False))
+        if self.virtual and listen:
+            raise NetworkError("a network on a virtual clock runs in-process only (listen=False)")
+        self._now = self.clock.timestamp
+        self._timer: Timer | None = None
         self.authorities: dict[str, FakeAuthority] = {}
         self._gates: dict[str, Gate] = {}
         self._apps: dict[str, DirPortApp] = {}
@@ -171,7 +185,7 @@ class FakeAuthorityNetwork:
         self._pool: ThreadPoolExecutor | None = None
         self._io_pool: ThreadPoolExecutor | None = None
         self._http: httpx.Client | None = None
-        self.population: Population | None = None
+        self.population: FetcherFleet | None = None
         self.current_round: RoundTimes | None = None
         self.rounds_done = 0
         self.started = False
@@ -185,7 +199,7 @@ class FakeAuthorityNetwork:
         from fake_authorities.operator import OperatorApi
 
         keys = (self._given_keys[: self.count] if self._given_keys
-                else _load_or_make_keys(self.state_dir, self.names, self._key_bits))
+                else _load_or_make_keys(self.state_dir, self.names, self._key_bits, self.clock))
         certs: dict[str, KeyCertificate] = {k.v3ident: k.certificate for k in keys}
         if len(certs) != self.count:
             raise NetworkError("two authorities share an identity key")
@@ -226,12 +240,17 @@ class FakeAuthorityNetwork:
                                   timeout=httpx.Timeout(max(1.0, self.timing.interval_s / 2)))
         self._write_state()
         self.started = True
-        self._thread = threading.Thread(target=self._run, name="fake-auth-voting", daemon=True)
-        self._thread.start()
+        if self.virtual:
+            self._schedule_round()
+        else:
+            self._thread = threading.Thread(target=self._run, name="fake-auth-voting", daemon=True)
+            self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
         if self.population is not None:
             self.population.stop()
         if self._thread is not None:
@@ -326,7 +345,7 @@ class FakeAuthorityNetwork:
                             lambda a=auth: not (a.has("down") and a.faults["down"].mode == "refuse"))
             return None
 
-        return InProcessTransport(route)
+        return InProcessTransport(route, sleep=(lambda _s: None) if self.virtual else time.sleep)
 
     # -- operator actions ----------------------------------------------------------------
 
@@ -365,14 +384,19 @@ class FakeAuthorityNetwork:
             elif not srv.listening:
                 srv.listen()
 
-    def attach_population(self, caches: int = 100, clients: int = 100, seed: int = 1) -> Population:
+    def attach_population(self, caches: int = 100, clients: int = 100, seed: int = 1) -> FetcherFleet:
         """Simulated relays (directory caches) and clients fetching per the propagation model."""
-        from fake_authorities.population import Population
+        from fake_authorities.fetchers import FetcherFleet
 
         if self.population is not None:
             self.population.stop()
-        self.population = Population(self, caches=caches, clients=clients, seed=seed).start()
+        self.population = FetcherFleet(self.consensus_source(), caches=caches, clients=clients, seed=seed,
+                                       clock=self.clock).start()
         return self.population
+
+    def consensus_source(self) -> _MirrorView:
+        """What the fetcher fleet may see of the authorities (``fetchers.ConsensusSource``)."""
+        return _MirrorView(self)
 
     # -- consensus state -----------------------------------------------------------------
 
@@ -391,6 +415,8 @@ class FakeAuthorityNetwork:
         """Block until a published consensus satisfies ``predicate`` (and has valid-after >
         ``after``); TimeoutError after ``timeout_s`` (default: four intervals)."""
         timeout_s = timeout_s if timeout_s is not None else 4 * self.timing.interval_s + 2
+        if self.virtual:
+            return self._advance_for_consensus(predicate, after, timeout_s, flavour)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
@@ -403,6 +429,23 @@ class FakeAuthorityNetwork:
                     have = "none" if pub is None else f"valid-after {pub.valid_after:.0f} params {pub.params}"
                     raise TimeoutError(f"no matching consensus within {timeout_s:g} s (latest: {have})")
                 self._cond.wait(min(left, 0.5))
+
+    def _advance_for_consensus(self, predicate: Callable[[Published], bool] | None, after: float | None,
+                               timeout_s: float, flavour: str) -> Published:
+        """``wait_for_consensus`` on a virtual clock: run the clock's calls until one publishes a match."""
+        clock = self.clock
+        deadline = as_utc(self._now() + timeout_s)
+        while True:
+            pub = self.latest(flavour)
+            if pub is not None and (after is None or pub.valid_after > after) and (
+                    predicate is None or predicate(pub)):
+                return pub
+            due = clock.next_due()  # type: ignore[attr-defined]
+            if due is None or due > deadline:
+                clock.run_until(deadline)  # type: ignore[attr-defined]
+                have = "none" if pub is None else f"valid-after {pub.valid_after:.0f} params {pub.params}"
+                raise TimeoutError(f"no matching consensus within {timeout_s:g} s (latest: {have})")
+            clock.step()  # type: ignore[attr-defined]
 
     def status(self) -> dict[str, Any]:
         latest = self.latest()
@@ -447,12 +490,48 @@ class FakeAuthorityNetwork:
             with self._cond:
                 self._cond.notify_all()
 
+    def _schedule_round(self) -> None:
+        """On a virtual clock: the next round as one ``call_at`` per phase (§2.2)."""
+        rnd = self.timing.next_round(self._now())
+        self.current_round = rnd
+        phases = [(rnd.vote_at, self._phase_vote), (rnd.late_vote_cutoff, self._phase_fetch_votes),
+                  (rnd.consensus_at, self._phase_consensus), (rnd.signature_fetch_at, self._phase_fetch_signatures),
+                  (rnd.valid_after, self._phase_publish)]
+
+        def run(i: int) -> None:
+            if self._stop.is_set():
+                return
+            try:
+                phases[i][1](rnd)
+            except Exception as exc:  # keep voting next round; the status log tells why
+                for a in self.authorities.values():
+                    a.note(f"voting round failed: {type(exc).__name__}: {exc}")
+                i = len(phases) - 1
+            if i + 1 < len(phases):
+                self._timer = self.clock.call_at(as_utc(phases[i + 1][0]), lambda: run(i + 1))
+                return
+            self.rounds_done += 1
+            with self._cond:
+                self._cond.notify_all()
+            self._schedule_round()
+
+        self._timer = self.clock.call_at(as_utc(phases[0][0]), lambda: run(0))
+
     def _active(self) -> list[FakeAuthority]:
         return [a for a in self.authorities.values() if not a.has("down")]
 
     def _round(self, rnd: RoundTimes) -> bool:
-        if not self._sleep_until(rnd.vote_at):
-            return False
+        """One round on the wall clock: each phase at its time (the virtual clock calls them itself)."""
+        for at, phase in ((rnd.vote_at, self._phase_vote), (rnd.late_vote_cutoff, self._phase_fetch_votes),
+                          (rnd.consensus_at, self._phase_consensus),
+                          (rnd.signature_fetch_at, self._phase_fetch_signatures),
+                          (rnd.valid_after, self._phase_publish)):
+            if not self._sleep_until(at):
+                return False
+            phase(rnd)
+        return True
+
+    def _phase_vote(self, rnd: RoundTimes) -> None:
         for a in self.authorities.values():
             a.begin_round(rnd.valid_after, rnd.late_vote_cutoff)
         vote_delay, dist_delay = self.timing.voting_delay_line()
@@ -462,30 +541,38 @@ class FakeAuthorityNetwork:
                                                vote_delay, dist_delay))))
         for name, vote in votes.items():
             self._upload(self.authorities[name], "/tor/post/vote", vote, timeout_s=self.timing.vote_delay_s)
-        if not self._sleep_until(rnd.late_vote_cutoff):
-            return False
+
+    def _phase_fetch_votes(self, rnd: RoundTimes) -> None:
         self._io([lambda a=a, i=i: self._fetch_vote(a, i) for a in self._active() for i in a.missing_voters()],
                  until=rnd.consensus_at)
-        if not self._sleep_until(rnd.consensus_at):
-            return False
+
+    def _phase_consensus(self, rnd: RoundTimes) -> None:
         detached = dict(self._parallel(self._active(), lambda a: (a.nickname, a.compute_consensus())))
         for name, sigs in detached.items():
             if sigs:
                 self._upload(self.authorities[name], "/tor/post/consensus-signature", sigs,
                              timeout_s=self.timing.dist_delay_s / 2)
-        if not self._sleep_until(rnd.signature_fetch_at):
-            return False
+
+    def _phase_fetch_signatures(self, rnd: RoundTimes) -> None:
         self._io([lambda a=a, p=p: self._fetch_signatures(a, p) for a in self._active()
                   for p in self.authorities.values() if p is not a], until=rnd.valid_after)
-        if not self._sleep_until(rnd.valid_after):
-            return False
+
+    def _phase_publish(self, rnd: RoundTimes) -> None:
         names = {a.v3ident: a.nickname for a in self.authorities.values()}
         for a in self._active():
             a.publish(rnd.valid_after, names)
-        return True
 
     def _parallel(self, items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
         """Run one step for each authority at once; a failing one is logged and skipped."""
+        if self.virtual:  # no time passes inside a phase: run in turn, no thread hand-offs
+            out = []
+            for item in items:
+                try:
+                    out.append(fn(item))
+                except Exception as exc:
+                    for a in self.authorities.values():
+                        a.note(f"{type(exc).__name__}: {exc}")
+            return [o for o in out if o is not None]
         assert self._pool is not None
         futures = [self._pool.submit(fn, item) for item in items]
         out = []
@@ -500,6 +587,10 @@ class FakeAuthorityNetwork:
     def _io(self, tasks: list[Callable[[], None]], until: float | None = None) -> None:
         """Start one request per task (each with its own timeout); wait for them at most until
         ``until``, like an authority's asynchronous connections (None: do not wait)."""
+        if self.virtual:  # every exchange completes within its phase of virtual time
+            for t in tasks:
+                t()
+            return
         assert self._io_pool is not None
         futures = [self._io_pool.submit(t) for t in tasks]
         if until is not None and futures:
@@ -514,7 +605,10 @@ class FakeAuthorityNetwork:
         delay = slow.delay_s if slow else 0.0
 
         def post(peer: FakeAuthority) -> None:
-            if delay:
+            if delay and self.virtual:
+                if delay >= timeout_s:
+                    return  # arrives after the peer stopped waiting
+            elif delay:
                 time.sleep(delay)
             try:
                 assert self._http is not None
@@ -546,3 +640,26 @@ class FakeAuthorityNetwork:
         body = self._get(peer, "/tor/status-vote/next/consensus-signatures", self.timing.dist_delay_s / 2)
         if body:
             auth.receive_signatures(body)
+
+
+class _MirrorView:
+    """The network as the fetcher fleet sees it (``fetchers.ConsensusSource``): a clock and
+    mirrors that serve a microdesc consensus or do not answer."""
+
+    def __init__(self, network: FakeAuthorityNetwork) -> None:
+        self._network = network
+        self.interval_s = float(network.timing.interval_s)
+        self.scale = network.timing.scale
+
+    def mirror_count(self) -> int:
+        return self._network.count
+
+    def served_microdesc(self, index: int) -> bytes | None:
+        auth = list(self._network.authorities.values())[index]
+        if auth.has("down"):
+            return None
+        served = auth.served_consensus("microdesc")
+        return None if served is None else served.text
+
+    def certificates(self) -> list[KeyCertificate]:
+        return self._network.certificates()

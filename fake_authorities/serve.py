@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fake_authorities.network import FakeAuthorityNetwork, NetworkError
 from kistexp.asciinum import ascii_uint
-from kistexp.plan.durations import parse_duration
+from kistexp.durations import parse_duration
 
 
 def parse_interval(text: str) -> int:

@@ -31,8 +31,12 @@ class _Body(httpx.SyncByteStream):
 class InProcessTransport(httpx.BaseTransport):
     """Route ``http://host:port/...`` to the handler registered for that port."""
 
-    def __init__(self, routes: Callable[[str, int], Route | None]) -> None:
+    def __init__(self, routes: Callable[[str, int], Route | None],
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self._routes = routes
+        # A network on a virtual clock passes a no-op: its "slow" and "hang" cost no real time,
+        # only the outcome (answer or timeout) is decided against the request's timeout.
+        self._sleep = sleep
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         host = request.url.host
@@ -45,13 +49,13 @@ class InProcessTransport(httpx.BaseTransport):
             raise httpx.ConnectError(f"[Errno 111] Connection refused ({host}:{port})", request=request)
         timeout = (request.extensions.get("timeout") or {}).get("read") or 5.0
         if gate.hang.is_set():
-            time.sleep(min(timeout, 30.0))
+            self._sleep(min(timeout, 30.0))
             raise httpx.ReadTimeout("timed out (authority not answering)", request=request)
         if gate.delay_s > 0:
             if gate.delay_s >= timeout:
-                time.sleep(timeout)
+                self._sleep(timeout)
                 raise httpx.ReadTimeout("timed out (authority slow)", request=request)
-            time.sleep(gate.delay_s)
+            self._sleep(gate.delay_s)
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             resp = handler(DirRequest(request.method, request.url.path, headers, request.read(), "127.0.0.1",

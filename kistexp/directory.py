@@ -39,6 +39,7 @@ import attrs
 import httpcore
 import httpx
 
+from kistexp.clock import Clock, RealClock
 from kistexp.dirauth import documents
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority, parse_nickname, parse_v3ident
 from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
@@ -236,9 +237,10 @@ class _DeadlineBackend(httpcore.NetworkBackend):
     the request under way. httpx's timeouts bound each socket operation, not the request: a
     server that sends its status line and headers one byte at a time would never trip them."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._inner = httpcore.SyncBackend()
         self._local = threading.local()
+        self._monotonic = monotonic  # the client's clock: a virtual clock's deadlines are virtual too
 
     def set_deadline(self, deadline: float | None) -> None:
         self._local.deadline = deadline
@@ -247,7 +249,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         deadline = getattr(self._local, "deadline", None)
         if deadline is None:
             return timeout
-        left = deadline - time.monotonic()
+        left = deadline - self._monotonic()
         if left <= 0:
             raise expired("the request deadline passed")
         return left if timeout is None else min(timeout, left)
@@ -303,8 +305,8 @@ class _DeadlineTransport(httpx.BaseTransport):
     """httpx over httpcore's connection pool and the deadline backend. httpcore's errors are
     left as they are; ``fetch_once`` names both families."""
 
-    def __init__(self) -> None:
-        self.backend = _DeadlineBackend()
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.backend = _DeadlineBackend(monotonic)
         self._pool = httpcore.ConnectionPool(network_backend=self.backend, max_keepalive_connections=0)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -324,6 +326,11 @@ class _DeadlineTransport(httpx.BaseTransport):
 # --- the client ---------------------------------------------------------------------
 
 
+def _sleeper(clock: Clock) -> Callable[[float], None]:
+    """Waits of ``seconds`` on ``clock`` (virtual time passes at once on a VirtualClock)."""
+    return lambda seconds: clock.sleep_until(clock.now() + dt.timedelta(seconds=seconds))
+
+
 class DirectoryClient:
     """Fetch consensuses, votes and key certificates from a list of DirPorts.
 
@@ -336,8 +343,11 @@ class DirectoryClient:
     ``transport`` is any httpx transport (e.g. ``fake_authorities`` in-process). Each attempt
     at a request has ``timeout_s`` in total for connect, headers and body (``deadline_s``
     overrides it). Backoff between attempts is exponential with full jitter:
-    U(0, min(backoff_max_s, backoff_s * 2**attempt)). ``clock`` (POSIX seconds) is the "now"
-    certificates must be current at.
+    U(0, min(backoff_max_s, backoff_s * 2**attempt)). ``clock`` (a ``kistexp.clock.Clock``,
+    the wall clock by default) gives the "now" certificates must be current at, the request
+    deadlines and the backoff waits, so a virtual clock drives all three; a bare function of
+    POSIX seconds sets only the time certificates must be current at (the wall clock keeps
+    the deadlines and ``sleep`` the waits).
     """
 
     def __init__(
@@ -355,8 +365,8 @@ class DirectoryClient:
         n_authorities: int | None = None,
         certificates: Iterable[KeyCertificate] | None = None,
         rng: random.Random | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
     ) -> None:
         self.endpoints: tuple[Endpoint, ...] = tuple(Endpoint.of(a) for a in authorities)
         if not self.endpoints:
@@ -383,9 +393,15 @@ class DirectoryClient:
                                  f"must be from {configured} to {MAX_AUTHORITIES}")
         self.n_authorities = n_authorities or configured
         self._rng = rng or random.Random()
-        self._sleep = sleep
-        self._clock = clock
-        self._deadlines = _DeadlineTransport() if transport is None else None
+        clock = RealClock() if clock is None else clock
+        if isinstance(clock, Clock):
+            self._clock: Callable[[], float] = clock.timestamp
+            self._monotonic: Callable[[], float] = clock.monotonic
+            self._sleep = sleep or _sleeper(clock)
+        else:
+            self._clock, self._monotonic = clock, time.monotonic
+            self._sleep = sleep or time.sleep
+        self._deadlines = _DeadlineTransport(self._monotonic) if transport is None else None
         self._http = httpx.Client(
             transport=transport or self._deadlines,
             timeout=httpx.Timeout(self.timeout_s),
@@ -424,7 +440,7 @@ class DirectoryClient:
         where = f"{endpoint.nickname} {url}"
         lim = self.limits
         req_headers = {"Accept-Encoding": ", ".join(self.accept_encodings), **(headers or {})}
-        start = time.monotonic()
+        start = self._monotonic()
         deadline = start + self.deadline_s
         if self._deadlines is not None:
             self._deadlines.backend.set_deadline(deadline)
@@ -439,7 +455,7 @@ class DirectoryClient:
                                          "bytes allowed")
                 resp_headers = {k.lower(): v for k, v in resp.headers.items()}
                 if status == 304:
-                    return Fetched(endpoint, url, 304, "", 0, b"", resp_headers, time.monotonic() - start)
+                    return Fetched(endpoint, url, 304, "", 0, b"", resp_headers, self._monotonic() - start)
                 if status != 200:
                     reason = resp.reason_phrase or ""
                     cls = _Retryable if status >= 500 else DirectoryError
@@ -460,13 +476,13 @@ class DirectoryClient:
                         wire += len(chunk)
                         if wire > lim.max_body_bytes:
                             raise DirectoryError(f"{where}: body exceeds the {lim.max_body_bytes}-byte limit")
-                        if time.monotonic() > deadline:
+                        if self._monotonic() > deadline:
                             raise _Retryable(f"{where}: transfer exceeded the {self.deadline_s:g} s deadline")
                         yield chunk
 
                 body = self._decode(where, declared, raw())
                 return Fetched(endpoint, url, status, declared, wire, body, resp_headers,
-                               time.monotonic() - start)
+                               self._monotonic() - start)
         except KistexpError:
             raise
         except (httpx.TimeoutException, httpcore.TimeoutException):

@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 
 from fake_authorities.serve import parse_interval, parse_population
 from kistexp.cli import app
+from kistexp.durations import parse_duration
 from kistexp.errors import KistexpError, LocalNetError, PlanError
 from kistexp.localnet import LocalNetwork, NetworkSpec, parse_params_arg
 from kistexp.output import error_line
 from kistexp.plan import parse_plan
-from kistexp.plan.durations import parse_duration
 from kistexp.plan.lint import lint_paths
 
 START = "start = 2030-01-07T12:00:00Z"

@@ -3,9 +3,9 @@ import datetime as dt
 import pytest
 from plan_helpers import VALID_PLAN
 
+from kistexp.durations import format_duration, parse_duration
 from kistexp.errors import PlanError
 from kistexp.plan import load_plan, parse_plan
-from kistexp.plan.durations import format_duration, parse_duration
 from kistexp.plan.model import UNSET
 
 

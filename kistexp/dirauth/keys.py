@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from kistexp.asciinum import ascii_port
+from kistexp.clock import Clock, RealClock
 from kistexp.dirauth.dirformat import (
-    UTC,
     as_text,
     format_time,
     is_hex40,
@@ -395,13 +395,15 @@ class AuthorityKeys:
         dirport: int | None = None,
         identity_bits: int = 3072,
         signing_bits: int = 2048,
+        clock: Clock | None = None,
     ) -> AuthorityKeys:
         """Fresh keys (identity 3072 bits as tor-gencert makes them, signing 2048) and certificate.
 
-        ``published`` defaults to now, truncated to the second.
+        ``published`` defaults to the clock's now (a virtual clock's in a dry run, so the
+        certificate is current at the simulated time), truncated to the second.
         """
         if published is None:
-            published = dt.datetime.now(UTC).replace(microsecond=0)
+            published = (clock or RealClock()).now().replace(microsecond=0)
         return cls.from_keys(
             _generate_rsa(identity_bits), _generate_rsa(signing_bits), published, published + lifetime,
             address, dirport,

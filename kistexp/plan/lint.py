@@ -31,9 +31,9 @@ import attrs
 
 from kistexp import params as catalogue
 from kistexp.dirauth.voting import AUTH_DIR_MAX_SERVERS_PER_ADDR, VoteRejected, own_vote_params
+from kistexp.durations import format_duration
 from kistexp.errors import PlanError
 from kistexp.metrics import catalogue as metrics
-from kistexp.plan.durations import format_duration
 from kistexp.plan.loader import parse_plan, read_plan_text
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import UNSET, ParamValue, Plan

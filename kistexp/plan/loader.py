@@ -17,10 +17,10 @@ import tomli
 
 from kistexp.asciinum import ascii_port
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, NICKNAME_RE, V3IDENT_RE, DirectoryAuthority
+from kistexp.durations import format_duration, parse_duration
 from kistexp.errors import PlanError
 from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
 from kistexp.plan import model
-from kistexp.plan.durations import format_duration, parse_duration
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.safeio import read_bounded_text
 

@@ -13,7 +13,7 @@ from kistexp import params as catalogue
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.schedule import VotingRound, VotingSchedule
 from kistexp.dirauth.voting import param_inclusion_threshold
-from kistexp.plan.durations import format_duration
+from kistexp.durations import format_duration
 from kistexp.plan.model import UNSET, ParamValue, Plan
 
 # Whose adoption a metric follows -> the propagation model's node class.

@@ -10,8 +10,8 @@ import datetime as dt
 import jinja2
 
 from kistexp import params as param_catalogue
+from kistexp.durations import format_duration
 from kistexp.metrics.collectors import operator_report
-from kistexp.plan.durations import format_duration
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, build_timeline
 from kistexp.report.data import RELAY_COSTS, PlanData

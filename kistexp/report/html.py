@@ -11,9 +11,9 @@ from pathlib import Path
 import jinja2
 import numpy as np
 
+from kistexp.durations import format_duration
 from kistexp.judge.estimators import side_statistic
 from kistexp.metrics import catalogue
-from kistexp.plan.durations import format_duration
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import build_timeline
 from kistexp.report import plots

@@ -23,11 +23,11 @@ import numpy as np
 
 from kistexp.clock import VirtualClock
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
+from kistexp.durations import parse_duration
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
 from kistexp.metrics.store import MetricStore
-from kistexp.plan.durations import parse_duration
 from kistexp.plan.model import Plan
 from kistexp.rollout.actuators import SimulatedAuthorities
 from kistexp.rollout.drivers import VirtualDriver

@@ -1,4 +1,5 @@
-"""Simulated relays and clients fetching the fake authorities' consensus (dirspec-params.md §3).
+"""The fetcher fleet: simulated relays and clients fetching the fake authorities' consensus
+(dirspec-params.md §3).
 
 Each node keeps the valid-after it holds. On accepting a consensus C it schedules its next
 fetch in tor's window for its class, placed after FU(C), plus the jitter of the periodic
@@ -8,6 +9,12 @@ fetch the microdesc consensus from a random authority and accept it only if it p
 carries enough valid signatures; clients get whatever a random cache holds. A fetch that
 brings nothing newer is retried one (scaled) check period later. Every acceptance is
 recorded, so the adoption of each valid-after -- and hence of its params -- can be queried.
+
+The fleet sees the authorities only through a ``ConsensusSource`` (what a fetching node can
+observe: the mirrors' served microdesc consensus and the certificates to check it), so it knows
+nothing of the network's voting, operator API or faults beyond "no answer". Time comes from a
+``kistexp.clock.Clock``: on the wall clock a thread makes the fetches; on a ``VirtualClock`` each
+next fetch is a ``call_at``, so adoption follows simulated time with no real waiting.
 """
 
 from __future__ import annotations
@@ -15,18 +22,18 @@ from __future__ import annotations
 import hashlib
 import heapq
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
 from fake_authorities import docs
+from kistexp.clock import Clock, RealClock, Timer, as_utc
+from kistexp.dirauth.keys import KeyCertificate
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.schedule import VotingSchedule
 from kistexp.errors import KistexpError
-
-if TYPE_CHECKING:
-    from fake_authorities.network import FakeAuthorityNetwork
 
 KINDS = {"cache": NodeClass.CACHE, "client": NodeClass.CLIENT}
 
@@ -41,12 +48,32 @@ class Node:
     failed: int = 0
 
 
-class Population:
-    def __init__(self, network: FakeAuthorityNetwork, caches: int = 100, clients: int = 100, seed: int = 1) -> None:
-        self.network = network
+class ConsensusSource(Protocol):
+    """What the fleet needs of the authorities, and nothing more."""
+
+    #: real seconds per voting "hour" and that as a share of 3600 s
+    interval_s: float
+    scale: float
+
+    def mirror_count(self) -> int:
+        """How many authorities a cache may fetch from."""
+
+    def served_microdesc(self, index: int) -> bytes | None:
+        """What authority ``index`` serves as its microdesc consensus; None if it does not answer."""
+
+    def certificates(self) -> Sequence[KeyCertificate]:
+        """The authorities' key certificates, for checking signatures."""
+
+
+class FetcherFleet:
+    def __init__(self, source: ConsensusSource, caches: int = 100, clients: int = 100, seed: int = 1,
+                 clock: Clock | None = None) -> None:
+        self.source = source
+        self.clock: Clock = clock or RealClock()
+        self._timer: Timer | None = None
         self.seed = seed
         self.model = PropagationModel(VotingSchedule())  # the hourly network, scaled below
-        self.scale = network.timing.scale
+        self.scale = source.scale
         self.rng = np.random.default_rng(seed)
         self.nodes = [Node(i, "cache") for i in range(caches)] + [
             Node(caches + i, "client") for i in range(clients)]
@@ -68,53 +95,72 @@ class Population:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def start(self) -> Population:
-        now = self.network.now()
+    def now(self) -> float:
+        return self.clock.timestamp()
+
+    def start(self) -> FetcherFleet:
+        now = self.now()
         self.started_at = now
         with self._lock:
             for node in self.nodes:  # no live consensus: fetch at once (next check)
                 heapq.heappush(self._heap, (now + self._check_jitter(), node.ident))
-        self._thread = threading.Thread(target=self._run, name="fake-population", daemon=True)
-        self._thread.start()
+        if getattr(self.clock, "virtual", False):
+            self._arm()
+        else:
+            self._thread = threading.Thread(target=self._run, name="fake-fetchers", daemon=True)
+            self._thread.start()
         return self
+
+    def _arm(self) -> None:
+        """On a virtual clock: wake at the next due fetch."""
+        with self._lock:
+            if self._stop.is_set() or not self._heap:
+                return
+            self._timer = self.clock.call_at(as_utc(self._heap[0][0]), self._tick)
+
+    def _tick(self) -> None:
+        self._fetch_due(self.now())
+        self._arm()
+
+    def _fetch_due(self, now: float) -> float:
+        """Make every fetch due by ``now``; seconds until the next one."""
+        with self._lock:
+            due = []
+            while self._heap and self._heap[0][0] <= now:
+                due.append(heapq.heappop(self._heap)[1])
+        for ident in due:
+            self._fetch(self.nodes[ident], self.now())
+        with self._lock:
+            return (self._heap[0][0] - self.now()) if self._heap else 0.5
 
     def stop(self) -> None:
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            now = self.network.now()
-            with self._lock:
-                due = []
-                while self._heap and self._heap[0][0] <= now:
-                    due.append(heapq.heappop(self._heap)[1])
-                wait = (self._heap[0][0] - now) if self._heap else 0.5
-            for ident in due:
-                self._fetch(self.nodes[ident], self.network.now())
+            wait = self._fetch_due(self.now())
             self._stop.wait(max(0.01, min(wait, 0.25)))
 
     # -- fetching --------------------------------------------------------------------
 
     def _from_authority(self) -> tuple[float, float, tuple[tuple[str, int], ...]] | None:
-        auths = list(self.network.authorities.values())
-        auth = auths[int(self.rng.integers(len(auths)))]
-        if auth.has("down"):
+        text = self.source.served_microdesc(int(self.rng.integers(self.source.mirror_count())))
+        if text is None:
             return None
-        served = auth.served_consensus("microdesc")
-        if served is None:
-            return None
-        key = hashlib.sha1(served.text).digest()  # a truncated copy must not pass as the good one
+        key = hashlib.sha1(text).digest()  # a truncated copy must not pass as the good one
         if key not in self._checked:
-            self._checked[key] = self._verify(served.text)
+            self._checked[key] = self._verify(text)
         meta = self._checked[key]
         return None if meta is None else (meta.valid_after, meta.fresh_until, meta.params)
 
     def _verify(self, text: bytes) -> docs.ConsensusMeta | None:
         """The consensus's times and params if it parses and carries enough valid signatures."""
         try:
-            docs.verify_consensus(text, self.network.certificates(), self.network.count)
+            docs.verify_consensus(text, list(self.source.certificates()), self.source.mirror_count())
             return docs.consensus_meta(text)
         except KistexpError:
             return None
@@ -126,7 +172,7 @@ class Population:
             cache = self.caches[int(self.rng.integers(len(self.caches)))]
             got = None
             if cache.held_va is not None:
-                got = (cache.held_va, cache.held_va + self.network.timing.interval_s, cache.held_params)
+                got = (cache.held_va, cache.held_va + self.source.interval_s, cache.held_params)
         with self._lock:
             if got is not None and (node.held_va is None or got[0] > node.held_va):
                 va, fu, params = got
