@@ -40,3 +40,16 @@ KIST_EFFECTS = {
     "5ms": {"relay_cpu_utilization": 0.05, "client_ttlb_1mib_s": -0.03},
     "back-to-10ms": {},
 }
+
+
+# the relay CPU criterion the rollout tests judge: mean CPU may rise at most 25 % before a step back
+RELAY_CPU_CRITERION = """
+[[criteria]]
+name = "relay CPU"
+metric = "relay_cpu_utilization"
+statistic = "mean"
+comparison = "relative-increase"
+threshold = 0.25
+min_samples = 100
+on_fail = "step-back"
+"""

@@ -11,19 +11,10 @@ from kistexp.rollout import judging
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.spec import spec_from_plan
 from kistexp.rollout.state import FAIL, INCONCLUSIVE, PASS
-from tests.rollout_helpers import write_predictions
+from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 from tests.test_rollout_engine import SHORT_EFFECTS, SHORT_PLAN, Killed, run_with_restarts
 
-CPU_PLAN = SHORT_PLAN + """
-[[criteria]]
-name = "relay CPU"
-metric = "relay_cpu_utilization"
-statistic = "mean"
-comparison = "relative-increase"
-threshold = 0.25
-min_samples = 100
-on_fail = "step-back"
-"""
+CPU_PLAN = SHORT_PLAN + "\n" + RELAY_CPU_CRITERION
 
 
 def _spec():

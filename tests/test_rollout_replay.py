@@ -13,20 +13,12 @@ import pytest
 from kistexp.plan.loader import load_plan
 from kistexp.rollout.replay import ReplayError, replay
 from tests.plan_helpers import VALID_PLAN
+from tests.rollout_helpers import RELAY_CPU_CRITERION
 
 # baseline, then two stages of 8 h each (the second behind a manual gate, approved), laid on the
 # 2021-06-01 OnionPerf day
 PLAN = VALID_PLAN.split("[[criteria]]")[0].replace('duration = "7d"', 'duration = "8h"').replace(
-    'duration = "14d"', 'duration = "8h"') + """
-[[criteria]]
-name = "relay CPU"
-metric = "relay_cpu_utilization"
-statistic = "mean"
-comparison = "relative-increase"
-threshold = 0.25
-min_samples = 100
-on_fail = "step-back"
-
+    'duration = "14d"', 'duration = "8h"') + RELAY_CPU_CRITERION + """
 [[criteria]]
 name = "circuit build"
 metric = "circuit_build_time_s"
