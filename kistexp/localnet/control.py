@@ -1,43 +1,48 @@
-"""A minimal tor control-port client (control-spec: AUTHENTICATE with the cookie, SETCONF,
-GETINFO) for the local network's own tors; every call is bounded by a socket timeout."""
+"""Control-port connections to the local network's own tors, through stem's ``Controller``
+(control-spec §3: AUTHENTICATE with the cookie, SETCONF, GETCONF, GETINFO, SIGNAL RELOAD).
+
+One connection per use, opened and closed by the caller (``with net.control(name) as ctl``):
+stem runs a reader thread per connection, and a connection left open while its tor is stopped
+ends in stem's SocketClosed. Authentication is the cookie file of the node's own DataDirectory,
+read from the path kistexp wrote into its torrc, not the path tor advertises. stem's cache of
+GETCONF answers is off: a RELOAD changes the configuration behind stem's back, and the answer
+must be tor's, not stem's memory of it. Every stem error becomes one LocalNetError line.
+"""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from kistexp.errors import LocalNetError
-
-TIMEOUT_S = 10.0
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+from kistexp.localnet.spec import LOOPBACK
 
 
 class ControlPort:
-    """One authenticated control connection to a tor on 127.0.0.1."""
+    """One authenticated stem ``Controller`` on a tor at 127.0.0.1 (a context manager)."""
 
     def __init__(self, port: int, cookie_file: Path, where: str) -> None:
+        import stem
+        import stem.connection
+        import stem.control
+
         self.where = f"{where} ControlPort {port}"
+        if not Path(cookie_file).is_file():
+            raise LocalNetError(f"{self.where}: cannot read {cookie_file}: no such file")
         try:
-            cookie = Path(cookie_file).read_bytes()
-        except OSError as exc:
-            raise LocalNetError(f"{self.where}: cannot read {cookie_file}: {exc.strerror}") from None
+            self.controller = stem.control.Controller.from_port(address=LOOPBACK, port=port)
+        except stem.SocketError as exc:
+            raise LocalNetError(f"{self.where}: cannot connect: {exc}") from None
         try:
-            self._sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
-        except OSError as exc:
-            raise LocalNetError(f"{self.where}: cannot connect: {exc.strerror or exc}") from None
-        self._buf = b""
-        self.command(f"AUTHENTICATE {cookie.hex()}")
+            stem.connection.authenticate_cookie(self.controller, str(cookie_file))
+            self.controller.set_caching(False)
+        except (stem.connection.AuthenticationFailure, stem.ControllerError, stem.SocketError) as exc:
+            self.controller.close()
+            raise LocalNetError(f"{self.where}: cannot authenticate: {exc}") from None
 
     def close(self) -> None:
-        try:
-            self._sock.sendall(b"QUIT\r\n")
-        except OSError:
-            pass
-        self._sock.close()
+        self.controller.close()
 
     def __enter__(self) -> ControlPort:
         return self
@@ -45,53 +50,33 @@ class ControlPort:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _line(self) -> str:
-        while b"\r\n" not in self._buf:
-            try:
-                chunk = self._sock.recv(65536)
-            except OSError as exc:
-                raise LocalNetError(f"{self.where}: {exc.strerror or exc}") from None
-            if not chunk:
-                raise LocalNetError(f"{self.where}: connection closed")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\r\n", 1)
-        return line.decode(errors="replace")
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        import stem
 
-    def command(self, text: str) -> list[str]:
-        """Send one command; return the reply lines (without status codes) or raise on non-250."""
         try:
-            self._sock.sendall(text.encode() + b"\r\n")
-        except OSError as exc:
-            raise LocalNetError(f"{self.where}: {exc.strerror or exc}") from None
-        lines: list[str] = []
-        while True:
-            line = self._line()
-            code, sep, rest = line[:3], line[3:4], line[4:]
-            if code != "250":
-                verb = text.split(" ", 1)[0]
-                raise LocalNetError(f"{self.where}: {verb} failed: {line}")
-            if sep == "+":  # data block until a lone "."
-                lines.append(rest)
-                while (data := self._line()) != ".":
-                    lines.append(data)
-                continue
-            lines.append(rest)
-            if sep == " ":
-                return lines
+            yield
+        except (stem.ControllerError, stem.SocketError) as exc:
+            raise LocalNetError(f"{self.where}: {what} failed: {exc}") from None
 
     def set_conf(self, options: Mapping[str, str | Sequence[str] | None]) -> None:
-        parts = []
-        for key, value in options.items():
-            if value is None:
-                parts.append(key)
-            elif isinstance(value, str):
-                parts.append(f"{key}={_quote(value)}")
-            else:
-                parts.extend(f"{key}={_quote(v)}" for v in value)
-        self.command("SETCONF " + " ".join(parts))
+        """SETCONF: all or nothing; a None value resets the option to its default."""
+        values = {k: (v if v is None or isinstance(v, str) else list(v)) for k, v in options.items()}
+        with self._errors("SETCONF"):
+            self.controller.set_options(values)
+
+    def get_conf(self, key: str) -> list[str]:
+        """GETCONF: every value of the option as tor is configured now (empty when unset)."""
+        with self._errors("GETCONF"):
+            return [v for v in self.controller.get_conf(key, multiple=True) if v]
 
     def get_info(self, key: str) -> str:
-        lines = self.command(f"GETINFO {key}")
-        first = lines[0].partition("=")[2] if lines else ""
-        body = [first, *lines[1:-1]] if len(lines) > 1 else [first]
-        return "\n".join(x for x in body if x)
+        with self._errors("GETINFO"):
+            return self.controller.get_info(key)
+
+    def reload(self) -> None:
+        """SIGNAL RELOAD, the control port's SIGHUP: tor re-reads its torrc and %includes."""
+        import stem
+
+        with self._errors("SIGNAL RELOAD"):
+            self.controller.signal(stem.Signal.RELOAD)

@@ -437,15 +437,11 @@ class LocalNetwork:
             raise LocalNetError(f"{path}: cannot write ConsensusParams: {exc.strerror or exc}") from None
         self._state["params"][node.nickname] = [list(item) for item in params]
 
-    def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str,
-                             confirm_timeout_s: float | None = None) -> DirDocument | None:
-        """Rewrite an authority's params.inc and SIGHUP it (real-tor.md problem 6).
+    def write_consensus_params(self, authority: str | int,
+                               params: ParamItems | Mapping[str, int] | str) -> ParamItems:
+        """Rewrite an authority's params.inc (temp file and rename; not reloaded yet); returns the items.
 
         A line tor could not vote with is refused before anything is written (``parse_params_arg``).
-        With ``confirm_timeout_s``, wait that long at most for the authority's first vote made after the
-        reload and return it: an authority that reloaded a line it cannot vote with makes none (it logs
-        "Generated a networkstatus vote we couldn't parse"), which is then a LocalNetError, not silence.
-        The change reaches the consensus one or two voting periods later.
         """
         node = self.node(authority)
         if node.role != "authority":
@@ -458,6 +454,19 @@ class LocalNetwork:
             items = parse_params_arg(" ".join(f"{k}={v}" for k, v in params), node.nickname)
         self._write_params(node, items)
         self._save()
+        return items
+
+    def set_consensus_params(self, authority: str | int, params: ParamItems | Mapping[str, int] | str,
+                             confirm_timeout_s: float | None = None) -> DirDocument | None:
+        """Rewrite an authority's params.inc and SIGHUP it (real-tor.md problem 6).
+
+        With ``confirm_timeout_s``, wait that long at most for the authority's first vote made after the
+        reload and return it: an authority that reloaded a line it cannot vote with makes none (it logs
+        "Generated a networkstatus vote we couldn't parse"), which is then a LocalNetError, not silence.
+        The change reaches the consensus one or two voting periods later.
+        """
+        node = self.node(authority)
+        items = self.write_consensus_params(node.nickname, params)
         reloaded_at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
         if self.pid(node) and not procs.signal_ours(self.pid(node), node.torrc, signal.SIGHUP):
             raise LocalNetError(f"{node.nickname} is not running: params.inc rewritten but nothing reloaded it")
