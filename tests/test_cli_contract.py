@@ -84,9 +84,11 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "population summary": (["population", "summary", str(microdesc), "--scale", "0.01", "--json"], "json"),
         # a load of 0 is refused before anything runs
         "simulate": (["simulate", plan, "--load", "0", "--dir", str(tmp_path / "sim"), "--json"], "error"),
-        # rollouts: no predictions to draw from / a driver this version lacks / no rollout in the metrics directory
+        # rollouts: no predictions to draw from / no local network in that directory / no rollout in the metrics
+        # directory
         "dry-run": (["dry-run", plan, "--json"], "error"),
-        "run": (["run", plan, "--dir", str(tmp_path / "run"), "--authorities", "local", "--json"], "error"),
+        "run": (["run", plan, "--dir", str(tmp_path / "run"), "--authorities", "local", "--localnet",
+                 str(tmp_path / "no-net"), "--json"], "error"),
         "status": (["status", str(tmp_path / "exp"), "--json"], "error"),
         "history": (["history", str(tmp_path / "exp"), "--json"], "json"),
         **{name: ([name, str(tmp_path / "exp"), "--json"], "error")

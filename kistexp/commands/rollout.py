@@ -115,8 +115,11 @@ def _replay(plan, files: list[str], exp: str | None, align: str | None, approve:
 def run_cmd(
     plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file."),
     exp: str = typer.Option(..., "--dir", help="Experiment directory (created, or resumed from its journal)."),
-    authorities: str = typer.Option("fake", "--authorities", help="fake | instructions (local: not yet)."),
-    interval: int = typer.Option(10, "--interval", help="Fake authorities: seconds per voting round (= plan hour)."),
+    authorities: str = typer.Option("fake", "--authorities", help="fake | local | instructions."),
+    interval: int = typer.Option(10, "--interval", help="Fake authorities, or a new local tor network (>= 10): "
+                                 "seconds per voting round (= plan hour)."),
+    localnet: str = typer.Option(None, "--localnet", help="--authorities local: drive this local tor network "
+                                 "(kistexp localnet up DIR) instead of making one in EXP/localnet."),
     accept_plan_change: bool = typer.Option(False, "--accept-plan-change", help="Continue with an edited plan."),
     predictions: str = typer.Option(None, "--predictions", help="Read predictions from this experiment directory."),
     as_json: bool = typer.Option(False, "--json", help="Final status as JSON."),
@@ -125,7 +128,8 @@ def run_cmd(
     from kistexp.rollout.runs import live_run, status_view
 
     live_run(Path(plan_path), Path(exp), authorities, interval_s=interval, accept_plan_change=accept_plan_change,
-             predictions_from=Path(predictions) if predictions else None, argv=sys.argv)
+             predictions_from=Path(predictions) if predictions else None, argv=sys.argv,
+             localnet=Path(localnet) if localnet else None)
     view = status_view(Path(exp))
     emit_json(view) if as_json else console.print(view["summary"], highlight=False)
 

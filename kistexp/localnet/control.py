@@ -11,6 +11,7 @@ must be tor's, not stem's memory of it. Every stem error becomes one LocalNetErr
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,16 +31,19 @@ class ControlPort:
         self.where = f"{where} ControlPort {port}"
         if not Path(cookie_file).is_file():
             raise LocalNetError(f"{self.where}: cannot read {cookie_file}: no such file")
-        try:
-            self.controller = stem.control.Controller.from_port(address=LOOPBACK, port=port)
-        except stem.SocketError as exc:
-            raise LocalNetError(f"{self.where}: cannot connect: {exc}") from None
-        try:
-            stem.connection.authenticate_cookie(self.controller, str(cookie_file))
-            self.controller.set_caching(False)
-        except (stem.connection.AuthenticationFailure, stem.ControllerError, stem.SocketError) as exc:
-            self.controller.close()
-            raise LocalNetError(f"{self.where}: cannot authenticate: {exc}") from None
+        with warnings.catch_warnings():
+            # stem 1.8 starts its reader threads with Thread.setDaemon, deprecated since Python 3.10
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                self.controller = stem.control.Controller.from_port(address=LOOPBACK, port=port)
+            except stem.SocketError as exc:
+                raise LocalNetError(f"{self.where}: cannot connect: {exc}") from None
+            try:
+                stem.connection.authenticate_cookie(self.controller, str(cookie_file))
+                self.controller.set_caching(False)
+            except (stem.connection.AuthenticationFailure, stem.ControllerError, stem.SocketError) as exc:
+                self.controller.close()
+                raise LocalNetError(f"{self.where}: cannot authenticate: {exc}") from None
 
     def close(self) -> None:
         self.controller.close()

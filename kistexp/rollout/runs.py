@@ -253,10 +253,11 @@ class _PublishedHistory:
 
 def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
              predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
-             hook=None, key_bits: tuple[int, int] = (3072, 2048)) -> Status:
+             hook=None, key_bits: tuple[int, int] = (3072, 2048), localnet: Path | None = None) -> Status:
     """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
-    one plan hour per voting interval) or, with ``instructions``, against the real network by
-    writing each operator's instructions and watching public votes and consensuses."""
+    one plan hour per voting interval), a local tor network (``local``: ``localnet`` or one made in
+    EXP/localnet; kistexp.rollout.actuator_local) or, with ``instructions``, against the real network
+    by writing each operator's instructions and watching public votes and consensuses."""
     from kistexp.clock import RealClock
     from kistexp.dirauth.schedule import AcceleratedSchedule
     from kistexp.directory import DirectoryClient
@@ -268,14 +269,25 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
     from kistexp.rollout.spec import CONSENSUS_ROUNDS_INSTRUCTIONS, LIVE_CADENCE
 
     clock = RealClock()
+    local = None
     if mode == "fake":
         cadence = Cadence.of(AcceleratedSchedule.scaled(interval_s))
     elif mode == "instructions":
         cadence = LIVE_CADENCE
+    elif mode == "local":
+        from kistexp.rollout.actuator_local import LocalTorRun
+
+        # the network first: the run's clock starts once its consensus is out
+        local = LocalTorRun.prepare(load_plan(plan_path), Path(exp_path), localnet, interval_s)
+        cadence = local.cadence
     else:
-        raise RolloutError(f"--authorities {mode!r}: this version drives fake authorities or writes "
-                           "instructions; the local tor network is driven by `kistexp localnet`")
-    setup = open_run(plan_path, exp_path, mode, cadence, clock, accept_plan_change=accept_plan_change)
+        raise RolloutError(f"--authorities {mode!r}: one of fake, local, instructions")
+    try:
+        setup = open_run(plan_path, exp_path, mode, cadence, clock, accept_plan_change=accept_plan_change)
+    except BaseException:
+        if local is not None:
+            local.close(refused=True)
+        raise
     spec, journal = setup.spec, setup.journal
     net = None
     run_id = journal.begin_run(argv or [], clock.now())
@@ -292,6 +304,9 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             client = DirectoryClient(net.directory_authorities(), retries=1, timeout_s=max(1.0, interval_s / 4))
             actuator = FakeAuthoritiesActuator(net.operator_url, net.token, client, clock)
             history = _PublishedHistory(net)
+        elif local is not None:
+            actuator = local.actuator(clock)
+            history = actuator.history
         else:
             client = DirectoryClient()
             actuator = InstructionsActuator(setup.exp.path / "outbox", spec.plan_name, spec.cadence, client, clock)
@@ -309,6 +324,8 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         journal.end_run(run_id, clock.now(), reason)
         if net is not None:
             net.stop()
+        if local is not None:
+            local.close()
         journal.close()
         if setup.lock is not None:
             setup.lock.release()

@@ -1,0 +1,237 @@
+"""The local tor network actuator: `kistexp run --authorities local` (rollout.md §4 "Local real tor").
+
+The network is `kistexp.localnet`: Debian's tor as directory authorities on 127.0.0.1, voting every
+``V3AuthVotingInterval`` seconds (10 s and up under ``TestingTorNetwork``; one plan hour per round).
+To act on authority A the actuator writes A's whole ``ConsensusParams`` line to its ``params.inc``
+(which A's torrc ``%include``s; checked as tor would vote it before anything is written; temp file
+and rename), sends ``SIGNAL RELOAD`` over A's ControlPort with stem's ``Controller`` (the same as
+SIGHUP, control-spec §3.7) and reads back ``GETCONF ConsensusParams`` on the same connection. That
+is tor's configuration, not yet its vote: success is what A's next vote
+(``/tor/status-vote/next/authority`` before valid-after, ``current/authority`` after) and then the
+consensus show, fetched from the DirPorts through the directory client and its signature checks.
+
+One control connection per action, opened and closed here: nothing stays connected while the
+engine waits or when the network stops. ``LocalTorRun`` makes (or attaches to) the network before
+the run and stops it after.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+from kistexp.clock import Clock
+from kistexp.dirauth.schedule import AcceleratedSchedule
+from kistexp.errors import KistexpError
+from kistexp.rollout.actuators import OWN_KEYS, ActuationError, DirectoryObserver, Params, _parse_lines
+from kistexp.rollout.spec import Cadence, RolloutError
+
+CHANGE_LOG = "changes.jsonl"  # in the network's directory: every params.inc rewrite, with its key
+#: A loaded 2-core host may wake the engine late: one second of margin before tor builds its vote.
+MARGIN_S = 1.0
+
+
+def local_cadence(interval_s: int, delay_s: int) -> Cadence:
+    """The engine's view of the network's voting: the torrc's interval and delays, aligned to
+    wall-clock multiples of the interval as tor aligns them, ``V3AuthNIntervalsValid 2``."""
+    return Cadence.of(AcceleratedSchedule.scaled(interval_s, float(delay_s), float(delay_s), n_intervals_valid=2),
+                      margin_s=MARGIN_S)
+
+
+def _line(params: Mapping[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+
+
+class LocalTorActuator:
+    """Acts on a running ``LocalNetwork``; ``names`` maps the plan's authority nicknames to the
+    network's (auth000, ...)."""
+
+    name = "local"
+
+    def __init__(self, net, directory, clock: Clock, names: Mapping[str, str], cadence: Cadence) -> None:
+        self.net, self.clock, self.cadence = net, clock, cadence
+        self.names = dict(names)
+        self._plan_name = {v: k for k, v in self.names.items()}
+        self.observer = DirectoryObserver(directory, clock)
+        self._held: dict[dt.datetime, Params] = {}  # consensuses seen, by valid-after
+        self.history = _HeldConsensus(self)  # for the predicted metrics: which value nodes held
+
+    def _node(self, authority: str) -> str:
+        try:
+            return self.names[authority]
+        except KeyError:
+            raise ActuationError(f"{authority}: not an authority of the local network in {self.net.root}") from None
+
+    def current(self, authority: str) -> Params | None:
+        """``GETCONF ConsensusParams``: what tor is configured with now (None when it does not answer)."""
+        try:
+            with self.net.control(self._node(authority)) as ctl:
+                return _parse_lines(ctl.get_conf("ConsensusParams"))
+        except KistexpError:
+            return None
+
+    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+        node = self._node(authority)
+        try:
+            old = dict(self.net.params(self.net.node(node)))
+            self.net.write_consensus_params(node, tuple(sorted(desired.items())))
+            with self.net.control(node) as ctl:
+                ctl.reload()
+                configured = _parse_lines(ctl.get_conf("ConsensusParams"))
+        except KistexpError as exc:
+            raise ActuationError(f"{authority} ({node}): {exc}") from None
+        if configured != desired:
+            raise ActuationError(f"{authority} ({node}): after the reload GETCONF ConsensusParams is "
+                                 f"{_line(configured) or '(none)'}, not {_line(desired) or '(none)'}")
+        self._log(authority, node, old, desired, idem_key)
+        return (f"{node}: params.inc ConsensusParams {_line(desired) or '(none)'}; SIGNAL RELOAD; "
+                f"GETCONF ConsensusParams={_line(configured) or '(none)'}; used from its next vote")
+
+    def _log(self, authority: str, node: str, old: Params, new: Params, idem_key: str) -> None:
+        entry = {"at": self.clock.now().isoformat(), "authority": authority, "node": node, "old": old, "new": new,
+                 "idem_key": idem_key}
+        with open(self.net.root / CHANGE_LOG, "a") as fh:
+            fh.write(json.dumps(entry, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _until(self, valid_after: dt.datetime, fetch):
+        """Poll ``fetch`` (-> (final, answer)) until it is final or the round's documents should long be
+        out: tor posts its vote at voting-starts and its consensus at valid-after, a loaded host late."""
+        deadline = valid_after + dt.timedelta(seconds=self.cadence.check_delay_s + self.cadence.interval_s / 4)
+        while True:
+            final, got = fetch()
+            now = self.clock.now()
+            if final or now >= deadline:
+                return got
+            self.clock.sleep_until(min(deadline, now + dt.timedelta(seconds=0.25)))
+
+    def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
+        node = self._node(authority)
+
+        def vote():
+            got = self.observer.fetch_vote(node, valid_after)
+            return got is not None, got
+
+        return self._until(valid_after, vote)
+
+    def _served(self) -> tuple[dt.datetime, Params, list[str]] | None:
+        """The consensus the DirPorts serve now (signature-checked), remembered by its valid-after."""
+        try:
+            doc = self.observer.directory.fetch_consensus("microdesc")
+        except KistexpError:
+            return None
+        params = {k: v for k, v in doc.params if k not in OWN_KEYS}
+        self._held[doc.valid_after] = params
+        return doc.valid_after, params, [self._plan_name.get(a.nickname, a.nickname) for a in doc.authorities]
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        def exact():
+            got = self._served()
+            if got is None or got[0] < valid_after:
+                return False, None  # not out yet: ask again
+            return True, (got if got[0] == valid_after else None)  # a later one: this round is over
+
+        got = self._until(valid_after, exact)
+        return (None, []) if got is None else (got[1], got[2])
+
+    def held_at(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        """The consensus nodes hold at ``valid_after``. The DirPorts serve only the current one, so
+        an earlier one is the newest this run saw at or before it (None before the first)."""
+        self._served()
+        older = [va for va in self._held if va <= valid_after]
+        return (self._held[max(older)], []) if older else (None, [])
+
+
+class _HeldConsensus:
+    """``fetch_consensus`` as the metric source asks it: what nodes held at a valid-after."""
+
+    def __init__(self, actuator: LocalTorActuator) -> None:
+        self.actuator = actuator
+
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
+        return self.actuator.held_at(valid_after)
+
+
+# --- the network a run drives ----------------------------------------------------------------------
+
+def authority_names(plan_nicknames: tuple[str, ...], local: tuple[str, ...], where: str) -> dict[str, str]:
+    """Plan authority -> network authority: by nickname when the plan uses the network's, else by
+    position (the plan's first authority is auth000). The counts must agree: T, the configured
+    authorities, decides which params enter the consensus (dirvote.c ``dirvote_compute_params``)."""
+    if len(plan_nicknames) != len(local):
+        raise RolloutError(f"{where}: the plan configures {len(plan_nicknames)} authorities, the local network "
+                           f"{len(local)} ({', '.join(local)}); tor's params rule counts them, so they must agree")
+    if set(plan_nicknames) == set(local):
+        return {n: n for n in plan_nicknames}
+    return dict(zip(plan_nicknames, local, strict=True))
+
+
+@attrs.define
+class LocalTorRun:
+    """The local network of one ``kistexp run``: ``EXP/localnet`` (made for the run, stopped when it
+    ends) or an existing one given by ``--localnet`` (stopped only if the run started it)."""
+
+    net: object
+    names: dict[str, str]
+    cadence: Cadence
+    owned: bool  # EXP/localnet: the run's own network
+    started_here: bool  # this process started some of its tors
+    client: object = None
+
+    @classmethod
+    def prepare(cls, plan, exp_path: Path, localnet: Path | None, interval_s: int,
+                start_timeout_s: float = 90.0) -> LocalTorRun:
+        """Make or load the network, start whatever of it is not running and wait for its consensus.
+        A new network votes the plan's baseline (the participants its values, the others per ``others``)."""
+        from kistexp.localnet import LocalNetwork, NetworkSpec
+        from kistexp.localnet.network import STATE_FILE, free_base_port
+        from kistexp.rollout.dryrun import initial_configs
+        from kistexp.rollout.spec import spec_from_plan
+
+        root = Path(localnet) if localnet is not None else Path(exp_path) / "localnet"
+        nicknames = tuple(a.nickname for a in plan.authorities.authorities)
+        made = False
+        if (root / STATE_FILE).exists():
+            net = LocalNetwork.load(root)
+        elif localnet is not None:
+            raise RolloutError(f"--localnet {root}: no local tor network there (make one with `kistexp localnet up "
+                               f"{root} --authorities {len(nicknames)}`, or leave --localnet out to have the run "
+                               "make its own in EXP/localnet)")
+        else:
+            baseline = initial_configs(spec_from_plan(plan, local_cadence(interval_s, 2)))
+            spec = NetworkSpec(authorities=len(nicknames), relays=0, exits=0, clients=0,
+                               base_port=free_base_port(len(nicknames)), voting_interval_s=interval_s,
+                               consensus_params=tuple(tuple(sorted(baseline[n].items())) for n in nicknames))
+            net = LocalNetwork.create(root, spec)
+            made = True
+        names = authority_names(nicknames, tuple(n.nickname for n in net.authorities), str(root))
+        started = any(not net.is_running(n) for n in net.nodes)
+        if started:
+            net.start()
+        run = cls(net, names, local_cadence(net.spec.voting_interval_s, net.spec.vote_delay_s),
+                  owned=localnet is None, started_here=made or started)
+        try:
+            net.wait_for_consensus(timeout_s=start_timeout_s)
+        except BaseException:
+            run.close(refused=True)
+            raise
+        return run
+
+    def actuator(self, clock: Clock) -> LocalTorActuator:
+        self.client = self.net.directory_client(retries=1, timeout_s=max(1.0, self.cadence.interval_s / 4))
+        return LocalTorActuator(self.net, self.client, clock, self.names, self.cadence)
+
+    def close(self, refused: bool = False) -> None:
+        """End of the run: stop the network if it is the run's own or the run started it. A run refused
+        before it began (another run holds the directory) stops only what it started itself."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.started_here or (self.owned and not refused):
+            self.net.stop()

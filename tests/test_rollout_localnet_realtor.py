@@ -1,0 +1,122 @@
+"""`kistexp run --authorities local`: a two-stage plan driven through a 3-authority local tor network
+(rollout.md §4 "Local real tor"; real-tor.md).
+
+The run makes its own network in EXP/localnet (Debian's tor, 10 s voting rounds, one plan hour per
+round), acts by rewriting each authority's params.inc and reloading it through stem's Controller,
+verifies by the authorities' next votes and the consensus fetched from their DirPorts, and stops
+the network when it ends. Only the processes the tests started are stopped.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import have_real_tor
+from typer.testing import CliRunner
+
+from kistexp.cli import app
+from kistexp.localnet import LocalNetwork, NetworkSpec
+from kistexp.localnet.network import free_base_port
+from kistexp.rollout.actuator_local import CHANGE_LOG
+from kistexp.rollout.journal import Journal
+from kistexp.rollout.runs import live_run
+from kistexp.rollout.spec import RolloutError
+from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
+
+pytestmark = [
+    pytest.mark.realtor,
+    pytest.mark.slow,
+    pytest.mark.skipif(not have_real_tor(), reason="needs Debian's tor and tor-gencert"),
+    pytest.mark.timeout(300),
+]
+
+KIST = "KISTSchedRunInterval"
+PLAN_AUTHORITIES = ("alpha", "beta", "gamma")  # the plan's names; the network's are auth000..auth002
+STAGES = (("two", 2), ("five", 5))
+
+
+def plan_text() -> str:
+    # v3idents and DirPorts are the plan's; the local network has its own, mapped by position
+    custom = "".join(f'[[authorities.custom]]\nnickname = "{n}"\nv3ident = "{i:040X}"\n'
+                     f'dirport = "127.0.0.1:{9 + i}"\n\n' for i, n in enumerate(PLAN_AUTHORITIES, start=1))
+    stages = "".join(f'[[stages]]\nname = "{name}"\nduration = "3h"\nvalues = {{ {KIST} = {v} }}\n\n'
+                     for name, v in STAGES)
+    return f"""\
+[experiment]
+name = "localnet-two-stages"
+kind = "staged"
+owner = "network-team"
+contact = "ops@example.org"
+description = "two stage changes on a local tor network"
+start = 2030-01-07T12:00:00Z
+tor_versions = ">=0.4.8.2"
+parameters = ["{KIST}"]
+
+[baseline]
+duration = "2h"
+values = {{ {KIST} = 10 }}
+
+{stages}[authorities]
+participating = [{", ".join(f'"{n}"' for n in PLAN_AUTHORITIES)}]
+
+{custom}{RELAY_CPU_CRITERION.replace("min_samples = 100", "min_samples = 50")}"""
+
+
+def test_two_stages_reach_the_local_votes_and_consensus(tmp_path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_text())
+    preds = tmp_path / "preds"
+    write_predictions(preds, {"baseline": {}, "two": {}, "five": {}}).close()
+    exp = tmp_path / "exp"
+
+    result = CliRunner().invoke(app, ["run", str(plan), "--dir", str(exp), "--authorities", "local",
+                                      "--predictions", str(preds), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["state"] == "COMPLETED"
+
+    j = Journal(exp / "experiment.db", durable=False)
+    try:
+        intents = j.intents()
+        consensuses = {c["valid_after"]: c["params"] for c in j.consensuses()}
+        votes = {(v["authority"], v["valid_after"]): v["params"] for v in j.votes()}
+    finally:
+        j.close()
+    # one intent per authority and stage, each done, acted on the network and verified in that authority's vote
+    assert [(i["authority"], i["desired"]) for i in intents] == [
+        (a, {KIST: v}) for _, v in STAGES for a in PLAN_AUTHORITIES]
+    for i in intents:
+        assert i["state"] == "done" and i["attempts"] == 1, i
+        evidence = json.loads(i["evidence"])
+        assert evidence == {"vote": {KIST: i["desired"][KIST]}, "valid_after": i["valid_after"].isoformat()}, i
+        # the consensus of the intent's valid-after, fetched and signature-checked, carries the stage's value
+        assert consensuses[i["valid_after"]] == {KIST: i["desired"][KIST]}
+        assert votes[(i["authority"], i["valid_after"])] == {KIST: i["desired"][KIST]}
+    # each stage's intents target one consensus, later than the one before
+    targets = [sorted({i["valid_after"] for i in intents if i["desired"][KIST] == v}) for _, v in STAGES]
+    assert all(len(t) == 1 for t in targets) and targets[0][0] < targets[1][0]
+
+    # the network: each params.inc rewritten once per stage (no action repeated), and stopped at the end
+    net = LocalNetwork.load(exp / "localnet")
+    log = [json.loads(line) for line in (net.root / CHANGE_LOG).read_text().splitlines()]
+    assert [(e["authority"], e["node"], e["new"]) for e in log] == [
+        (a, f"auth00{k}", {KIST: v}) for _, v in STAGES for k, a in enumerate(PLAN_AUTHORITIES)]
+    assert [dict(net.params(a)) for a in net.authorities] == [{KIST: 5}] * 3
+    assert net.status()["running"] == 0
+
+
+def test_attaching_to_a_network_of_another_size_is_refused_and_leaves_it_running(tmp_path) -> None:
+    spec = NetworkSpec(authorities=1, relays=0, exits=0, clients=0, base_port=free_base_port(1),
+                       consensus_params=(((KIST, 10),),))
+    net = LocalNetwork.create(tmp_path / "net", spec)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_text())
+    try:
+        net.start()
+        with pytest.raises(RolloutError, match=r"the plan configures 3 authorities, the local network 1 \(auth000\)"):
+            live_run(plan, tmp_path / "exp", "local", localnet=net.root)
+        assert net.is_running(net.node("auth000"))  # the user's network: not the run's to stop
+        with pytest.raises(RolloutError, match="--localnet .*nothing: no local tor network there"):
+            live_run(plan, tmp_path / "exp", "local", localnet=tmp_path / "nothing")
+    finally:
+        net.stop()
