@@ -22,6 +22,7 @@ from kistexp.rollout.actuator_local import CHANGE_LOG
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.runs import live_run
 from kistexp.rollout.spec import RolloutError
+from tests.plan_helpers import VALID_PLAN
 from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 
 pytestmark = [
@@ -40,27 +41,13 @@ def plan_text() -> str:
     # v3idents and DirPorts are the plan's; the local network has its own, mapped by position
     custom = "".join(f'[[authorities.custom]]\nnickname = "{n}"\nv3ident = "{i:040X}"\n'
                      f'dirport = "127.0.0.1:{9 + i}"\n\n' for i, n in enumerate(PLAN_AUTHORITIES, start=1))
+    head, _, _ = VALID_PLAN.partition("[[stages]]")
     stages = "".join(f'[[stages]]\nname = "{name}"\nduration = "3h"\nvalues = {{ {KIST} = {v} }}\n\n'
                      for name, v in STAGES)
-    return f"""\
-[experiment]
-name = "localnet-two-stages"
-kind = "staged"
-owner = "network-team"
-contact = "ops@example.org"
-description = "two stage changes on a local tor network"
-start = 2030-01-07T12:00:00Z
-tor_versions = ">=0.4.8.2"
-parameters = ["{KIST}"]
-
-[baseline]
-duration = "2h"
-values = {{ {KIST} = 10 }}
-
-{stages}[authorities]
-participating = [{", ".join(f'"{n}"' for n in PLAN_AUTHORITIES)}]
-
-{custom}{RELAY_CPU_CRITERION.replace("min_samples = 100", "min_samples = 50")}"""
+    participating = ", ".join(f'"{n}"' for n in PLAN_AUTHORITIES)
+    return (head.replace('name = "test-plan"', 'name = "localnet-two-stages"').replace('"7d"', '"2h"')
+            + stages + f"[authorities]\nparticipating = [{participating}]\n\n" + custom
+            + RELAY_CPU_CRITERION.replace("min_samples = 100", "min_samples = 50"))
 
 
 def test_two_stages_reach_the_local_votes_and_consensus(tmp_path) -> None:
@@ -82,18 +69,21 @@ def test_two_stages_reach_the_local_votes_and_consensus(tmp_path) -> None:
         votes = {(v["authority"], v["valid_after"]): v["params"] for v in j.votes()}
     finally:
         j.close()
-    # one intent per authority and stage, each done, acted on the network and verified in that authority's vote
-    assert [(i["authority"], i["desired"]) for i in intents] == [
-        (a, {KIST: v}) for _, v in STAGES for a in PLAN_AUTHORITIES]
+    # one intent per authority and stage done, acted on the network and verified in that authority's vote;
+    # an act that came too late for its round is journaled as a slip (superseded, then done a round later)
+    done = [i for i in intents if i["state"] == "done"]
+    planned = [(a, {KIST: v}) for _, v in STAGES for a in PLAN_AUTHORITIES]
+    assert [(i["authority"], i["desired"]) for i in done] == planned
     for i in intents:
-        assert i["state"] == "done" and i["attempts"] == 1, i
+        assert i["state"] in ("done", "superseded"), i
+    for i in done:
         evidence = json.loads(i["evidence"])
         assert evidence == {"vote": {KIST: i["desired"][KIST]}, "valid_after": i["valid_after"].isoformat()}, i
         # the consensus of the intent's valid-after, fetched and signature-checked, carries the stage's value
         assert consensuses[i["valid_after"]] == {KIST: i["desired"][KIST]}
         assert votes[(i["authority"], i["valid_after"])] == {KIST: i["desired"][KIST]}
     # each stage's intents target one consensus, later than the one before
-    targets = [sorted({i["valid_after"] for i in intents if i["desired"][KIST] == v}) for _, v in STAGES]
+    targets = [sorted({i["valid_after"] for i in done if i["desired"][KIST] == v}) for _, v in STAGES]
     assert all(len(t) == 1 for t in targets) and targets[0][0] < targets[1][0]
 
     # the network: each params.inc rewritten once per stage (no action repeated), and stopped at the end
