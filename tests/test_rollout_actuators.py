@@ -57,3 +57,24 @@ def test_instructions_name_the_line_the_window_and_the_diff(tmp_path):
     again = act.apply("moria1", {KIST: 2}, key)
     assert "written" in first and "already" in again
     assert len(list((tmp_path / "outbox").iterdir())) == 1
+
+
+def test_local_network_authorities_map_by_nickname_else_by_position_and_counts_must_agree():
+    from kistexp.rollout.actuator_local import authority_names, local_cadence
+    from kistexp.rollout.spec import RolloutError
+
+    local = ("auth000", "auth001", "auth002")
+    assert authority_names(("auth002", "auth000", "auth001"), local, "net") == {n: n for n in local}
+    assert authority_names(("moria1", "tor26", "dizum"), local, "net") == dict(
+        zip(("moria1", "tor26", "dizum"), local, strict=True))
+    with pytest.raises(RolloutError, match=r"net: the plan configures 9 authorities, the local network 3 "
+                                           r"\(auth000, auth001, auth002\)"):
+        authority_names(tuple(f"a{i}" for i in range(9)), local, "net")
+    # tor's 10 s testing schedule: votes at VA-4 s; the engine acts by VA-6.5 s and no earlier than VA-14 s
+    c = local_cadence(10, 2)
+    va = dt.datetime(2026, 12, 1, 12, 0, 10, tzinfo=UTC)
+    assert (c.lead_s, c.n_valid) == (4.0, 2)
+    assert c.deadline(va) == va - dt.timedelta(seconds=6.5)
+    assert c.window_opens(va) == va - dt.timedelta(seconds=14)
+    assert c.next_feasible_va(va - dt.timedelta(seconds=7)) == va
+    assert c.next_feasible_va(va - dt.timedelta(seconds=6)) == va + dt.timedelta(seconds=10)

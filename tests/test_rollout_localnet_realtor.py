@@ -4,12 +4,18 @@
 The run makes its own network in EXP/localnet (Debian's tor, 10 s voting rounds, one plan hour per
 round), acts by rewriting each authority's params.inc and reloading it through stem's Controller,
 verifies by the authorities' next votes and the consensus fetched from their DirPorts, and stops
-the network when it ends. Only the processes the tests started are stopped.
+the network when it ends; killed with SIGKILL, a rerun resumes on the still running network.
+Only the processes the tests started are stopped.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 from conftest import have_real_tor
@@ -50,15 +56,42 @@ def plan_text() -> str:
             + RELAY_CPU_CRITERION.replace("min_samples = 100", "min_samples = 50"))
 
 
-def test_two_stages_reach_the_local_votes_and_consensus(tmp_path) -> None:
+def _done_intents(exp) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{exp / 'experiment.db'}?mode=ro", uri=True, timeout=1)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM rollout_intents WHERE state = 'done'").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:  # not made yet
+        return 0
+
+
+def _two_stages_across_a_kill(tmp_path) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(plan_text())
     preds = tmp_path / "preds"
     write_predictions(preds, {"baseline": {}, "two": {}, "five": {}}).close()
     exp = tmp_path / "exp"
 
-    result = CliRunner().invoke(app, ["run", str(plan), "--dir", str(exp), "--authorities", "local",
-                                      "--predictions", str(preds), "--json"])
+    argv = ["run", str(plan), "--dir", str(exp), "--authorities", "local", "--predictions", str(preds), "--json"]
+
+    # killed with SIGKILL once stage 1 is in the consensus, the run leaves its tors running ...
+    first = subprocess.Popen([sys.executable, "-m", "kistexp", *argv], env=dict(os.environ, PYTHONPATH=os.getcwd()),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while _done_intents(exp) < len(PLAN_AUTHORITIES):
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read().decode()[-2000:]
+            time.sleep(0.5)
+    finally:
+        first.kill()
+        first.wait()
+    net = LocalNetwork.load(exp / "localnet")
+    assert all(net.is_running(a) for a in net.authorities)
+
+    # ... and the rerun on the same directory attaches to them, finishes the plan and stops them
+    result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["state"] == "COMPLETED"
 
@@ -86,13 +119,21 @@ def test_two_stages_reach_the_local_votes_and_consensus(tmp_path) -> None:
     targets = [sorted({i["valid_after"] for i in done if i["desired"][KIST] == v}) for _, v in STAGES]
     assert all(len(t) == 1 for t in targets) and targets[0][0] < targets[1][0]
 
-    # the network: each params.inc rewritten once per stage (no action repeated), and stopped at the end
+    # the network: each params.inc rewritten once per stage (no action lost or repeated), stopped at the end
     net = LocalNetwork.load(exp / "localnet")
     log = [json.loads(line) for line in (net.root / CHANGE_LOG).read_text().splitlines()]
     assert [(e["authority"], e["node"], e["new"]) for e in log] == [
         (a, f"auth00{k}", {KIST: v}) for _, v in STAGES for k, a in enumerate(PLAN_AUTHORITIES)]
     assert [dict(net.params(a)) for a in net.authorities] == [{KIST: 5}] * 3
     assert net.status()["running"] == 0
+
+
+def test_two_stages_reach_the_local_votes_and_consensus_across_a_kill(tmp_path) -> None:
+    try:
+        _two_stages_across_a_kill(tmp_path)
+    finally:  # whatever failed: the tors the run started are stopped (a no-op after a run that ended)
+        if (tmp_path / "exp" / "localnet" / "network.json").exists():
+            LocalNetwork.load(tmp_path / "exp" / "localnet").stop()
 
 
 def test_attaching_to_a_network_of_another_size_is_refused_and_leaves_it_running(tmp_path) -> None:
