@@ -57,12 +57,15 @@ class LocalTorActuator:
 
     name = "local"
 
-    def __init__(self, net, directory, clock: Clock, names: Mapping[str, str], cadence: Cadence) -> None:
+    def __init__(self, net, directory, clock: Clock, names: Mapping[str, str], cadence: Cadence,
+                 seen: Mapping[dt.datetime, Params] | None = None) -> None:
         self.net, self.clock, self.cadence = net, clock, cadence
         self.names = dict(names)
         self._plan_name = {v: k for k, v in self.names.items()}
         self.observer = DirectoryObserver(directory, clock)
-        self._held: dict[dt.datetime, Params] = {}  # consensuses seen, by valid-after
+        # consensuses seen, by valid-after: on resume, the journal's (windows missed while the run was
+        # down are collected late and must be drawn for the value nodes held then)
+        self._held: dict[dt.datetime, Params] = dict(seen or {})
         self.history = _HeldConsensus(self)  # for the predicted metrics: which value nodes held
 
     def _node(self, authority: str) -> str:
@@ -227,9 +230,10 @@ class LocalTorRun:
             raise
         return run
 
-    def actuator(self, clock: Clock) -> LocalTorActuator:
+    def actuator(self, clock: Clock, journal) -> LocalTorActuator:
         self.client = self.net.directory_client(retries=1, timeout_s=max(1.0, self.cadence.interval_s / 4))
-        return LocalTorActuator(self.net, self.client, clock, self.names, self.cadence)
+        seen = {c["valid_after"]: c["params"] for c in journal.consensuses() if c["params"] is not None}
+        return LocalTorActuator(self.net, self.client, clock, self.names, self.cadence, seen)
 
     def close(self, refused: bool = False) -> None:
         """End of the run: stop the network if it is the run's own or the run started it. A run refused

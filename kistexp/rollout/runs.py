@@ -305,7 +305,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             actuator = FakeAuthoritiesActuator(net.operator_url, net.token, client, clock)
             history = _PublishedHistory(net)
         elif local is not None:
-            actuator = local.actuator(clock)
+            actuator = local.actuator(clock, journal)
             history = actuator.history
         else:
             client = DirectoryClient()
