@@ -10,12 +10,14 @@ Only the processes the tests started are stopped.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import have_real_tor
@@ -149,5 +151,47 @@ def test_attaching_to_a_network_of_another_size_is_refused_and_leaves_it_running
         assert net.is_running(net.node("auth000"))  # the user's network: not the run's to stop
         with pytest.raises(RolloutError, match="--localnet .*nothing: no local tor network there"):
             live_run(plan, tmp_path / "exp", "local", localnet=tmp_path / "nothing")
+    finally:
+        net.stop()
+
+
+def test_actuator_sets_the_whole_line_verifies_it_in_the_vote_and_touches_nothing_of_a_stopped_tor(tmp_path) -> None:
+    from kistexp.clock import RealClock
+    from kistexp.rollout.actuator_local import LocalTorActuator, local_cadence
+    from kistexp.rollout.actuators import ActuationError
+
+    spec = NetworkSpec(authorities=1, relays=0, exits=0, clients=0, base_port=free_base_port(1),
+                       consensus_params=(((KIST, 10), ("ptwo", 4)),))
+    net = LocalNetwork.create(tmp_path / "net", spec)
+    clock = RealClock()
+    cadence = local_cadence(spec.voting_interval_s, spec.vote_delay_s)
+    try:
+        net.start()
+        first = net.wait_for_consensus(timeout_s=45)
+        with net.directory_client(retries=1) as client:
+            act = LocalTorActuator(net, client, clock, {"alpha": "auth000"}, cadence)
+            assert act.current("alpha") == {KIST: 10, "ptwo": 4}  # GETCONF ConsensusParams
+            response = act.apply("alpha", {KIST: 3, "ptwo": 4}, "test:1:alpha")
+            assert "GETCONF ConsensusParams=KISTSchedRunInterval=3 ptwo=4" in response
+            assert act.current("alpha") == {KIST: 3, "ptwo": 4}
+            # the first round whose vote is built after the reload lists it, and so does its consensus
+            va = cadence.next_feasible_va(clock.now())
+            clock.sleep_until(va - dt.timedelta(seconds=cadence.lead_s - 1))
+            assert act.fetch_vote("alpha", va) == {KIST: 3, "ptwo": 4}
+            clock.sleep_until(va)
+            params, signers = act.fetch_consensus(va)
+            assert (params, signers) == ({KIST: 3, "ptwo": 4}, ["alpha"])
+            assert act.held_at(va) == ({KIST: 3, "ptwo": 4}, [])
+            assert act.held_at(first.valid_after - dt.timedelta(seconds=1)) == (None, [])
+
+            net.stop_node("auth000")
+            params_inc = (Path(net.node("auth000").data_dir) / "params.inc").read_text()
+            assert act.current("alpha") is None
+            with pytest.raises(ActuationError, match=r"alpha \(auth000\): tor is not running"):
+                act.apply("alpha", {KIST: 2}, "test:2:alpha")
+            assert (Path(net.node("auth000").data_dir) / "params.inc").read_text() == params_inc
+        log = [json.loads(line) for line in (net.root / CHANGE_LOG).read_text().splitlines()]
+        assert [(e["old"], e["new"], e["idem_key"]) for e in log] == [
+            ({KIST: 10, "ptwo": 4}, {KIST: 3, "ptwo": 4}, "test:1:alpha")]
     finally:
         net.stop()

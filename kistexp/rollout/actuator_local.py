@@ -84,6 +84,9 @@ class LocalTorActuator:
 
     def apply(self, authority: str, desired: Params, idem_key: str) -> str:
         node = self._node(authority)
+        if not self.net.is_running(self.net.node(node)):
+            # nothing written: a tor started later must not read a set made without its current keys
+            raise ActuationError(f"{authority} ({node}): tor is not running (kistexp localnet up {self.net.root})")
         try:
             old = dict(self.net.params(self.net.node(node)))
             self.net.write_consensus_params(node, tuple(sorted(desired.items())))
