@@ -7,6 +7,10 @@ ends in stem's SocketClosed. Authentication is the cookie file of the node's own
 read from the path kistexp wrote into its torrc, not the path tor advertises. stem's cache of
 GETCONF answers is off: a RELOAD changes the configuration behind stem's back, and the answer
 must be tor's, not stem's memory of it. Every stem error becomes one LocalNetError line.
+
+stem logs "Error while receiving a control message (SocketClosed): empty socket content" at INFO
+each time a connection is closed (its reader thread sees the EOF it caused): expected, not a fault;
+a test that fails for another reason shows these lines in its captured log.
 """
 
 from __future__ import annotations
