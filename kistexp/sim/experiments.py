@@ -287,9 +287,11 @@ def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_m
             transfer_bytes: int = 20 * wl.MIB, streams: int = 1, cc_alg: int | None = None,
             flow_control: str | None = None, kernel_tick_ms: float = 4.0,
             rtt_ms: float = LOOPBACK_LINK.rtt_ms, max_duration_s: float = 60.0, seed: int = 1,
-            nagle: bool = False, progress: Progress | None = None, _runs: _Runs | None = None) -> CircuitResult:
-    """One bulk download over client-guard-middle-exit, loopback-like (0.1 ms RTT, 64 KiB mss, no
-    NIC limit), split over `streams` streams of the one circuit: every node runs `scheduler`,
+            nagle: bool = LOOPBACK_LINK.nagle, progress: Progress | None = None,
+            _runs: _Runs | None = None) -> CircuitResult:
+    """One bulk download over client-guard-middle-exit on the measured loopback link
+    (``scenarios.LOOPBACK_LINK``: 10 µs RTT, 64 KiB mss, no NIC limit, Nagle), split over
+    `streams` streams of the one circuit: every node runs `scheduler`,
     relays at `interval_ms`, the client at `client_interval_ms` (``KISTSchedRunIntervalClient``,
     default: the same). Congestion control is Vegas (``cc_alg=2``) by default, as in tor 0.4.8+
     (§13.2); ``cc_alg=0`` (or ``flow_control="sendme"``) uses the fixed SENDME windows. ``nagle``
@@ -345,7 +347,7 @@ class PathCeilingResult:
 def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
                  circuits: int = 8, transfer_bytes: int = 20 * wl.MIB, cc_alg: int | None = None,
                  flow_control: str | None = None, kernel_tick_ms: float = 4.0, rtt_ms: float = LOOPBACK_LINK.rtt_ms,
-                 max_duration_s: float = 60.0, seed: int = 1, nagle: bool = False,
+                 max_duration_s: float = 60.0, seed: int = 1, nagle: bool = LOOPBACK_LINK.nagle,
                  progress: Progress | None = None) -> PathCeilingResult:
     """The fidelity harness's ``ceiling`` scenario as real tor runs it: `circuits` downloads of
     ``transfer_bytes / circuits`` each, started together over the same client-guard-middle-exit

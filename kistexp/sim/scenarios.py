@@ -12,7 +12,8 @@ the names an experiment function happened to declare).
 * ``ceiling-path``: `circuits` downloads started together over the same path, so they share one
   channel per hop (real tor: one SOCKS username per circuit).
 
-Both run on a loopback-like link (0.1 ms RTT, 64 KiB mss, no NIC limit), every node running
+Both run on a loopback link as measured on the test machine (10 µs RTT, 64 KiB mss, no NIC
+limit, Nagle and Linux's delayed-ACK rules: tor never sets ``TCP_NODELAY``), every node running
 the scheduler; the client's interval is ``KISTSchedRunIntervalClient`` (kist-ewma.md §5.1) and
 ``cc_alg`` 2 means Vegas, 0 the fixed SENDME windows (§13).
 """
@@ -32,8 +33,13 @@ from kistexp.sim.result import SimResult
 
 CELL_BYTES = 514
 MB = 1e6
-#: The loopback link of the real test network (real-tor.md): tiny RTT, 64 KiB mss, no NIC limit.
-LOOPBACK_LINK = LinkConfig(rtt_ms=0.1, mss=LOOPBACK_MSS)
+#: The loopback link of the real test network: 64 KiB mss, no NIC limit, and a 10 µs round trip,
+#: the median ``minrtt`` (``tcpi_min_rtt``) that ``ss -ti`` reported for 120 of tor's loopback
+#: connections during a fidelity run (2026-12-01; 3-13 µs on the busy ones). Nagle is on: tor never
+#: sets ``TCP_NODELAY`` (its only ``setsockopt`` calls, in core/mainloop/connection.c, are
+#: SO_REUSEADDR, SO_EXCLUSIVEADDRUSE, IP_TRANSPARENT, IPV6_V6ONLY, IP_BIND_ADDRESS_NO_PORT and
+#: SO_SNDBUF/SO_RCVBUF), so Linux's Nagle and delayed-ACK rules apply (``LinkConfig.nagle``, tcp.py).
+LOOPBACK_LINK = LinkConfig(rtt_ms=0.01, mss=LOOPBACK_MSS, nagle=True)
 #: tor's ``cc_alg`` consensus parameter (congestion_control_common.c): 0 = fixed SENDME windows,
 #: 2 = Vegas (the default since 0.4.8.2-alpha).
 CC_ALG_FLOW_CONTROL = {0: "sendme", 2: "vegas"}
@@ -58,9 +64,10 @@ class PathScenario:
     rtt_ms: float = LOOPBACK_LINK.rtt_ms
     max_duration_s: float = 60.0
     seed: int = 1
-    nagle: bool = False
+    nagle: bool = LOOPBACK_LINK.nagle
     """Model Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``; tor never
-    sets TCP_NODELAY). Off by default: see docs/simulator.md for what it does to the figures."""
+    sets TCP_NODELAY). On by default; False gives the older model that acknowledges every flight
+    one RTT after it left (docs/simulator.md compares the two)."""
 
     @property
     def client_interval(self) -> int:
