@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -41,8 +45,42 @@ def rogue_signing_keys(keys: AuthorityKeys) -> AuthorityKeys:
     return attrs.evolve(keys, signing_key=rsa.generate_private_key(public_exponent=65537, key_size=bits))
 
 
+class _Memo:
+    """A small thread-safe LRU of a pure function's results by their exact input.
+
+    Every authority of a round parses the same few documents (each vote reaches all of them,
+    all of them assemble the same signed consensus) and computes the same consensus from the
+    same votes: the parse or the computation is done once and its result handed to the others.
+    Only a result for the identical input is reused, so nothing is assumed about what changed.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = make()  # outside the lock: a parse may take a while; errors are not kept
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+
+# A round holds one vote per authority (64 at most) and two consensus flavours.
+_PARSED = _Memo(256)
+_BODIES = _Memo(16)
+
+
 def parse_vote(body: bytes, source: str) -> netstatus.NetworkStatus:
-    doc = netstatus.parse_network_status(body, source)
+    """A vote, parsed once however many authorities receive these exact bytes (its ``source``
+    names where it was first parsed)."""
+    doc = _PARSED.get(bytes(body), lambda: netstatus.parse_network_status(body, source))
     if not doc.is_vote:
         raise DocumentError(f"{source}: not a vote")
     return doc
@@ -75,7 +113,8 @@ class ConsensusMeta:
 
 
 def consensus_meta(text: bytes | str) -> ConsensusMeta:
-    doc = netstatus.parse_network_status(text, "published consensus")
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    doc = _PARSED.get(data, lambda: netstatus.parse_network_status(data, "published consensus"))
     return ConsensusMeta(doc.valid_after.timestamp(), doc.fresh_until.timestamp(),
                          doc.valid_until.timestamp(), doc.params)
 
@@ -137,7 +176,16 @@ def render_vote(keys: AuthorityKeys, *, nickname: str, address: str, dirport: in
 
 def compute_consensus_bodies(votes: list[netstatus.NetworkStatus], n_authorities: int) -> dict[str, str]:
     """Unsigned ns and microdesc consensus bodies from the held votes, by tor's rules
-    (params §1.3, formation and method §2.1, times: low medians)."""
+    (params §1.3, formation and method §2.1, times: low medians).
+
+    The bodies depend only on the votes' signed parts, taken in voter order: every authority
+    holding the same votes computes them once between them."""
+    votes = sorted(votes, key=lambda v: v.authorities[0].v3ident)
+    key = (tuple(v.signed_part for v in votes), n_authorities)
+    return dict(_BODIES.get(key, lambda: _compute_bodies(votes, n_authorities)))
+
+
+def _compute_bodies(votes: list[netstatus.NetworkStatus], n_authorities: int) -> dict[str, str]:
     held = [voting.Vote(v.authorities[0].nickname, v.params, v.authorities[0].v3ident,
                         v.consensus_methods, "Running" in v.known_flags) for v in votes]
     form = voting.formation(held, n_authorities)
