@@ -9,7 +9,6 @@ from kistexp.clock import VirtualClock
 from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.loader import load_plan, parse_plan
-from kistexp.rollout.actuators import SimulatedAuthorities
 from kistexp.rollout.drivers import VirtualDriver
 from kistexp.rollout.dryrun import (
     InjectionError,
@@ -23,6 +22,7 @@ from kistexp.rollout.dryrun import (
 from kistexp.rollout.engine import Engine
 from kistexp.rollout.journal import Journal, LockedError, RunLock
 from kistexp.rollout.spec import spec_from_plan
+from tests.model_authorities import SimulatedAuthorities
 from tests.plan_helpers import VALID_PLAN
 from tests.rollout_helpers import KIST_EFFECTS, write_predictions
 

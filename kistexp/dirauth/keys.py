@@ -21,6 +21,7 @@ lets a dry run's embedded authorities sign and check every document of a seven-w
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 
 import attrs
@@ -91,11 +92,13 @@ def tor_sign(private_key: rsa.RSAPrivateKey, digest: bytes) -> bytes:
     return (m2 + h * nums.q).to_bytes(k, "big")
 
 
+@functools.lru_cache(maxsize=1024)
 def tor_verify(n: int, e: int, signature: bytes, digest: bytes) -> bool:
     """True if ``signature`` is tor's signature of ``digest`` under the public key (n, e).
 
     A key outside the bounds (MIN_RSA_BITS..MAX_RSA_BITS, exponent RSA_EXPONENT) never
-    verifies, so no caller can be made to do unbounded work."""
+    verifies, so no caller can be made to do unbounded work. The answer for the same four
+    values is kept (a pure function): every authority of a round checks the same signatures."""
     if e != RSA_EXPONENT or not MIN_RSA_BITS <= n.bit_length() <= MAX_RSA_BITS:
         return False
     s = int.from_bytes(signature, "big")

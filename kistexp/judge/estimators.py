@@ -226,13 +226,15 @@ def kish_n(w: np.ndarray) -> float:
     return float(w.sum()) ** 2 / sq if sq > 0 else 0.0
 
 
-def weighted_quantile(y: np.ndarray, w: np.ndarray, p: float) -> float:
+def weighted_quantile(y: np.ndarray, w: np.ndarray, p: float | np.ndarray) -> float | np.ndarray:
     """Quantile p of the weighted empirical distribution (midpoint interpolation of the
-    cumulative weights; equal weights give numpy's median)."""
+    cumulative weights; equal weights give numpy's median). ``p`` may be an array of levels,
+    answered from one sort."""
     order = np.argsort(y, kind="stable")
     y, w = y[order], w[order]
     cum = (np.cumsum(w) - 0.5 * w) / w.sum()
-    return float(np.interp(p, cum, y))
+    q = np.interp(p, cum, y)
+    return q if np.ndim(p) else float(q)
 
 
 def weighted_side_statistic(x: np.ndarray, w: np.ndarray, statistic: str, log_scale: bool
@@ -255,8 +257,8 @@ def weighted_side_statistic(x: np.ndarray, w: np.ndarray, statistic: str, log_sc
     y = np.log(x) if log_scale else x
     p = quantile_level(statistic)
     half = math.sqrt(p * (1.0 - p) / n_eff)
-    q = weighted_quantile(y, w, p)
-    se = 0.5 * (weighted_quantile(y, w, min(p + half, 1.0)) - weighted_quantile(y, w, max(p - half, 0.0)))
+    q, hi, lo = (float(v) for v in weighted_quantile(y, w, np.array([p, min(p + half, 1.0), max(p - half, 0.0)])))
+    se = 0.5 * (hi - lo)
     return q, se, n_eff
 
 
