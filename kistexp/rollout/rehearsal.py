@@ -113,8 +113,9 @@ class EmbeddedAuthorities:
         transport = self.net.transport()
         # no retries: a retry's backoff would wait on the virtual clock, moving the authorities on
         # in the middle of an engine step; an unanswered fetch is an observation, as it is live
+        # (identity only: in-process there is no wire for compression to save)
         self.directory = DirectoryClient(self.net.directory_authorities(), transport=transport, retries=0,
-                                         clock=clock)
+                                         clock=clock, accept_encodings=("identity",))
         self.actuator = FakeAuthoritiesActuator(self.net.operator_url, self.net.token, self.directory, clock,
                                                 transport=transport)
         self.history = ConsensusHistory(self.directory, clock, spec, spec.cadence.va_at_or_after(now))
