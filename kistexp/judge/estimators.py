@@ -135,8 +135,9 @@ def _memo_readonly(fn):
         if not arrays or any(a.flags.writeable for a in arrays):
             return fn(*args)
         key = (fn.__name__, *(id(a) if isinstance(a, np.ndarray) else a for a in args))
-        hit = _MEMO.get(key)
+        hit = _MEMO.pop(key, None)
         if hit is not None:
+            _MEMO[key] = hit  # least recently used goes first: the baseline, asked every hour, stays
             return hit[1]
         out = fn(*args)
         if len(_MEMO) >= _MEMO_SIZE:
@@ -201,8 +202,13 @@ def tail_share(x: np.ndarray) -> float:
 
 # --- hour-of-day post-stratification (spec §5.4 rule 2) -----------------------------------
 
+@_memo_readonly
 def hour_of_day(times: np.ndarray) -> np.ndarray:
-    return (np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64) % 24)
+    """UTC hour of day of each sample time (kept for a window's read-only times: each hourly look
+    of a weeks-long rollout asks it again of the same baseline)."""
+    hours = np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64) % 24
+    hours.setflags(write=False)
+    return hours
 
 
 def hour_weights(baseline_times: np.ndarray, stage_times: np.ndarray) -> np.ndarray:
