@@ -55,6 +55,13 @@ class _Pending:
         # The ns digest names the consensus in detached signatures (consensus-digest).
         self.digest = docs.signed_digest(body, "sha1").hex().upper()
         self.signatures: dict[str, DocumentSignature] = {}  # by signer v3ident
+        self._digests: dict[str, bytes] = {}
+
+    def signed_digest(self, algorithm: str) -> bytes:
+        """The digest signatures of this body cover (computed once: every upload is checked against it)."""
+        if algorithm not in self._digests:
+            self._digests[algorithm] = docs.signed_digest(self.body, algorithm)
+        return self._digests[algorithm]
 
 
 class FakeAuthority:
@@ -272,7 +279,7 @@ class FakeAuthority:
                 pend = self.pending.get(fl)
                 if pend is None:
                     continue
-                digest = docs.signed_digest(pend.body, SIG_ALGORITHM[fl])
+                digest = pend.signed_digest(SIG_ALGORITHM[fl])
                 for sig in sigs:
                     if sig.identity not in self.held["next"]:
                         continue  # only the consensus's own voters may sign it
