@@ -44,6 +44,7 @@ def test_embedded_authorities_act_through_the_operator_api_and_show_it_in_signed
         assert auth.actuator.fetch_vote("moria1", va) == {KIST: 2}  # current/authority after VA
 
 
+@pytest.mark.slow
 def test_a_stale_authority_is_refused_by_the_others_and_the_rollout_goes_on(tmp_path):
     write_predictions(tmp_path / "e", SHORT_EFFECTS)
     plan = parse_plan(SHORT_PLAN)

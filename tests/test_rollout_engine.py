@@ -42,6 +42,7 @@ def decision_log(result):
     return [(d["decision"], d["stage"], d["valid_after"]) for d in result.decisions]
 
 
+@pytest.mark.slow  # seven weeks of hourly rounds of nine fake authorities
 def test_bundled_plan_dry_run_completes_with_each_stage_in_consensus(kist_exp):
     plan = load_plan("plans/kist-run-interval-2020.toml")
     r = dry_run(plan, kist_exp)
@@ -96,6 +97,7 @@ def test_rehearsed_cpu_rollback_steps_back_in_stage_one(kist_exp):
     assert r.consensus_changes[-1]["params"][KIST] == 10
 
 
+@pytest.mark.slow  # seven weeks of hourly rounds of nine fake authorities
 def test_an_authority_down_from_day_eight_does_not_stop_the_rollout(kist_exp):
     plan = load_plan("plans/kist-run-interval-2020.toml")
     r = dry_run(plan, kist_exp, injections=["authority=moria1:down@day8"])
