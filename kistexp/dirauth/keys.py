@@ -124,12 +124,24 @@ def key_digest(der: bytes) -> str:
 
 
 def _public_numbers(der: bytes, where: str) -> tuple[int, int]:
+    numbers = _decoded_numbers(der)
+    if numbers is None:
+        raise DocumentError(f"{where}: RSA PUBLIC KEY block is not a DER RSA public key")
+    if not numbers:
+        raise DocumentError(f"{where}: key is not an RSA key")
+    return numbers  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded_numbers(der: bytes) -> tuple[int, int] | tuple[()] | None:
+    """(n, e) of a DER public key; () if not RSA, None if not a key. Kept per key: every
+    signature check of a document asks again for the same few authorities' keys."""
     try:
         key = serialization.load_der_public_key(der)
     except (ValueError, TypeError):
-        raise DocumentError(f"{where}: RSA PUBLIC KEY block is not a DER RSA public key") from None
+        return None
     if not isinstance(key, rsa.RSAPublicKey):
-        raise DocumentError(f"{where}: key is not an RSA key")
+        return ()
     nums = key.public_numbers()
     return nums.n, nums.e
 
