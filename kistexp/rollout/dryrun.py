@@ -176,6 +176,8 @@ class PredictedMetrics:
         self._adoption = {pop: (grid * factor, np.asarray(model.adoption(cls, grid)))
                           for pop, cls in (("relays", NodeClass.CACHE), ("clients", NodeClass.CLIENT))}
         self._consensus: dict[dt.datetime, tuple] = {}
+        # the consensus each stage's values give by tor's rule (0 = baseline), asked at every collection
+        self._expected = [spec.expected_consensus(spec.values_of(i)) for i in range(spec.n_stages + 1)]
 
     def _params_at(self, va: dt.datetime) -> tuple:
         if va not in self._consensus:
@@ -188,8 +190,7 @@ class PredictedMetrics:
         if params is None:
             return 0
         seen = dict(params)
-        for i in [0] + list(range(1, self.spec.n_stages + 1)):
-            want = self.spec.expected_consensus(self.spec.values_of(i))
+        for i, want in enumerate(self._expected):
             if all(seen.get(k) == v for k, v in want.items()):
                 return i
         return 0
