@@ -55,6 +55,13 @@ class _Pending:
         # The ns digest names the consensus in detached signatures (consensus-digest).
         self.digest = docs.signed_digest(body, "sha1").hex().upper()
         self.signatures: dict[str, DocumentSignature] = {}  # by signer v3ident
+        self._digests: dict[str, bytes] = {}
+
+    def signed_digest(self, algorithm: str) -> bytes:
+        """The digest signatures of this body cover (computed once: every upload is checked against it)."""
+        if algorithm not in self._digests:
+            self._digests[algorithm] = docs.signed_digest(self.body, algorithm)
+        return self._digests[algorithm]
 
 
 class FakeAuthority:
@@ -227,15 +234,22 @@ class FakeAuthority:
                 self.note("my own vote is not among the votes held: not signing")
                 return None
             keys = self._signing_keys()
-            for fl, pend in self.pending.items():
-                sig = keys.sign_document(pend.body, SIG_ALGORITHM[fl])
-                if keys is self.keys:
-                    pend.signatures[self.v3ident] = sig
-            return self._detached(keys).encode()
+            # one signature per flavour, kept and uploaded (tor's PKCS#1 v1.5 signature of a
+            # body is deterministic: signing it again would give the same bytes)
+            own = {fl: keys.sign_document(pend.body, SIG_ALGORITHM[fl]) for fl, pend in self.pending.items()}
+            if keys is self.keys:
+                for fl, sig in own.items():
+                    self.pending[fl].signatures[self.v3ident] = sig
+            return docs.render_detached({fl: p.body for fl, p in self.pending.items()},
+                                        {fl: [sig] for fl, sig in own.items()}).encode()
 
-    def _detached(self, keys: AuthorityKeys) -> str:
-        sigs = {fl: [keys.sign_document(p.body, SIG_ALGORITHM[fl])] for fl, p in self.pending.items()}
-        return docs.render_detached({fl: p.body for fl, p in self.pending.items()}, sigs)
+    def needs_signatures(self) -> bool:
+        """At VA - Dist/2: whether to fetch signatures from the others: only while a pending
+        consensus lacks the signature of some configured authority (tor's
+        ``dirvote_fetch_missing_signatures``: nothing to fetch once it is "signed by everybody",
+        ``networkstatus_check_consensus_signature`` == 1)."""
+        with self._lock:
+            return any(len(p.signatures) < self.n_authorities for p in self.pending.values())
 
     def pending_detached_signatures(self) -> bytes | None:
         with self._lock:
@@ -265,10 +279,13 @@ class FakeAuthority:
                 pend = self.pending.get(fl)
                 if pend is None:
                     continue
-                digest = docs.signed_digest(pend.body, SIG_ALGORITHM[fl])
+                digest = pend.signed_digest(SIG_ALGORITHM[fl])
                 for sig in sigs:
                     if sig.identity not in self.held["next"]:
                         continue  # only the consensus's own voters may sign it
+                    if sig.identity in pend.signatures:
+                        continue  # already a good one from this voter: tor skips it unchecked
+                        # (networkstatus_add_detached_signatures)
                     cert = self._peers().get(sig.identity)
                     if cert is None or sig.signing_key_digest != cert.signing_key_digest:
                         continue

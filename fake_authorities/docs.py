@@ -7,7 +7,12 @@ authority logic reads as tor's voting steps and the document format lives in one
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -41,8 +46,42 @@ def rogue_signing_keys(keys: AuthorityKeys) -> AuthorityKeys:
     return attrs.evolve(keys, signing_key=rsa.generate_private_key(public_exponent=65537, key_size=bits))
 
 
+class _Memo:
+    """A small thread-safe LRU of a pure function's results by their exact input.
+
+    Every authority of a round parses the same few documents (each vote reaches all of them,
+    all of them assemble the same signed consensus) and computes the same consensus from the
+    same votes: the parse or the computation is done once and its result handed to the others.
+    Only a result for the identical input is reused, so nothing is assumed about what changed.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = make()  # outside the lock: a parse may take a while; errors are not kept
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return value
+
+
+# A round holds one vote per authority (64 at most) and two consensus flavours.
+_PARSED = _Memo(256)
+_BODIES = _Memo(16)
+
+
 def parse_vote(body: bytes, source: str) -> netstatus.NetworkStatus:
-    doc = netstatus.parse_network_status(body, source)
+    """A vote, parsed once however many authorities receive these exact bytes (its ``source``
+    names where it was first parsed)."""
+    doc = _PARSED.get(bytes(body), lambda: netstatus.parse_network_status(body, source))
     if not doc.is_vote:
         raise DocumentError(f"{source}: not a vote")
     return doc
@@ -61,7 +100,10 @@ def check_vote_signature(vote: netstatus.NetworkStatus, cert: KeyCertificate, wh
     embedded = vote.key_certificate
     if embedded is None or embedded.fingerprint != cert.fingerprint or embedded.signing_key != cert.signing_key:
         raise DocumentError(f"{where}: embedded key certificate is not the one configured for {cert.fingerprint}")
-    check = documents.verify_signatures(vote, [cert], n_authorities=1, authorities=[cert.fingerprint])
+    # the same vote reaches every authority: checked once for these exact bytes and certificate
+    key = ("checked", vote.signed_part, tuple((s.algorithm, s.signature) for s in vote.signatures), cert.text)
+    check = _PARSED.get(key, lambda: documents.verify_signatures(vote, [cert], n_authorities=1,
+                                                                authorities=[cert.fingerprint]))
     if not check.ok:
         raise DocumentError(f"{where}: signature does not verify ({check.summary()})")
 
@@ -75,7 +117,8 @@ class ConsensusMeta:
 
 
 def consensus_meta(text: bytes | str) -> ConsensusMeta:
-    doc = netstatus.parse_network_status(text, "published consensus")
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    doc = _PARSED.get(data, lambda: netstatus.parse_network_status(data, "published consensus"))
     return ConsensusMeta(doc.valid_after.timestamp(), doc.fresh_until.timestamp(),
                          doc.valid_until.timestamp(), doc.params)
 
@@ -92,7 +135,8 @@ class Detached:
 
 
 def parse_detached(body: bytes, source: str) -> Detached:
-    d = netstatus.parse_detached_signatures(body, source)
+    """Detached signatures, parsed once however many authorities receive these exact bytes."""
+    d = _PARSED.get(("detached", bytes(body)), lambda: netstatus.parse_detached_signatures(body, source))
     sigs: dict[str, list[DocumentSignature]] = {"ns": list(d.signatures)}
     for flavour, sig in d.additional_signatures:
         sigs.setdefault(flavour, []).append(sig)
@@ -106,7 +150,9 @@ def parse_detached(body: bytes, source: str) -> Detached:
 _RELAY_FLAGS = ("Fast", "Running", "Stable", "V2Dir", "Valid")
 
 
-def fake_relays(count: int = 3) -> list[documents.RouterStatus]:
+@functools.lru_cache(maxsize=8)
+def fake_relays(count: int = 3) -> tuple[documents.RouterStatus, ...]:
+    """The same relays every round (frozen entries, made once)."""
     out = []
     for i in range(count):
         ident = hashlib.sha1(f"kistexp fake relay {i}".encode()).hexdigest().upper()
@@ -114,7 +160,7 @@ def fake_relays(count: int = 3) -> list[documents.RouterStatus]:
             nickname=f"fakerelay{i}", identity=ident, address=f"127.0.1.{i + 1}", orport=9001,
             flags=(*_RELAY_FLAGS, "Guard") if i == 0 else _RELAY_FLAGS, bandwidth=1000 * (i + 1),
             version="Tor 0.4.8.13", measured=1000 * (i + 1)))
-    return out
+    return tuple(out)
 
 
 def render_vote(keys: AuthorityKeys, *, nickname: str, address: str, dirport: int, orport: int,
@@ -125,7 +171,7 @@ def render_vote(keys: AuthorityKeys, *, nickname: str, address: str, dirport: in
     header = documents.StatusHeader(_dt(valid_after), _dt(fresh_until), _dt(valid_until), params=params,
                                     voting_delay=(vote_delay, dist_delay), published=_dt(published))
     ident = documents.AuthorityIdentity(nickname, address, dirport, orport)
-    text = documents.render_vote(header, ident, keys, fake_relays())
+    text = documents.render_vote(header, ident, keys, list(fake_relays()))
     if malformed:
         # Mis-ordered params: tor rejects the whole vote (§1.1).
         bad = " ".join(f"{k}={v}" for k, v in reversed(params)) if len(params) > 1 else "zz=1 aa=1"
@@ -137,7 +183,16 @@ def render_vote(keys: AuthorityKeys, *, nickname: str, address: str, dirport: in
 
 def compute_consensus_bodies(votes: list[netstatus.NetworkStatus], n_authorities: int) -> dict[str, str]:
     """Unsigned ns and microdesc consensus bodies from the held votes, by tor's rules
-    (params §1.3, formation and method §2.1, times: low medians)."""
+    (params §1.3, formation and method §2.1, times: low medians).
+
+    The bodies depend only on the votes' signed parts, taken in voter order: every authority
+    holding the same votes computes them once between them."""
+    votes = sorted(votes, key=lambda v: v.authorities[0].v3ident)
+    key = (tuple(v.signed_part for v in votes), n_authorities)
+    return dict(_BODIES.get(key, lambda: _compute_bodies(votes, n_authorities)))
+
+
+def _compute_bodies(votes: list[netstatus.NetworkStatus], n_authorities: int) -> dict[str, str]:
     held = [voting.Vote(v.authorities[0].nickname, v.params, v.authorities[0].v3ident,
                         v.consensus_methods, "Running" in v.known_flags) for v in votes]
     form = voting.formation(held, n_authorities)

@@ -1,7 +1,8 @@
 """Faults an operator can inject into one fake authority.
 
 - ``down``: the DirPort refuses connections (``mode="refuse"``) or accepts and never answers
-  (``mode="hang"``); the authority takes no part in voting.
+  (``mode="hang"``); the authority takes no part in voting, and the operator API cannot
+  change its ConsensusParams (no process to reload: 503).
 - ``slow``: every DirPort reply and every upload it makes is delayed by ``delay_s``; uploads
   that arrive after the vote cutoff are refused (dirspec-params.md §2.2).
 - ``stale-vote``: it keeps serving and sending the vote it had when the fault was set; the

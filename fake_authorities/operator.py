@@ -177,6 +177,8 @@ class OperatorApi:
                     if isinstance(params, dict) and not all(
                             isinstance(v, int) and not isinstance(v, bool) for v in params.values()):
                         return _problem(400, "params as an object must map keywords to integers")
+                    if auth.has("down"):  # no tor process to reload: the change cannot take
+                        return _problem(503, f"{auth.nickname} is down: a reload cannot reach it")
                     items = net.set_params(auth.nickname, params)
                     return _json(200, {"nickname": auth.nickname, "consensus_params": list(auth.consensus_params),
                                        "vote_params": " ".join(f"{k}={v}" for k, v in items),

@@ -28,6 +28,38 @@ class _Body(httpx.SyncByteStream):
             yield self._data[i : i + 16384]
 
 
+class Unreachable(Exception):
+    """The peer did not answer: ``refused`` (connection refused) or timed out."""
+
+    def __init__(self, message: str, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+def deliver(route: Route | None, req: DirRequest, timeout_s: float,
+            sleep: Callable[[float], None] = time.sleep) -> DirResponse:
+    """One request to an in-process DirPort, with the faults a socket would show: a route
+    that is missing or not listening refuses, a hanging gate times out, a slow one answers
+    after its delay or times out. Raises ``Unreachable``."""
+    if route is None:
+        raise Unreachable("[Errno 111] Connection refused", refused=True)
+    handler, gate, listening = route
+    if not listening():
+        raise Unreachable("[Errno 111] Connection refused", refused=True)
+    if gate.hang.is_set():
+        sleep(min(timeout_s, 30.0))
+        raise Unreachable("timed out (authority not answering)", refused=False)
+    if gate.delay_s > 0:
+        if gate.delay_s >= timeout_s:
+            sleep(timeout_s)
+            raise Unreachable("timed out (authority slow)", refused=False)
+        sleep(gate.delay_s)
+    try:
+        return handler(req)
+    except Exception:  # as the socket server: a bug answers 503, it does not leak out
+        return DirResponse(503)
+
+
 class InProcessTransport(httpx.BaseTransport):
     """Route ``http://host:port/...`` to the handler registered for that port."""
 
@@ -41,27 +73,16 @@ class InProcessTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         host = request.url.host
         port = request.url.port or 80
-        route = self._routes(host, port)
-        if route is None:
-            raise httpx.ConnectError(f"[Errno 111] Connection refused ({host}:{port})", request=request)
-        handler, gate, listening = route
-        if not listening():
-            raise httpx.ConnectError(f"[Errno 111] Connection refused ({host}:{port})", request=request)
         timeout = (request.extensions.get("timeout") or {}).get("read") or 5.0
-        if gate.hang.is_set():
-            self._sleep(min(timeout, 30.0))
-            raise httpx.ReadTimeout("timed out (authority not answering)", request=request)
-        if gate.delay_s > 0:
-            if gate.delay_s >= timeout:
-                self._sleep(timeout)
-                raise httpx.ReadTimeout("timed out (authority slow)", request=request)
-            self._sleep(gate.delay_s)
         headers = {k.lower(): v for k, v in request.headers.items()}
+        req = DirRequest(request.method, request.url.path, headers, request.read(), "127.0.0.1",
+                         request.url.query.decode())
         try:
-            resp = handler(DirRequest(request.method, request.url.path, headers, request.read(), "127.0.0.1",
-                                      request.url.query.decode()))
-        except Exception:  # as the socket server: a bug answers 503, it does not leak out
-            resp = DirResponse(503)
+            resp = deliver(self._routes(host, port), req, timeout, self._sleep)
+        except Unreachable as exc:
+            if exc.refused:
+                raise httpx.ConnectError(f"{exc} ({host}:{port})", request=request) from None
+            raise httpx.ReadTimeout(str(exc), request=request) from None
         return httpx.Response(
             resp.status,
             headers=list(resp.headers),

@@ -104,3 +104,19 @@ def test_directory_deadline_runs_on_the_injected_clock(keys):
             c.fetch_once(c.endpoints[0], "/tor/status-vote/current/consensus-microdesc")
     assert time.monotonic() - t0 < 2
     assert clock.monotonic() >= 15  # stopped by the virtual deadline, not by a real one
+
+
+def test_a_down_authority_cannot_be_reloaded_through_the_operator_api(keys):
+    clock = VirtualClock(START)
+    net = network(keys, clock).start()
+    try:
+        net.inject_fault("moria1", Fault("down"))
+        url = f"{net.operator_url}/kistexp/operator/authorities"
+        with httpx.Client(transport=net.transport(), headers={"Authorization": "Bearer t"}) as c:
+            down = c.put(f"{url}/moria1/params", json={"params": "KISTSchedRunInterval=2"})
+            up = c.put(f"{url}/tor26/params", json={"params": "KISTSchedRunInterval=2"})
+        assert down.status_code == 503 and "moria1 is down" in down.json()["error"]
+        assert net.authority("moria1").consensus_params == ()  # unchanged
+        assert up.status_code == 200 and net.authority("tor26").consensus_params == ("KISTSchedRunInterval=2",)
+    finally:
+        net.stop()

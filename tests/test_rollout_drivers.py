@@ -9,13 +9,13 @@ from kistexp.clock import UTC, RealClock, VirtualClock
 from kistexp.dirauth.schedule import AcceleratedSchedule
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.loader import parse_plan
-from kistexp.rollout.actuators import SimulatedAuthorities
 from kistexp.rollout.drivers import LiveDriver, VirtualDriver
 from kistexp.rollout.dryrun import PredictedMetrics, initial_configs, load_curves
 from kistexp.rollout.engine import Engine
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.spec import LIVE_CADENCE, Cadence, spec_from_plan
 from kistexp.rollout.triggers import TorScheduleTrigger, interval_trigger
+from tests.model_authorities import SimulatedAuthorities
 from tests.plan_helpers import VALID_PLAN
 from tests.rollout_helpers import write_predictions
 

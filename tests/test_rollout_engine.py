@@ -9,7 +9,6 @@ from kistexp.clock import VirtualClock
 from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.loader import load_plan, parse_plan
-from kistexp.rollout.actuators import SimulatedAuthorities
 from kistexp.rollout.drivers import VirtualDriver
 from kistexp.rollout.dryrun import (
     InjectionError,
@@ -23,6 +22,7 @@ from kistexp.rollout.dryrun import (
 from kistexp.rollout.engine import Engine
 from kistexp.rollout.journal import Journal, LockedError, RunLock
 from kistexp.rollout.spec import spec_from_plan
+from tests.model_authorities import SimulatedAuthorities
 from tests.plan_helpers import VALID_PLAN
 from tests.rollout_helpers import KIST_EFFECTS, write_predictions
 
@@ -42,6 +42,7 @@ def decision_log(result):
     return [(d["decision"], d["stage"], d["valid_after"]) for d in result.decisions]
 
 
+@pytest.mark.slow  # seven weeks of hourly rounds of nine fake authorities
 def test_bundled_plan_dry_run_completes_with_each_stage_in_consensus(kist_exp):
     plan = load_plan("plans/kist-run-interval-2020.toml")
     r = dry_run(plan, kist_exp)
@@ -96,6 +97,7 @@ def test_rehearsed_cpu_rollback_steps_back_in_stage_one(kist_exp):
     assert r.consensus_changes[-1]["params"][KIST] == 10
 
 
+@pytest.mark.slow  # seven weeks of hourly rounds of nine fake authorities
 def test_an_authority_down_from_day_eight_does_not_stop_the_rollout(kist_exp):
     plan = load_plan("plans/kist-run-interval-2020.toml")
     r = dry_run(plan, kist_exp, injections=["authority=moria1:down@day8"])

@@ -37,7 +37,7 @@ def dry_run_cmd(
                               "(default: the hour of the first recorded sample)."),
     as_json: bool = typer.Option(False, "--json", help="Decisions, rollbacks and timings as JSON."),
 ) -> None:
-    """Rehearse the whole plan on the virtual clock against simulated authorities and predicted metrics."""
+    """Rehearse the whole plan on the virtual clock against embedded fake authorities and predicted metrics."""
     from kistexp.plan import load_plan
     from kistexp.rollout.dryrun import dry_run
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import binascii
 import datetime as dt
+import functools
 import hashlib
 from collections.abc import Iterator, Sequence
 from typing import overload
@@ -398,9 +399,11 @@ def _times(fields: dict[str, str], source: str) -> tuple[dt.datetime, dt.datetim
     return valid_after, fresh_until, valid_until
 
 
+@functools.lru_cache(maxsize=64)
 def body_times(body: str, source: str) -> tuple[dt.datetime, dt.datetime, dt.datetime]:
     """valid-after, fresh-until and valid-until of an unsigned body (a document up to its first
-    ``directory-signature``), read with ``parse_network_status``'s header rules."""
+    ``directory-signature``), read with ``parse_network_status``'s header rules (kept for the
+    same body: each authority of a round renders detached signatures for the same bodies)."""
     if not body.startswith("network-status-version ") or not body.endswith("\n"):
         raise DocumentError(f"{source}: not a network-status body")
     ends = [i for i in (body.find("\nr "), body.find("\ndirectory-footer\n")) if i >= 0]

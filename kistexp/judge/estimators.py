@@ -135,8 +135,9 @@ def _memo_readonly(fn):
         if not arrays or any(a.flags.writeable for a in arrays):
             return fn(*args)
         key = (fn.__name__, *(id(a) if isinstance(a, np.ndarray) else a for a in args))
-        hit = _MEMO.get(key)
+        hit = _MEMO.pop(key, None)
         if hit is not None:
+            _MEMO[key] = hit  # least recently used goes first: the baseline, asked every hour, stays
             return hit[1]
         out = fn(*args)
         if len(_MEMO) >= _MEMO_SIZE:
@@ -193,16 +194,24 @@ def satterthwaite(se_a, df_a, se_b, df_b):
 
 def tail_share(x: np.ndarray) -> float:
     """Share of the sum carried by the top 1 % of samples (heavy tails make means fragile)."""
-    x = np.sort(np.asarray(x, dtype=float))
+    x = np.asarray(x, dtype=float)
+    if not x.size:
+        return 0.0
     k = max(1, int(math.ceil(0.01 * x.size)))
     total = float(x.sum())
-    return float(x[-k:].sum() / total) if total > 0 else 0.0
+    top = np.partition(x, x.size - k)[-k:]  # the k largest, in O(n): a stage's window is looked at hourly
+    return float(top.sum() / total) if total > 0 else 0.0
 
 
 # --- hour-of-day post-stratification (spec §5.4 rule 2) -----------------------------------
 
+@_memo_readonly
 def hour_of_day(times: np.ndarray) -> np.ndarray:
-    return (np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64) % 24)
+    """UTC hour of day of each sample time (kept for a window's read-only times: each hourly look
+    of a weeks-long rollout asks it again of the same baseline)."""
+    hours = np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64) % 24
+    hours.setflags(write=False)
+    return hours
 
 
 def hour_weights(baseline_times: np.ndarray, stage_times: np.ndarray) -> np.ndarray:
@@ -226,13 +235,15 @@ def kish_n(w: np.ndarray) -> float:
     return float(w.sum()) ** 2 / sq if sq > 0 else 0.0
 
 
-def weighted_quantile(y: np.ndarray, w: np.ndarray, p: float) -> float:
+def weighted_quantile(y: np.ndarray, w: np.ndarray, p: float | np.ndarray) -> float | np.ndarray:
     """Quantile p of the weighted empirical distribution (midpoint interpolation of the
-    cumulative weights; equal weights give numpy's median)."""
+    cumulative weights; equal weights give numpy's median). ``p`` may be an array of levels,
+    answered from one sort."""
     order = np.argsort(y, kind="stable")
     y, w = y[order], w[order]
     cum = (np.cumsum(w) - 0.5 * w) / w.sum()
-    return float(np.interp(p, cum, y))
+    q = np.interp(p, cum, y)
+    return q if np.ndim(p) else float(q)
 
 
 def weighted_side_statistic(x: np.ndarray, w: np.ndarray, statistic: str, log_scale: bool
@@ -255,8 +266,8 @@ def weighted_side_statistic(x: np.ndarray, w: np.ndarray, statistic: str, log_sc
     y = np.log(x) if log_scale else x
     p = quantile_level(statistic)
     half = math.sqrt(p * (1.0 - p) / n_eff)
-    q = weighted_quantile(y, w, p)
-    se = 0.5 * (weighted_quantile(y, w, min(p + half, 1.0)) - weighted_quantile(y, w, max(p - half, 0.0)))
+    q, hi, lo = (float(v) for v in weighted_quantile(y, w, np.array([p, min(p + half, 1.0), max(p - half, 0.0)])))
+    se = 0.5 * (hi - lo)
     return q, se, n_eff
 
 

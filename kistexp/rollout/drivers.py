@@ -29,14 +29,16 @@ class VirtualDriver:
         while not self.engine.status.terminal and not (stop is not None and stop(self.engine)):
             t = self.engine.next_wakeup(self.clock.now())
             if t is None or (until is not None and t > until):
+                # nothing more for the engine before ``until``: the clock's other calls (the
+                # authorities' rounds) still run up to it; a finished run leaves the clock alone
+                if until is not None and self.clock.now() < until:
+                    self.clock.run_until(until)
                 break
             if t > self.clock.now():
                 self.clock.run_until(t)
             self.engine.step(max(t, self.clock.now()))
             if on_step is not None:
                 on_step(self.engine)
-        if until is not None and self.clock.now() < until:
-            self.clock.run_until(until)
 
 
 class LiveDriver:

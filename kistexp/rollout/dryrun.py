@@ -1,7 +1,8 @@
 """Dry runs: the whole plan on the virtual clock (rollout.md §5).
 
-Simulated authorities vote on virtual time, the engine acts on them through the same intents,
-and metric samples are drawn per collection hour from the population's predicted distributions
+Embedded fake authorities vote on virtual time (``kistexp.rollout.rehearsal``), the engine acts
+on them through the same actuator, intents and document checks as a live ``--authorities fake``
+run, and metric samples are drawn per collection hour from the population's predicted distributions
 (the ``predictions`` table, written by ``kistexp simulate``) at the catalogue's sample rates:
 each sample comes from the distribution of the value its relay or client holds then, so while a
 consensus propagates the samples mix old and new values (§2.3 adoption curves). Draws are seeded
@@ -17,11 +18,11 @@ import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import attrs
 import numpy as np
 
-from kistexp.clock import VirtualClock
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.durations import parse_duration
 from kistexp.errors import KistexpError
@@ -29,10 +30,9 @@ from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
-from kistexp.rollout.actuators import SimulatedAuthorities
-from kistexp.rollout.drivers import VirtualDriver
 from kistexp.rollout.engine import Engine, metric_source_of
 from kistexp.rollout.journal import Journal, desired_params
+from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehearse
 from kistexp.rollout.rollback import plan_rollback
 from kistexp.rollout.spec import RolloutSpec, Values, spec_from_plan
 
@@ -157,12 +157,17 @@ class NoPredictions(KistexpError):
     pass
 
 
+class ConsensusSource(Protocol):
+    def fetch_consensus(self, valid_after: dt.datetime) -> tuple[dict[str, int] | None, list[str]]: ...
+
+
 class PredictedMetrics:
-    """A ``MetricSource`` drawing samples from predicted quantile curves."""
+    """A ``MetricSource`` drawing samples from predicted quantile curves; ``consensuses`` says
+    which parameters the consensus nodes held at each valid-after carried."""
 
     def __init__(self, spec: RolloutSpec, curves: dict[tuple[str, str], np.ndarray], levels: np.ndarray,
-                 actuator: SimulatedAuthorities, *, seed: int = 1, injections: Sequence[Injection] = ()) -> None:
-        self.spec, self.curves, self.levels, self.actuator, self.seed = spec, curves, levels, actuator, seed
+                 consensuses: ConsensusSource, *, seed: int = 1, injections: Sequence[Injection] = ()) -> None:
+        self.spec, self.curves, self.levels, self.actuator, self.seed = spec, curves, levels, consensuses, seed
         self.shifts = [i for i in injections if isinstance(i, MetricShift)]
         self.gaps = [i for i in injections if isinstance(i, MetricGap)]
         model = PropagationModel(schedule=spec.cadence.schedule())
@@ -171,6 +176,8 @@ class PredictedMetrics:
         self._adoption = {pop: (grid * factor, np.asarray(model.adoption(cls, grid)))
                           for pop, cls in (("relays", NodeClass.CACHE), ("clients", NodeClass.CLIENT))}
         self._consensus: dict[dt.datetime, tuple] = {}
+        # the consensus each stage's values give by tor's rule (0 = baseline), asked at every collection
+        self._expected = [spec.expected_consensus(spec.values_of(i)) for i in range(spec.n_stages + 1)]
 
     def _params_at(self, va: dt.datetime) -> tuple:
         if va not in self._consensus:
@@ -183,8 +190,7 @@ class PredictedMetrics:
         if params is None:
             return 0
         seen = dict(params)
-        for i in [0] + list(range(1, self.spec.n_stages + 1)):
-            want = self.spec.expected_consensus(self.spec.values_of(i))
+        for i, want in enumerate(self._expected):
             if all(seen.get(k) == v for k, v in want.items()):
                 return i
         return 0
@@ -313,28 +319,20 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
         curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
         journal = Journal(expdir.db_path, durable=False)
         _start_fresh(journal, spec)
-        clock = VirtualClock(spec.baseline_start)
-        sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
-        for f in parsed:
-            if isinstance(f, AuthorityFault):
-                (sim.down_from if f.kind == "down" else sim.stale_from)[f.authority] = f.at
-        metrics = PredictedMetrics(spec, curves, levels, sim, seed=seed, injections=parsed)
-        engine = Engine(spec, journal, sim, metrics, clock, experiment_id=f"dry-run:{plan.name}")
+        clock = rehearsal_clock(spec)
         planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
-
-        def operator(eng: Engine) -> None:
-            if progress is not None:
-                progress(min(1.0, (clock.now() - spec.baseline_start) / planned), eng.status.describe())
-            if approve_gates and eng.status.state == "PAUSED" and eng.status.reasons == {"gate"}:
-                journal.queue_command("promote", {}, "dry-run (gate approved)", clock.now())
-                eng.step(clock.now())
-
         end = spec.start + 3 * sum((s.duration for s in spec.stages), dt.timedelta())
-        def waits_for_people(eng: Engine) -> bool:
-            # a pause only an operator can lift ends the rehearsal: it shows where the run would wait
-            return eng.status.state == "PAUSED" and bool(eng.status.reasons - {"gate"})
+        faults = tuple((f.authority, f.kind, f.at) for f in parsed if isinstance(f, AuthorityFault))
+        with EmbeddedAuthorities(spec, clock, initial_configs(spec), end, faults) as net:
+            metrics = PredictedMetrics(spec, curves, levels, net.history, seed=seed, injections=parsed)
+            engine = Engine(spec, journal, net.actuator, metrics, clock, experiment_id=f"dry-run:{plan.name}")
 
-        VirtualDriver(engine, clock).run(until=end, on_step=operator, stop=waits_for_people)
+            def waits_for_people(eng: Engine) -> bool:
+                # a pause only an operator can lift ends the rehearsal: it shows where the run would wait
+                return eng.status.state == "PAUSED" and (bool(eng.status.reasons - {"gate"}) or not approve_gates)
+
+            rehearse(engine, journal, clock, until=end, who="dry-run (gate approved)", approve_gates=approve_gates,
+                     progress=progress, span=planned, stop=waits_for_people)
         result = summarize(spec, journal, engine, tuple(injections), str(expdir.db_path),
                            time.monotonic() - started)
         journal.close()

@@ -5,7 +5,7 @@ MetricsPort or process-exporter URLs, scraped now) go through the collectors of
 ``kistexp.metrics.importer`` into a scratch metric store. The plan is then laid on the record:
 its baseline starts at ``align`` (default: the hour of the first recorded sample of a metric
 the criteria use) and each stage follows for its planned duration, one plan hour per real hour.
-The engine runs on the virtual clock against simulated authorities, as in a dry run, but each
+The engine runs on the virtual clock against embedded fake authorities, as in a dry run, but each
 hourly collection returns the recorded samples stamped inside that hour; an hour without
 samples is a gap, which holds. The replay ends an hour after the last recorded sample (or at
 the plan's end), and reports the first rollback the criteria would have fired: the criterion,
@@ -24,17 +24,15 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from kistexp.clock import VirtualClock
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
 from kistexp.metrics.importer import import_all
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
-from kistexp.rollout.actuators import SimulatedAuthorities
-from kistexp.rollout.drivers import VirtualDriver
 from kistexp.rollout.dryrun import _start_fresh, initial_configs, summarize
 from kistexp.rollout.engine import Engine
 from kistexp.rollout.journal import Journal
+from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehearse
 from kistexp.rollout.spec import RolloutSpec, spec_from_plan
 from kistexp.store.schema import open_db
 
@@ -114,25 +112,17 @@ def replay(plan: Plan, files: Sequence[str], exp: Path | None = None, *, align: 
             expdir = ExperimentDir.open_or_create(exp)
             journal = Journal(expdir.db_path, durable=False)
             _start_fresh(journal, spec)
-            clock = VirtualClock(spec.baseline_start)
-            sim = SimulatedAuthorities(spec.authorities, initial_configs(spec), spec.cadence, clock)
-            engine = Engine(spec, journal, sim, RecordedMetrics(store), clock,
-                            experiment_id=f"replay:{plan.name}")
             plan_end = spec.start + sum((s.duration for s in spec.stages), dt.timedelta())
             until = min(plan_end, _hour(last) + 2 * spec.hour)
             if until <= spec.baseline_start:
                 raise ReplayError(f"{', '.join(files)}: the recording ends ({last:%Y-%m-%d %H:%M} UTC) before "
                                   f"the aligned baseline starts ({spec.baseline_start:%Y-%m-%d %H:%M} UTC)")
-            span = until - spec.baseline_start
-
-            def operator(eng: Engine) -> None:
-                if progress is not None:
-                    progress(min(1.0, (clock.now() - spec.baseline_start) / span), eng.status.describe())
-                if approve_gates and eng.status.state == "PAUSED" and eng.status.reasons == {"gate"}:
-                    journal.queue_command("promote", {}, "replay (gate approved)", clock.now())
-                    eng.step(clock.now())
-
-            VirtualDriver(engine, clock).run(until=until, on_step=operator)
+            clock = rehearsal_clock(spec)
+            with EmbeddedAuthorities(spec, clock, initial_configs(spec), until) as net:
+                engine = Engine(spec, journal, net.actuator, RecordedMetrics(store), clock,
+                                experiment_id=f"replay:{plan.name}")
+                rehearse(engine, journal, clock, until=until, who="replay (gate approved)",
+                         approve_gates=approve_gates, progress=progress)
             summary = summarize(spec, journal, engine, (), str(expdir.db_path), time.monotonic() - started)
             windows = stage_windows(spec)
             first_rb = _first_rollback(summary.to_json(), journal.verdicts(), windows)
