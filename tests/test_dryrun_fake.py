@@ -59,3 +59,38 @@ def test_a_stale_authority_is_refused_by_the_others_and_the_rollout_goes_on(tmp_
     assert {v["params"] is None for v in j.votes() if v["authority"] == "moria1"} == {True}
     assert all(v["params"] is not None for v in j.votes() if v["authority"] == "tor26")
     j.close()
+
+
+def test_scripted_commands_act_at_their_time_and_a_later_resume_lifts_the_pause(tmp_path):
+    write_predictions(tmp_path / "e", SHORT_EFFECTS)
+    plan = parse_plan(SHORT_PLAN)
+    spec = spec_from_plan(plan)
+    r = dry_run(plan, tmp_path / "e", commands=["stage1+3h:pause", "stage1+20h:resume",
+                                                 "stage2+2h:abort=step-back"])
+    by = {d["decision"]: d for d in r.decisions}
+    stage2 = spec.start + spec.stages[0].duration
+    # each command acts at the hour the operator would have typed it, not at the engine's next event
+    assert by["pause:manual"]["at"] == spec.start + dt.timedelta(hours=3)
+    assert by["resume"]["at"] == spec.start + dt.timedelta(hours=20)
+    assert by["rollback:step-back"]["at"] == stage2 + dt.timedelta(hours=2)
+    assert "dry-run --command stage2+2h:abort=step-back" in by["rollback:step-back"]["message"]
+    # the step-back reached the consensus: 10 (baseline), 2 (stage 1), 8 (stage 2), back to 2
+    assert [c["params"][KIST] for c in r.consensus_changes] == [10, 2, 8, 2]
+    assert r.rollbacks and r.rollbacks[0]["kind"] == "step-back"
+
+
+@pytest.mark.parametrize("option, message", [
+    ("day1+2h", "expected WHEN:COMMAND"),
+    ("day1:reboot", "command must be one of pause, resume, promote, abort, retry, undo"),
+    ("day1:abort=sideways", "abort takes a rollback kind"),
+    ("day1:pause=full", "pause takes freeze, not 'full'"),
+    ("day0:pause", "days count from day1"),
+    ("stage9:pause", "the plan has stages 1..2"),
+])
+def test_a_malformed_command_is_one_line_naming_it(tmp_path, option, message):
+    from kistexp.rollout.dryrun import InjectionError, parse_command
+
+    spec = spec_from_plan(parse_plan(SHORT_PLAN))
+    with pytest.raises(InjectionError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        parse_command(option, spec)
+    assert "\n" not in str(e.value) and option in str(e.value)

@@ -28,6 +28,9 @@ def dry_run_cmd(
     exp: str = typer.Option(None, "--dir", help="Experiment directory (its predictions; the journal is written here)."),
     inject: list[str] = typer.Option([], "--inject", help="stage=N:METRIC=+X%, authority=NAME:down@dayD, "
                                      "authority=NAME:stale@dayD, metrics=SOURCE:gap@dayD+Hh (repeatable)."),
+    command: list[str] = typer.Option([], "--command", help="An operator command at a time of the plan: "
+                                      "WHEN:COMMAND[=ARG,...], e.g. day9+2h:pause, stage2+3h:abort=step-back, "
+                                      "day20:undo=1 (repeatable)."),
     seed: int = typer.Option(1, "--seed", help="Seed of the synthetic samples."),
     predictions: str = typer.Option(None, "--predictions", help="Read predictions from this experiment directory."),
     stop_at_gates: bool = typer.Option(False, "--stop-at-gates", help="Do not approve manual gates."),
@@ -59,7 +62,7 @@ def dry_run_cmd(
         task = bar.add_task("rehearsing", total=1.0)
         r = dry_run(plan, Path(exp) if exp else None, injections=inject, seed=seed,
                     predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates,
-                    progress=lambda f, what: bar.update(task, completed=f, description=what))
+                    progress=lambda f, what: bar.update(task, completed=f, description=what), commands=command)
     if as_json:
         emit_json(r.to_json())
         return

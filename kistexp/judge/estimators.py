@@ -469,8 +469,14 @@ def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_
     DEFF = n̄_h · Var(hourly means) / Var(samples), at least 1; 1 when fewer than 6
     hours have two or more samples (too little to estimate it).
     """
-    y = np.log(values) if log_scale else np.asarray(values, dtype=float)
-    blocks = np.floor(np.asarray(times, dtype=float) / block_s).astype(np.int64)
+    values, times = np.asarray(values, dtype=float), np.asarray(times, dtype=float)
+    if log_scale:
+        # an idle relay's zero CPU or bandwidth has no logarithm: the time correlation is that of
+        # the samples that do (the paired per-relay estimate handles the zeros themselves)
+        positive = values > 0
+        values, times = values[positive], times[positive]
+    y = np.log(values) if log_scale else values
+    blocks = np.floor(times / block_s).astype(np.int64)
     _, inverse, counts = np.unique(blocks, return_inverse=True, return_counts=True)
     keep = counts >= 2
     if keep.sum() < 6:

@@ -35,6 +35,7 @@ from kistexp.rollout.journal import Journal, desired_params
 from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehearse
 from kistexp.rollout.rollback import plan_rollback
 from kistexp.rollout.spec import RolloutSpec, Values, spec_from_plan
+from kistexp.rollout.state import COMMANDS, ROLLBACK_KINDS
 
 RELAY_INSTANCES = 10  # exporters scraped per collection: one per sampled relay
 ONIONPERF_INSTANCES = 2  # OnionPerf vantage points
@@ -149,6 +150,50 @@ def parse_injection(option: str, spec: RolloutSpec) -> Injection:
         start, end = _span(when, spec, option)
         return MetricGap(name, start, end)
     raise InjectionError(f"--inject {option!r}: target must be stage=, authority= or metrics=")
+
+
+# --- scripted operator commands (§5: ``--command 'day9+2h:pause'``) ---------------------------
+
+@attrs.frozen
+class ScriptedCommand:
+    """An operator command a rehearsal issues at ``at``, as ``kistexp pause|resume|... DIR`` would."""
+    at: dt.datetime
+    kind: str
+    args: tuple[tuple[str, str | bool], ...]
+    text: str
+
+    def as_args(self) -> dict:
+        return dict(self.args)
+
+
+_COMMAND_FLAGS = {"pause": ("freeze",), "promote": ("full", "force"), "undo": ("fast",)}
+
+
+def parse_command(option: str, spec: RolloutSpec) -> ScriptedCommand:
+    """``WHEN:COMMAND[=ARG,...]``: WHEN as for ``--inject``; COMMAND one of pause, resume, promote,
+    abort, retry, undo; ARG a flag of that command (pause=freeze, promote=full,force, undo=fast)
+    or its value (abort=KIND, undo=STAGE|baseline)."""
+    when, sep, command = option.rpartition(":")  # ISO times hold colons; a command never does
+    if not sep or not when:
+        raise InjectionError(f"--command {option!r}: expected WHEN:COMMAND, e.g. day9+2h:pause")
+    kind, _, arg_text = command.partition("=")
+    if kind not in COMMANDS:
+        raise InjectionError(f"--command {option!r}: command must be one of {', '.join(COMMANDS)}")
+    args: dict[str, str | bool] = {}
+    for arg in filter(None, arg_text.split(",")):
+        if arg in _COMMAND_FLAGS.get(kind, ()):
+            args[arg] = True
+        elif kind == "abort" and "kind" not in args and arg in (*ROLLBACK_KINDS, "baseline"):
+            args["kind"] = arg
+        elif kind == "undo" and "to_stage" not in args and (arg == "baseline" or arg.isdecimal() and arg.isascii()):
+            args["to_stage"] = arg
+        else:
+            allowed = {"abort": "a rollback kind (" + ", ".join((*ROLLBACK_KINDS, "baseline")) + ")",
+                       "undo": "a stage number, baseline or fast"}.get(kind)
+            flags = _COMMAND_FLAGS.get(kind)
+            what = allowed or (", ".join(flags) if flags else "no arguments")
+            raise InjectionError(f"--command {option!r}: {kind} takes {what}, not {arg!r}")
+    return ScriptedCommand(_when(when, spec, "--command " + option), kind, tuple(sorted(args.items())), option)
 
 
 # --- predicted metrics --------------------------------------------------------------------------
@@ -298,7 +343,7 @@ def initial_configs(spec: RolloutSpec) -> dict[str, dict[str, int]]:
 
 def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = (), seed: int = 1,
             predictions_from: Path | None = None, approve_gates: bool = True,
-            progress: Callable[[float, str], None] | None = None) -> DryRunResult:
+            progress: Callable[[float, str], None] | None = None, commands: Sequence[str] = ()) -> DryRunResult:
     """Rehearse ``plan``; manual gates are approved (a journaled ``promote``) unless ``approve_gates``
     is False, in which case the rehearsal stops at the first gate. ``progress(fraction, what)`` is told
     how far through the plan's time the rehearsal is, after each engine step."""
@@ -307,6 +352,7 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
     started = time.monotonic()
     spec = spec_from_plan(plan)
     parsed = [parse_injection(i, spec) for i in injections]
+    scripted = sorted((parse_command(c, spec) for c in commands), key=lambda c: c.at)
     tmp = None
     if exp is None:
         tmp = tempfile.TemporaryDirectory(prefix="kistexp-dry-run-")
@@ -328,11 +374,15 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
             engine = Engine(spec, journal, net.actuator, metrics, clock, experiment_id=f"dry-run:{plan.name}")
 
             def waits_for_people(eng: Engine) -> bool:
-                # a pause only an operator can lift ends the rehearsal: it shows where the run would wait
+                # a pause only an operator can lift ends the rehearsal (it shows where the run would
+                # wait), unless a scripted command is still to come: it may be the one that lifts it
+                if any(c.at > clock.now() for c in scripted):
+                    return False
                 return eng.status.state == "PAUSED" and (bool(eng.status.reasons - {"gate"}) or not approve_gates)
 
             rehearse(engine, journal, clock, until=end, who="dry-run (gate approved)", approve_gates=approve_gates,
-                     progress=progress, span=planned, stop=waits_for_people)
+                     progress=progress, span=planned, stop=waits_for_people,
+                     commands=[(c.at, c.kind, c.as_args(), f"dry-run --command {c.text}") for c in scripted])
         result = summarize(spec, journal, engine, tuple(injections), str(expdir.db_path),
                            time.monotonic() - started)
         journal.close()

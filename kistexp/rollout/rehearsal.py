@@ -22,7 +22,7 @@ needs one: manual gates are approved by a journaled ``promote``.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from kistexp.clock import VirtualClock
 from kistexp.dirauth.keys import AuthorityKeys
@@ -144,10 +144,13 @@ def rehearsal_clock(spec: RolloutSpec) -> VirtualClock:
 
 def rehearse(engine: Engine, journal: Journal, clock: VirtualClock, *, until: dt.datetime, who: str,
              approve_gates: bool = True, progress: Callable[[float, str], None] | None = None,
-             span: dt.timedelta | None = None, stop: Callable[[Engine], bool] | None = None) -> None:
+             span: dt.timedelta | None = None, stop: Callable[[Engine], bool] | None = None,
+             commands: Sequence[tuple[dt.datetime, str, dict, str]] = ()) -> None:
     """Run ``engine`` on the virtual driver until ``until`` (or terminal, or ``stop``); a manual
     gate is approved by a journaled ``promote`` from ``who`` unless ``approve_gates`` is False;
-    ``progress(fraction of span, status)`` after each step."""
+    ``progress(fraction of span, status)`` after each step. ``commands`` are operator commands
+    ``(at, kind, args, user)`` queued in the journal at their virtual time, in time order, and
+    handled by the engine at once, as a live run handles ``kistexp pause DIR``."""
     start = engine.spec.baseline_start
     span = span or (until - start)
 
@@ -158,4 +161,18 @@ def rehearse(engine: Engine, journal: Journal, clock: VirtualClock, *, until: dt
             journal.queue_command("promote", {}, who, clock.now())
             eng.step(clock.now())
 
-    VirtualDriver(engine, clock).run(until=until, on_step=operator, stop=stop)
+    driver = VirtualDriver(engine, clock)
+    for at, kind, args, user in sorted(commands, key=lambda c: c[0]):
+        if at > until:
+            break
+        # the driver stops at the command's time (not at the engine's next event after it),
+        # so the command acts when the operator would have typed it
+        driver.run(until=at, on_step=operator, stop=stop)
+        if engine.status.terminal or (stop is not None and stop(engine)):
+            return
+        if clock.now() < at:
+            clock.run_until(at)
+        journal.queue_command(kind, args, user, at)
+        engine.step(at)
+        operator(engine)
+    driver.run(until=until, on_step=operator, stop=stop)
