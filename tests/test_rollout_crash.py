@@ -33,7 +33,8 @@ import pytest
 
 from kistexp.plan.loader import parse_plan
 from kistexp.rollout.spec import spec_from_plan
-from tests.rollout_helpers import write_predictions
+from tests.plan_helpers import VALID_PLAN
+from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 
 KILLS = int(os.environ.get("KISTEXP_CRASH_KILLS", "50"))
 INTERVAL_S = 4  # real seconds per voting round = per plan hour
@@ -44,35 +45,12 @@ PARTICIPATING = ("moria1", "tor26", "dizum", "gabelmoo", "dannenberg")
 
 
 def plan_text(name: str) -> str:
+    """VALID_PLAN's experiment block with baseline 2 h, four stages of 3 h each and the relay CPU criterion."""
+    head = VALID_PLAN[: VALID_PLAN.index("[baseline]")].replace('name = "test-plan"', f'name = "{name}"')
     stages = "".join(f'\n[[stages]]\nname = "{n}"\nduration = "3h"\nvalues = {{ KISTSchedRunInterval = {v} }}\n'
                      for n, v in STAGES)
-    return f"""\
-[experiment]
-name = "{name}"
-kind = "staged"
-owner = "network-team"
-contact = "ops@example.org"
-description = "crash test"
-start = 2030-01-07T12:00:00Z
-tor_versions = ">=0.4.8.2"
-parameters = ["KISTSchedRunInterval"]
-
-[baseline]
-duration = "2h"
-values = {{ KISTSchedRunInterval = {BASE} }}
-{stages}
-[authorities]
-participating = {json.dumps(list(PARTICIPATING))}
-
-[[criteria]]
-name = "relay CPU"
-metric = "relay_cpu_utilization"
-statistic = "mean"
-comparison = "relative-increase"
-threshold = 0.25
-min_samples = 50
-on_fail = "step-back"
-"""
+    return (f'{head}[baseline]\nduration = "2h"\nvalues = {{ KISTSchedRunInterval = {BASE} }}\n{stages}\n'
+            f"[authorities]\nparticipating = {json.dumps(list(PARTICIPATING))}\n{RELAY_CPU_CRITERION}")
 
 
 class Zygote:

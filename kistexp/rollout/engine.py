@@ -285,8 +285,10 @@ class Engine:
                 continue
             seen = votes.get(intent["authority"])
             if seen is not None and _plan_part(seen, self.spec) == intent["desired"]:
-                self.journal.mark_intent(intent["id"], "verified", now,
-                                         evidence=json.dumps({"vote": seen, "valid_after": va.isoformat()}))
+                # the vote joins the actuator's answer: the evidence keeps both
+                acted = json.loads(intent["evidence"]) if intent["evidence"] else {}
+                self.journal.mark_intent(intent["id"], "verified", now, evidence=json.dumps(
+                    {**acted, "vote": seen, "valid_after": va.isoformat()}))
                 self.hook("after_verify")
         with self.journal.write() as c:
             self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
