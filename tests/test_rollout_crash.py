@@ -38,17 +38,25 @@ from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 
 KILLS = int(os.environ.get("KISTEXP_CRASH_KILLS", "50"))
 INTERVAL_S = 4  # real seconds per voting round = per plan hour
-STAGES = (("two", 2), ("eight", 8), ("five", 5), ("three", 3))
+VALUES = (2, 8, 5, 3, 6, 4, 7, 9)  # KISTSchedRunInterval of stage 1, 2, ...
+# a 3 h stage (12 s) plus the rounds the kills cost it holds about nine kill cycles: a run of the plan gets
+# as many stages as the kills still to make need, so it neither ends long before them nor runs on long after
+KILLS_PER_STAGE = 9
 BASE = 10
 HOOKS = ("before_intent", "after_intent", "after_act", "after_verify", "before_done", "mid_batch")
 PARTICIPATING = ("moria1", "tor26", "dizum", "gabelmoo", "dannenberg")
 
 
-def plan_text(name: str) -> str:
-    """VALID_PLAN's experiment block with baseline 2 h, four stages of 3 h each and the relay CPU criterion."""
+def stages_for(kills_left: int) -> tuple[tuple[str, int], ...]:
+    n = max(1, min(len(VALUES), -(-kills_left // KILLS_PER_STAGE)))
+    return tuple((f"stage-{i}", v) for i, v in enumerate(VALUES[:n], start=1))
+
+
+def plan_text(name: str, stages_: tuple[tuple[str, int], ...]) -> str:
+    """VALID_PLAN's experiment block with a 2 h baseline, 3 h stages and the relay CPU criterion."""
     head = VALID_PLAN[: VALID_PLAN.index("[baseline]")].replace('name = "test-plan"', f'name = "{name}"')
     stages = "".join(f'\n[[stages]]\nname = "{n}"\nduration = "3h"\nvalues = {{ KISTSchedRunInterval = {v} }}\n'
-                     for n, v in STAGES)
+                     for n, v in stages_)
     return (f'{head}[baseline]\nduration = "2h"\nvalues = {{ KISTSchedRunInterval = {BASE} }}\n{stages}\n'
             f"[authorities]\nparticipating = {json.dumps(list(PARTICIPATING))}\n{RELAY_CPU_CRITERION}")
 
@@ -111,8 +119,8 @@ def check_after_kill(exp: Path, planned: list[int]) -> None:
         assert values == planned[: len(values)], (auth, values)  # none repeated, none out of order
 
 
-def check_completed(exp: Path, plan: str, kills: int) -> None:
-    planned = [v for _, v in STAGES]
+def check_completed(exp: Path, plan: str, stages_: tuple, kills: int) -> None:
+    planned = [v for _, v in stages_]
     check_after_kill(exp, planned)
     db = sqlite3.connect(exp / "experiment.db")
     try:
@@ -148,10 +156,10 @@ def check_completed(exp: Path, plan: str, kills: int) -> None:
         per.setdefault(c["authority"], []).append((_params(c["old"]), _params(c["new"])))
     expect = list(zip([BASE, *planned[:-1]], planned, strict=True))
     assert per == {a: expect for a in PARTICIPATING}, per
-    assert [k for k in kinds.values() if k != "reassert"] == ["stage"] * len(STAGES)
+    assert [k for k in kinds.values() if k != "reassert"] == ["stage"] * len(stages_)
     # §7.5: every stage advanced on its decision, once, and the run completed
     assert decisions[0] == "baseline" and decisions[-1] == "complete", decisions
-    for i in range(1, len(STAGES) + 1):
+    for i in range(1, len(stages_) + 1):
         assert decisions.count(f"stage:{i}") == 1 and decisions.count(f"in-consensus:{i}") == 1
     # §7.11: one run per start; runs never overlap; a killed run's row was closed at its last heartbeat
     # when the next took over
@@ -176,27 +184,30 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
     zygote = Zygote()
     kills = hook_kills = series = 0
     started = time.monotonic()
+    per_series = []
     try:
         keys = None
         while kills < KILLS:
             series += 1
             name = f"crash-plan-{series}"
             plan = tmp_path / f"{name}.toml"
-            plan.write_text(plan_text(name))
+            stages = stages_for(KILLS - kills)
+            plan.write_text(plan_text(name, stages))
             exp = tmp_path / name
-            write_predictions(exp, {"baseline": {}, **{n: {} for n, _ in STAGES}}).close()
+            write_predictions(exp, {"baseline": {}, **{n: {} for n, _ in stages}}).close()
             if keys is not None:  # the same authorities' keys: generating them is not what is tested
                 for d in keys.iterdir():
                     if d.is_dir():
                         shutil.copytree(d, exp / "fake-authorities" / d.name)
             log = tmp_path / f"{name}.log"
-            planned = [v for _, v in STAGES]
+            series_start = time.monotonic()
+            planned = [v for _, v in stages]
             runs_here = killed_here = 0
             while True:
                 req = {"op": "run", "plan": str(plan), "exp": str(exp), "interval": INTERVAL_S, "log": str(log)}
-                armed = kills < KILLS and runs_here % 4 == 3
-                if armed:
-                    req.update(hook=HOOKS[(runs_here // 4) % len(HOOKS)], hook_at=1)
+                armed = kills < KILLS and runs_here % 5 == 4
+                if armed:  # this run kills itself at the crash point, unless the timer comes first
+                    req.update(hook=HOOKS[(runs_here // 5) % len(HOOKS)], hook_at=1)
                 pid = zygote.ask(**req)["pid"]
                 t0 = time.monotonic()
                 if runs_here == 0:
@@ -216,7 +227,7 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
                     status = zygote.ask(op="wait", pid=pid)["status"]
                     assert status == 0, _log_tail(log)
                     break
-                deadline = t0 + rng.uniform(0.1, 3.0)
+                deadline = t0 + (rng.uniform(2.0, 5.0) if armed else rng.uniform(0.1, 3.0))
                 status = None
                 while status is None and time.monotonic() < deadline:
                     time.sleep(0.05)
@@ -234,11 +245,12 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
                 else:
                     hook_kills += 1
                 check_after_kill(exp, planned)
-            check_completed(exp, plan_text(name), killed_here)
+            per_series.append(f"{len(stages)} stages, {killed_here} kills, {time.monotonic() - series_start:.0f} s")
+            check_completed(exp, plan_text(name, stages), stages, killed_here)
             keys = keys or exp / "fake-authorities"
     finally:
         zygote.close()
     wall = time.monotonic() - started
     print(f"{kills} random-instant kills and {hook_kills} at crash points over {series} runs of the plan "
-          f"in {wall:.0f} s")
+          f"in {wall:.0f} s ({'; '.join(per_series)})")
     assert kills >= KILLS
