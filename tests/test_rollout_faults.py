@@ -80,6 +80,11 @@ def test_an_authority_changed_by_someone_else_pauses_with_drift_and_is_left_alon
     n = len(sim.changes)
     VirtualDriver(engine, clock).run(until=clock.now() + 3 * spec.hour)  # nothing is sent while it drifts
     assert len(sim.changes) == n
+    # an abort is the way back: its rollback is sent whatever dizum has
+    journal.queue_command("abort", {}, "alice", clock.now())
+    VirtualDriver(engine, clock).run()
+    assert engine.status.state == "ABORTED"
+    assert sim.current("dizum") == {KIST: 10}
 
 
 def test_a_resumed_run_finds_its_change_already_applied_and_sends_nothing(tmp_path):

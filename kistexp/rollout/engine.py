@@ -249,7 +249,9 @@ class Engine:
                 current = self.actuator.current(intent["authority"])
                 if current is not None and _plan_part(current, self.spec) == desired:
                     response = "already set"
-                elif current is not None and _plan_part(current, self.spec) not in self._asked_before(intent):
+                elif (current is not None and self.status.state != ROLLING_BACK
+                      and _plan_part(current, self.spec) not in self._asked_before(intent)):
+                    # a rollback is sent whatever the authority has: it is the way back to safety
                     seen = _plan_part(current, self.spec)
                     detail = (f"{intent['authority']} has {_params_text(seen)}, neither the target "
                               f"{_params_text(desired)} nor a value the rollout set before; not changing it "

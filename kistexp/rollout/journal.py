@@ -232,9 +232,9 @@ class Journal:
         me = (os.getpid(), socket.gethostname())
         if (pid, host) == me:
             return ""
-        open_run = self.conn.execute("SELECT id FROM rollout_runs WHERE pid = ? AND host = ? AND end_us IS NULL "
-                                     "ORDER BY id DESC LIMIT 1", (pid, host)).fetchone()
-        if open_run is None:
+        unfinished = self.conn.execute("SELECT id FROM rollout_runs WHERE pid = ? AND host = ? AND end_us IS NULL "
+                                       "ORDER BY id DESC LIMIT 1", (pid, host)).fetchone()
+        if unfinished is None:
             return ""  # it ended cleanly
         alive = _pid_alive(pid) if host == me[1] else True
         if alive and abs(age) < HEARTBEAT_STALE_S:
@@ -243,7 +243,7 @@ class Journal:
                               f"{LOCK_NAME} was free: was it deleted? stop that run first")
         with self.write() as c:
             c.execute("UPDATE rollout_runs SET end_us = ?, reason = ? WHERE id = ?",
-                      (beat, f"taken over: no heartbeat since {from_us(beat):%H:%M:%S} UTC", open_run[0]))
+                      (beat, f"taken over: no heartbeat since {from_us(beat):%H:%M:%S} UTC", unfinished[0]))
         return f"pid {pid} on {host}, last heartbeat {age:.1f} s ago"
 
     def owner_text(self) -> str:
