@@ -97,6 +97,16 @@ def changes(exp: Path) -> list[dict]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def rounds_without_consensus(exp: Path) -> int:
+    db = sqlite3.connect(exp / "experiment.db")
+    try:
+        row = db.execute("SELECT json_extract(status, '$.rounds_missing') FROM rollout_status "
+                         "ORDER BY id DESC LIMIT 1").fetchone()
+    finally:
+        db.close()
+    return int(row[0] or 0) if row else 0
+
+
 def check_after_kill(exp: Path, planned: list[int]) -> None:
     """What must hold at every instant: a sound database, and the authorities changed only as
     intended, each planned value at most once, in order (§7.1, §7.3, §7.13)."""
@@ -105,6 +115,9 @@ def check_after_kill(exp: Path, planned: list[int]) -> None:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         intents = {r[0]: (r[1], json.loads(r[2])) for r in db.execute(
             "SELECT idem_key, authority, desired FROM rollout_intents")}
+        state = db.execute("SELECT state FROM rollout_status ORDER BY id DESC LIMIT 1").fetchone()
+        last = db.execute("SELECT decision, message FROM rollout_decisions ORDER BY id DESC LIMIT 1").fetchone()
+        assert state is None or state[0] not in ("PAUSED", "ABORTED"), last  # a kill must not stop the rollout
     finally:
         db.close()
     per: dict[str, list[int]] = {}
@@ -204,7 +217,8 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
             planned = [v for _, v in stages]
             runs_here = killed_here = 0
             while True:
-                req = {"op": "run", "plan": str(plan), "exp": str(exp), "interval": INTERVAL_S, "log": str(log)}
+                req = {"op": "run", "plan": str(plan), "exp": str(exp), "interval": INTERVAL_S, "log": str(log),
+                       "timeout_s": 300}
                 armed = kills < KILLS and runs_here % 5 == 4
                 if armed:  # this run kills itself at the crash point, unless the timer comes first
                     req.update(hook=HOOKS[(runs_here // 5) % len(HOOKS)], hook_at=1)
@@ -216,18 +230,24 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
                         assert time.monotonic() - t0 < 60, _log_tail(log)
                         time.sleep(0.05)
                     if series == 1:
-                        # a second run on the same directory is refused within a second, naming the holder (§7.11)
+                        # a second run on the same directory is refused at once, naming the holder (§7.11);
+                        # nearly all of the time allowed is the interpreter's imports
+                        t1 = time.monotonic()
                         second = subprocess.run(
                             [sys.executable, "-m", "kistexp", "run", str(plan), "--dir", str(exp)],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(Path.cwd())))
                         assert second.returncode == 1 and "already being run by pid" in second.stderr
-                        assert second.stderr.count("\n") == 1
+                        assert second.stderr.count("\n") == 1 and time.monotonic() - t1 < 10
                 runs_here += 1
                 if kills >= KILLS:
                     status = zygote.ask(op="wait", pid=pid)["status"]
                     assert status == 0, _log_tail(log)
                     break
                 deadline = t0 + (rng.uniform(2.0, 5.0) if armed else rng.uniform(0.1, 3.0))
+                if rounds_without_consensus(exp) >= 4:
+                    # the embedded authorities die with the run: kills this dense are an outage, which would
+                    # rightly pause after 9 rounds; this run gets two rounds to let them publish first
+                    deadline += 2 * INTERVAL_S
                 status = None
                 while status is None and time.monotonic() < deadline:
                     time.sleep(0.05)

@@ -139,8 +139,11 @@ def test_a_late_check_reasserts_for_a_round_still_feasible():
     out = step(spec, st, DecisionDue(st.decision_at, 0))
     va = out.transition.target_va
     late = va + dt.timedelta(hours=5, minutes=20)  # resumed five hours after the round
-    out = step(spec, out.status, ConsensusCheck(late, va, None))
+    out = step(spec, out.status, ConsensusCheck(late, va, None, late=True))
     assert out.transition.target_va == spec.cadence.next_feasible_va(late) == va + dt.timedelta(hours=6)
+    # directory servers serve only the newest consensus: one looked for that late is unknown, not missing
+    assert out.status.rounds_missing == 0 and out.status.rounds_waited == 0
+    assert "could not be checked in time" in out.transition.cause
 
 
 # --- clock jumps (§2.6) ----------------------------------------------------------------------------

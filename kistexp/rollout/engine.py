@@ -311,8 +311,10 @@ class Engine:
                 with self.journal.write() as c:
                     c.execute("UPDATE rollout_intents SET state = 'done', done_us = ? WHERE valid_after_us = ? "
                               "AND state IN ('acted', 'verified')", (_us(now), _us(va)))
-        # the check's own instant is when it ran: a late one (after a restart) re-asserts for a round still feasible
-        self._machine(key, name, at, now, ConsensusCheck(max(at, now), va, items, laggards))
+        # the check's own instant is when it ran: a late one (after a restart) re-asserts for a round still
+        # feasible; made after the next round began, it cannot tell a missing consensus from a replaced one
+        late = now >= va + dt.timedelta(seconds=self.spec.cadence.interval_s)
+        self._machine(key, name, at, now, ConsensusCheck(max(at, now), va, items, laggards, late=late))
 
     # --- metrics and verdicts ---------------------------------------------------------------
 

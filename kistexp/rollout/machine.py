@@ -154,10 +154,12 @@ def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
         return _arrived(spec, st, was, ev.valid_after)
     # a round whose consensus was never published (the authorities, or the run driving
     # embedded ones, were down) is not one that refused the values: it is counted apart,
-    # with a longer limit, so an outage pauses too but a restart does not use up the K rounds
+    # with a longer limit, so an outage pauses too but a restart does not use up the K rounds;
+    # a round checked only after the next one began (after a restart) is not counted at all
     missing = ev.params is None
+    unknown = missing and ev.late  # not seen because it was looked for too late: counts as neither
     rounds = st.rounds_waited + (0 if missing else 1)
-    absent = st.rounds_missing + (1 if missing else 0)
+    absent = st.rounds_missing + (1 if missing and not unknown else 0)
     who = f"; laggards: {', '.join(ev.laggards)}" if ev.laggards else ""
     if rounds >= spec.consensus_rounds or absent >= MISSING_ROUNDS_FACTOR * spec.consensus_rounds:
         new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"not-in-consensus"}, resume_to=was,
@@ -169,7 +171,8 @@ def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
     va = max(st.target_va + dt.timedelta(seconds=spec.cadence.interval_s), spec.cadence.next_feasible_va(ev.at))
     seq = st.seq + 1
     new = attrs.evolve(st, target_va=va, rounds_waited=rounds, rounds_missing=absent, seq=seq)
-    lack = "was not published" if missing else f"lacks {', '.join(off)}"
+    lack = ("could not be checked in time" if unknown else "was not published" if missing
+            else f"lacks {', '.join(off)}")
     return Outcome(new, Transition(seq, st.values, va, f"consensus {ev.valid_after:%H:%M:%S} {lack}: "
                                    f"act again for {va:%H:%M:%S}", "reassert"),
                    decision="reassert")

@@ -104,6 +104,9 @@ class ConsensusCheck:
     valid_after: dt.datetime
     params: tuple[tuple[str, int], ...] | None  # None: no consensus for that valid-after
     laggards: tuple[str, ...] = ()  # participating authorities whose vote did not carry the set
+    # checked only after the next round began (the run was down): directory servers serve the newest
+    # consensus only, so whether one was published for ``valid_after`` is unknown, not "missing"
+    late: bool = False
 
 
 @attrs.frozen
