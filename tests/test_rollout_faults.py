@@ -301,3 +301,22 @@ def test_a_dry_runs_journal_is_refused_for_a_live_run(tmp_path):
     dry_run(parse_plan(SHORT), tmp_path / "exp")
     with pytest.raises(RolloutError, match=r"holds a dry run's journal; use another directory for a live run$"):
         _open(plan, tmp_path / "exp")
+
+
+def test_a_reader_closing_in_another_process_loses_no_later_commit(tmp_path):
+    """The live run opens the experiment database more than once (journal, metric store); none of
+    those opens may drop the process's locks, or another process's closing reader deletes the WAL
+    under the journal and every commit after it is lost (found by the crash test)."""
+    from kistexp.store.schema import open_db
+
+    db = tmp_path / "experiment.db"
+    open_db(db).close()
+    j = Journal(db)
+    open_db(db).close()  # a second open in the same process, as MetricStore's
+    reader = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+              "print(c.execute('SELECT COUNT(*) FROM rollout_commands').fetchone()[0]); c.close()")
+    assert subprocess.run([sys.executable, "-c", reader, str(db)], capture_output=True, text=True).stdout == "0\n"
+    j.queue_command("pause", {}, "alice", dt.datetime.now(UTC))  # after the reader closed
+    seen = subprocess.run([sys.executable, "-c", reader, str(db)], capture_output=True, text=True).stdout
+    j.close()
+    assert seen == "1\n"
