@@ -398,7 +398,9 @@ class FakeAuthorityNetwork:
             text = read_bounded_text(path, MAX_CHANGE_LOG_BYTES, "change log", NetworkError)
             lines = text.splitlines()
             if lines and not text.endswith("\n"):
-                lines.pop()  # a line cut short by a kill was never acknowledged
+                lines.pop()  # a line cut short by a kill was never acknowledged: drop it from the file too
+                with open(path, "r+b") as fh:
+                    fh.truncate(len(text.encode()) - len(text.rsplit("\n", 1)[-1].encode()))
             changes = [json.loads(line) for line in lines if line.strip()]
         except (ValueError, RecursionError):
             raise NetworkError(f"{path}: not a JSON-lines change log") from None

@@ -7,7 +7,10 @@ after it starts; some runs are also armed to SIGKILL themselves at one of the en
 fake authorities live in the killed process and keep their state (keys, ConsensusParams and the operator's
 change log) in the experiment directory, as a restarted tor keeps its torrc. After every kill the test
 checks the database's integrity and the change log against the journal; when the plan has completed it
-checks every intent, transition and decision. Kills are spread over as many runs of the plan as it takes.
+checks every intent, transition and decision. Kills are spread over as many runs of the plan as it takes
+(the plan gets as many stages as the kills need). The embedded authorities die with each run, so once a
+transition has waited four rounds without any consensus the next run lives two rounds longer before its
+kill: denser kills are a network outage, which rightly pauses after nine rounds. About 2.5 minutes.
 
 KISTEXP_CRASH_KILLS sets the number of random-instant kills (default 50, the issue's figure).
 
