@@ -61,6 +61,9 @@ def generate_keys(count: int, bits: tuple[int, int] = (3072, 2048),
 
 #: Keys, certificates, the token and consensus-params.json in a state directory are a few KiB each.
 MAX_STATE_FILE_BYTES = 256 * 1024
+#: The operator's change log (one JSON line per ConsensusParams change) in the state directory.
+CHANGE_LOG = "changes.jsonl"
+MAX_CHANGE_LOG_BYTES = 16 * 1024 * 1024
 
 
 def _state_bytes(path: Path) -> bytes:
@@ -189,6 +192,8 @@ class FakeAuthorityNetwork:
         self.current_round: RoundTimes | None = None
         self.rounds_done = 0
         self.started = False
+        self.changes: list[dict[str, Any]] = []  # the change log, oldest first
+        self._changes_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -281,14 +286,13 @@ class FakeAuthorityNetwork:
                 init = {n: p for n, p in json.loads(_state_bytes(saved)).items() if n in self.authorities}
             except (ValueError, RecursionError, AttributeError):
                 raise NetworkError(f"{saved}: not valid JSON") from None
-        if init is None:
-            return
         if isinstance(init, Mapping) and all(n in self.authorities for n in init):
             for name, p in init.items():
                 self.authorities[name].set_consensus_params(params_lines(p))  # type: ignore[arg-type]
-            return
-        for auth in self.authorities.values():
-            auth.set_consensus_params(params_lines(init))  # type: ignore[arg-type]
+        elif init is not None:
+            for auth in self.authorities.values():
+                auth.set_consensus_params(params_lines(init))  # type: ignore[arg-type]
+        self._replay_change_log()
 
     def _write_state(self) -> None:
         if not self.state_dir:
@@ -355,13 +359,63 @@ class FakeAuthorityNetwork:
 
     # -- operator actions ----------------------------------------------------------------
 
-    def set_params(self, name: str, params: ParamsInput | None) -> tuple[tuple[str, int], ...]:
-        """Set an authority's ConsensusParams (torrc edit + SIGHUP): used from its next vote."""
-        result = self.authority(name).set_consensus_params(params_lines(params))
-        if self.state_dir:
-            saved = {n: list(a.consensus_params) for n, a in self.authorities.items()}
-            (self.state_dir / "consensus-params.json").write_text(json.dumps(saved, indent=2) + "\n")
+    def set_params(self, name: str, params: ParamsInput | None, idem_key: str = "") -> tuple[tuple[str, int], ...]:
+        """Set an authority's ConsensusParams (torrc edit + SIGHUP): used from its next vote.
+
+        Each state change is appended to the change log (time, authority, old, new lines and the
+        request's Idempotency-Key, rollout.md §3.10); a PUT that changes nothing, or repeats a key
+        already logged, is a no-op. With a state directory the log line is written (fsync) before
+        consensus-params.json is replaced, and a restart replays the log over that file, so a change
+        is either in both or in neither, whenever the process dies."""
+        auth = self.authority(name)
+        lines = params_lines(params)
+        with self._changes_lock:
+            old = tuple(auth.consensus_params)
+            if idem_key and any(c["idempotency_key"] == idem_key for c in self.changes):
+                return auth.vote_params()
+            result = auth.set_consensus_params(lines)  # validates before anything is written
+            new = tuple(auth.consensus_params)
+            if new == old:
+                return result
+            change = {"at": self.now(), "authority": auth.nickname, "old": list(old), "new": list(new),
+                      "idempotency_key": idem_key}
+            self.changes.append(change)
+            if self.state_dir:
+                with open(self.state_dir / CHANGE_LOG, "a") as fh:
+                    fh.write(json.dumps(change, sort_keys=True) + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                self._save_params()
         return result
+
+    def _save_params(self) -> None:
+        saved = {n: list(a.consensus_params) for n, a in self.authorities.items()}
+        path = self.state_dir / "consensus-params.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(saved, indent=2) + "\n")
+        os.replace(tmp, path)  # never a half-written file after a kill
+
+    def _replay_change_log(self) -> None:
+        """The change log is written ahead of consensus-params.json: its newest line per authority wins."""
+        path = self.state_dir / CHANGE_LOG if self.state_dir else None
+        if path is None or not os.path.lexists(path):
+            return
+        try:
+            text = read_bounded_text(path, MAX_CHANGE_LOG_BYTES, "change log", NetworkError)
+            lines = text.splitlines()
+            if lines and not text.endswith("\n"):
+                lines.pop()  # a line cut short by a kill was never acknowledged: drop it from the file too
+                with open(path, "r+b") as fh:
+                    fh.truncate(len(text.encode()) - len(text.rsplit("\n", 1)[-1].encode()))
+            changes = [json.loads(line) for line in lines if line.strip()]
+        except (ValueError, RecursionError):
+            raise NetworkError(f"{path}: not a JSON-lines change log") from None
+        self.changes = changes
+        latest = {c["authority"]: c["new"] for c in changes if c.get("authority") in self.authorities}
+        if any(tuple(self.authorities[n].consensus_params) != tuple(v) for n, v in latest.items()):
+            for n, v in latest.items():
+                self.authorities[n].set_consensus_params(v)
+            self._save_params()
 
     def inject_fault(self, name: str, fault: Fault | str) -> None:
         auth = self.authority(name)

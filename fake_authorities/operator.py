@@ -5,7 +5,10 @@ Every request needs ``Authorization: Bearer <token>``. Endpoints, under /kistexp
 - ``GET /status``: network, authorities, latest consensus, population summary.
 - ``GET /authorities/<nick>``: one authority's status.
 - ``GET|PUT /authorities/<nick>/params``: ``{"params": "K=V K2=V2"}`` (or a list of lines, or
-  an object) is torrc ``ConsensusParams`` + SIGHUP: used from the authority's next vote.
+  an object) is torrc ``ConsensusParams`` + SIGHUP: used from the authority's next vote. An
+  ``Idempotency-Key`` header is kept in the change log; a PUT repeating a logged key, or changing
+  nothing, is a no-op.
+- ``GET /changes``: the change log (time, authority, old and new lines, idempotency key).
 - ``GET|POST|DELETE /authorities/<nick>/faults``: POST ``{"kind": ..., "delay_s": ..,
   "mode": "refuse"|"hang"}`` (kinds in fake_authorities.faults); DELETE clears all,
   ``DELETE /faults/<kind>`` one.
@@ -134,13 +137,15 @@ class OperatorApi:
         parts = [p for p in req.path[len(PREFIX) + 1:].split("/") if p]
         try:
             body = parse_body(req.body)
-            return self._route(req.method, parts, body, parse_qs(req.query, max_num_fields=20))
+            return self._route(req.method, parts, body, parse_qs(req.query, max_num_fields=20),
+                               req.headers.get("idempotency-key", "").strip()[:200])
         except (KistexpError, FaultError, BadRequest) as exc:
             return _problem(400, str(exc))
         except Exception as exc:  # report, never kill the operator server
             return _problem(500, f"{type(exc).__name__}: {exc}")
 
-    def _route(self, method: str, parts: list[str], body: Any, query: dict[str, list[str]]) -> DirResponse:
+    def _route(self, method: str, parts: list[str], body: Any, query: dict[str, list[str]],
+               idem_key: str = "") -> DirResponse:
         net = self.network
         if parts == ["status"] and method == "GET":
             return _json(200, net.status())
@@ -152,6 +157,8 @@ class OperatorApi:
             return _json(200, [
                 {"flavour": p.flavour, "valid_after": p.valid_after, "params": dict(p.params),
                  "signers": list(p.signers)} for p in sorted(seen.values(), key=lambda p: p.valid_after)])
+        if parts == ["changes"] and method == "GET":
+            return _json(200, list(net.changes))
         if parts and parts[0] == "population":
             return self._population(method, body, query)
         if len(parts) >= 2 and parts[0] == "authorities":
@@ -179,7 +186,7 @@ class OperatorApi:
                         return _problem(400, "params as an object must map keywords to integers")
                     if auth.has("down"):  # no tor process to reload: the change cannot take
                         return _problem(503, f"{auth.nickname} is down: a reload cannot reach it")
-                    items = net.set_params(auth.nickname, params)
+                    items = net.set_params(auth.nickname, params, idem_key)
                     return _json(200, {"nickname": auth.nickname, "consensus_params": list(auth.consensus_params),
                                        "vote_params": " ".join(f"{k}={v}" for k, v in items),
                                        "applies_from": "next vote"})

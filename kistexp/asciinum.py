@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 _UINT_RE = re.compile(r"[0-9]{1,18}")
+_INT_RE = re.compile(r"[+-]?[0-9]{1,18}")
 
 
 def ascii_uint(text: str) -> int | None:
@@ -23,3 +24,8 @@ def ascii_port(text: str) -> int | None:
     """A TCP port 1..65535 written in ASCII digits, else None."""
     value = ascii_uint(text)
     return value if value is not None and 0 < value < 65536 else None
+
+
+def ascii_int(text: str) -> int | None:
+    """``text`` as an integer if it is 1 to 18 ASCII digits with an optional sign, else None."""
+    return int(text) if isinstance(text, str) and _INT_RE.fullmatch(text) else None

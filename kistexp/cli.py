@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from kistexp.commands import register_all
+from kistexp.commands import KistexpGroup, register_all
 from kistexp.errors import KistexpError
 from kistexp.output import error_line
 
@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=KistexpGroup,  # integer options take ASCII digits only (kistexp/commands/__init__.py)
 )
 register_all(app)
 

@@ -42,18 +42,42 @@ class VirtualDriver:
 
 
 class LiveDriver:
-    JOB = "kistexp-wakeup"
+    """Steps the engine in real time. Each step compares how far the wall clock and the monotonic
+    clock moved since the last one: a difference over ``JUMP_S`` is a clock jump (NTP step, suspend
+    resume, an operator setting the date). The engine's events are keyed by their due times and
+    journaled, so a jump backward cannot fire one twice and a jump forward processes every skipped
+    one, late and in order; the jump itself is journaled and the wakeup re-armed (rollout.md §2.6).
+    APScheduler is armed with a delay from now, so its own reading of the wall clock cannot put the
+    wakeup an hour off after a jump."""
 
-    def __init__(self, engine: Engine, clock: RealClock, poll_s: float = 2.0, stop=None) -> None:
+    JOB = "kistexp-wakeup"
+    JUMP_S = 2.0
+
+    def __init__(self, engine: Engine, clock: RealClock, poll_s: float = 2.0, stop=None, heartbeat=None) -> None:
         self.engine, self.clock, self.poll_s, self.stop = engine, clock, poll_s, stop
+        self.heartbeat = heartbeat
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._lock = threading.Lock()
         self._sched = BackgroundScheduler(timezone=UTC)
+        self._last: tuple[dt.datetime, float] | None = None
+        self.jumps: list[float] = []
+
+    def _check_jump(self) -> None:
+        wall, mono = self.clock.now(), self.clock.monotonic()
+        if self._last is not None:
+            jump = (wall - self._last[0]).total_seconds() - (mono - self._last[1])
+            if abs(jump) > self.JUMP_S:
+                self.jumps.append(jump)
+                self.engine.clock_jump(wall, jump)
+        self._last = (wall, mono)
 
     def _wake(self) -> None:
         with self._lock:
             try:
+                self._check_jump()
+                if self.heartbeat is not None:
+                    self.heartbeat(self.clock.now(), self.clock.monotonic())
                 self.engine.step(self.clock.now())
             except BaseException as exc:  # surface to run(); the journal keeps the place
                 self.error = exc
@@ -65,18 +89,20 @@ class LiveDriver:
             self._arm()
 
     def _arm(self) -> None:
-        t = self.engine.next_wakeup(self.clock.now())
+        now = self.clock.now()
+        t = self.engine.next_wakeup(now)
         if t is None:
             self.done.set()
             return
-        self._sched.add_job(self._wake, date_trigger(max(t, self.clock.now())), id=self.JOB,
+        delay = max(t - now, dt.timedelta(0))
+        self._sched.add_job(self._wake, date_trigger(dt.datetime.now(UTC) + delay), id=self.JOB,
                             replace_existing=True, coalesce=True, max_instances=1, misfire_grace_time=None)
 
     def run(self, timeout_s: float | None = None) -> None:
         self._sched.start()
         try:
             self._sched.add_job(self._wake, interval_trigger(dt.timedelta(seconds=self.poll_s),
-                                                             self.clock.now() + dt.timedelta(seconds=self.poll_s)),
+                                                             dt.datetime.now(UTC) + dt.timedelta(seconds=self.poll_s)),
                                 id="kistexp-poll", coalesce=True, max_instances=1, misfire_grace_time=None)
             self._wake()
             if not self.done.wait(timeout_s):

@@ -37,6 +37,7 @@ from kistexp.rollout.state import (
     Command,
     ConsensusCheck,
     DecisionDue,
+    Drift,
     Evaluate,
     Outcome,
     PlanChanged,
@@ -162,6 +163,16 @@ class Engine:
             n += self._commands(now)
         return n
 
+    def clock_jump(self, now: dt.datetime, jump_s: float) -> None:
+        """Journal a wall-clock jump the live driver saw (rollout.md §2.6). Nothing else changes:
+        events are keyed by their due times, so none fires twice and none is skipped."""
+        key = f"clock-jump@{now.isoformat()}"
+        with self.journal.write() as c:
+            self.journal.record(c, event_key=key, trigger="clock-jump", due=now, now=now, before=self.status,
+                                after=self.status, decision="clock-jump",
+                                message=f"wall clock jumped {'forward' if jump_s > 0 else 'backward'} "
+                                        f"{abs(jump_s):.1f} s against the monotonic clock")
+
     def _commands(self, now: dt.datetime) -> int:
         n = 0
         for cmd in self.journal.queued_commands():
@@ -226,14 +237,28 @@ class Engine:
             if diff:
                 self._machine(f"plan-changed@{now.isoformat()}", "plan-changed", now, now, PlanChanged(now, diff))
                 return
+        if "drift" in self.status.reasons:
+            return  # someone else changed an authority: nothing is sent until an operator decides
         for intent in self.journal.intents(("intended",)):
             if now < self.spec.cadence.window_opens(intent["valid_after"]):
                 continue  # too early: it would land a round before T (§2.1); the act trigger returns
             desired = intent["desired"]
             try:
+                # re-read the authority first (§3.3): a resumed run finds a change it made before
+                # it was killed already in place and sends nothing
                 current = self.actuator.current(intent["authority"])
                 if current is not None and _plan_part(current, self.spec) == desired:
                     response = "already set"
+                elif (current is not None and self.status.state != ROLLING_BACK
+                      and _plan_part(current, self.spec) not in self._asked_before(intent)):
+                    # a rollback is sent whatever the authority has: it is the way back to safety
+                    seen = _plan_part(current, self.spec)
+                    detail = (f"{intent['authority']} has {_params_text(seen)}, neither the target "
+                              f"{_params_text(desired)} nor a value the rollout set before; not changing it "
+                              "(abort or undo to continue)")
+                    self._machine(f"drift:{intent['idem_key']}@{now.isoformat()}", "drift", now, now,
+                                  Drift(now, detail))
+                    return
                 else:
                     full = {k: v for k, v in (current or {}).items() if k not in self.spec.parameters}
                     full.update(desired)  # the whole set: keep the operator's other keys
@@ -245,6 +270,13 @@ class Engine:
             self.journal.mark_intent(intent["id"], "acted", now, evidence=json.dumps({"response": response}),
                                      attempt=True)
 
+    def _asked_before(self, intent: dict) -> list[dict]:
+        """Every set the rollout asked of this authority before ``intent`` (an intent superseded
+        after a kill may have reached it unrecorded), and the baseline it started from."""
+        rows = self.journal.conn.execute("SELECT desired FROM rollout_intents WHERE authority = ? AND id < ?",
+                                         (intent["authority"], intent["id"])).fetchall()
+        return [desired_params(self.spec.baseline_values), *(json.loads(r[0]) for r in rows)]
+
     def _vote_check(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         va = self.status.target_va
         for a in self.spec.authorities:
@@ -255,8 +287,10 @@ class Engine:
                 continue
             seen = votes.get(intent["authority"])
             if seen is not None and _plan_part(seen, self.spec) == intent["desired"]:
-                self.journal.mark_intent(intent["id"], "verified", now,
-                                         evidence=json.dumps({"vote": seen, "valid_after": va.isoformat()}))
+                # the vote joins the actuator's answer: the evidence keeps both
+                acted = json.loads(intent["evidence"]) if intent["evidence"] else {}
+                self.journal.mark_intent(intent["id"], "verified", now, evidence=json.dumps(
+                    {**acted, "vote": seen, "valid_after": va.isoformat()}))
                 self.hook("after_verify")
         with self.journal.write() as c:
             self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
@@ -277,7 +311,10 @@ class Engine:
                 with self.journal.write() as c:
                     c.execute("UPDATE rollout_intents SET state = 'done', done_us = ? WHERE valid_after_us = ? "
                               "AND state IN ('acted', 'verified')", (_us(now), _us(va)))
-        self._machine(key, name, at, now, ConsensusCheck(at, va, items, laggards))
+        # the check's own instant is when it ran: a late one (after a restart) re-asserts for a round still
+        # feasible; made after the next round began, it cannot tell a missing consensus from a replaced one
+        late = now >= va + dt.timedelta(seconds=self.spec.cadence.interval_s)
+        self._machine(key, name, at, now, ConsensusCheck(max(at, now), va, items, laggards, late=late))
 
     # --- metrics and verdicts ---------------------------------------------------------------
 
@@ -395,6 +432,10 @@ def _flatten(collected) -> tuple[np.ndarray | None, list[tuple[str, int]] | None
     parts = [np.asarray(collected[r], dtype="<f8").ravel() for r in relays]
     values = np.concatenate(parts) if parts else np.zeros(0)
     return values, [(r, int(p.size)) for r, p in zip(relays, parts, strict=True)]
+
+
+def _params_text(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(params.items())) or "(none of the plan's keys)"
 
 
 def _plan_part(params: dict, spec: RolloutSpec) -> dict:

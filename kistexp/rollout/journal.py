@@ -119,29 +119,73 @@ class RunLock:
 
 # --- the journal ------------------------------------------------------------------------------
 
+class JournalLockedError(RolloutError):
+    """Another process holds the experiment database's write lock past the busy timeout."""
+
+
+BUSY_TIMEOUT_S = 5.0
+# an owner whose heartbeat is older than this is gone, whatever its pid says now (pid reuse)
+HEARTBEAT_STALE_S = 30.0
+HEARTBEAT_EVERY_S = 1.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
 class Journal:
     def __init__(self, db_path: Path, *, durable: bool = True) -> None:
         self.path = Path(db_path)
         open_db(self.path).close()  # checks the file and brings the schema up to date
         # the live driver steps on APScheduler's pool threads, one at a time (max_instances=1)
-        self.conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA foreign_keys = ON")  # explicit BEGIN IMMEDIATE below (§3.6)
-        # FULL: a commit survives power loss, so a rollback intent is never lost (§3.6); dry runs NORMAL
-        self.conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        try:
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA foreign_keys = ON")  # explicit BEGIN IMMEDIATE below (§3.6)
+            # FULL: a commit survives power loss, so a rollback intent is never lost (§3.6); dry runs NORMAL
+            self.conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+        except sqlite3.OperationalError as exc:
+            self.conn.close()
+            raise self._refusal(exc) from None
+        self._last_beat = 0.0
 
     def close(self) -> None:
         self.conn.close()
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._refusal(exc) from None
         try:
             yield self.conn
+        except sqlite3.OperationalError as exc:
+            self.conn.execute("ROLLBACK")
+            raise self._refusal(exc) from None
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise self._refusal(exc) from None
+
+    def _refusal(self, exc: sqlite3.Error) -> RolloutError:
+        """A journal write that cannot happen, in one line; the transaction is rolled back, so
+        nothing is half written and a rerun resumes from the last commit."""
+        if "locked" in str(exc) or "busy" in str(exc):
+            return JournalLockedError(f"{self.path}: the database is locked by another process (waited "
+                                      f"{BUSY_TIMEOUT_S:.0f} s); nothing was written, rerun when it is free")
+        return RolloutError(f"{self.path}: cannot write the rollout journal: {exc}")
 
     # meta
     def meta(self, key: str) -> str | None:
@@ -165,6 +209,42 @@ class Journal:
     def end_run(self, run_id: int, now: dt.datetime, reason: str) -> None:
         with self.write() as c:
             c.execute("UPDATE rollout_runs SET end_us = ?, reason = ? WHERE id = ?", (to_us(now), reason, run_id))
+
+    def heartbeat(self, now: dt.datetime, monotonic: float) -> None:
+        """The owner's proof of life (§3.5 ``owner``), at most once a second."""
+        if monotonic - self._last_beat < HEARTBEAT_EVERY_S:
+            return
+        self._last_beat = monotonic
+        with self.write() as c:
+            c.execute("UPDATE rollout_owner SET heartbeat_us = ? WHERE id = 1 AND pid = ? AND host = ?",
+                      (to_us(now), os.getpid(), socket.gethostname()))
+
+    def check_owner(self, now: dt.datetime) -> str:
+        """After the flock is ours: the owner row names the previous run. A live owner (its pid
+        runs on this host, or another host's heartbeat is fresh) means the lock file was replaced
+        under it, so the run is refused; a dead or silent one is taken over, its run row closed
+        at its last heartbeat. Returns what was taken over ("" if nothing)."""
+        row = self.conn.execute("SELECT pid, host, since_us, heartbeat_us FROM rollout_owner WHERE id = 1").fetchone()
+        if row is None:
+            return ""
+        pid, host, since, beat = row
+        age = (now - from_us(beat)).total_seconds()
+        me = (os.getpid(), socket.gethostname())
+        if (pid, host) == me:
+            return ""
+        unfinished = self.conn.execute("SELECT id FROM rollout_runs WHERE pid = ? AND host = ? AND end_us IS NULL "
+                                       "ORDER BY id DESC LIMIT 1", (pid, host)).fetchone()
+        if unfinished is None:
+            return ""  # it ended cleanly
+        alive = _pid_alive(pid) if host == me[1] else True
+        if alive and abs(age) < HEARTBEAT_STALE_S:
+            raise LockedError(f"{self.path.parent}: already being run by pid {pid} on {host} since "
+                              f"{from_us(since):%Y-%m-%d %H:%M:%S} UTC (heartbeat {age:.0f} s ago), although "
+                              f"{LOCK_NAME} was free: was it deleted? stop that run first")
+        with self.write() as c:
+            c.execute("UPDATE rollout_runs SET end_us = ?, reason = ? WHERE id = ?",
+                      (beat, f"taken over: no heartbeat since {from_us(beat):%H:%M:%S} UTC", unfinished[0]))
+        return f"pid {pid} on {host}, last heartbeat {age:.1f} s ago"
 
     def owner_text(self) -> str:
         row = self.conn.execute("SELECT pid, host, since_us FROM rollout_owner WHERE id = 1").fetchone()

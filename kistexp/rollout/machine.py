@@ -37,6 +37,7 @@ from kistexp.rollout.state import (
     ConsensusCheck,
     Counters,
     DecisionDue,
+    Drift,
     Evaluate,
     Event,
     Outcome,
@@ -47,6 +48,8 @@ from kistexp.rollout.state import (
     WashoutEnd,
 )
 
+# rounds without any consensus allowed, as a multiple of the K rounds a published consensus may lack the values
+MISSING_ROUNDS_FACTOR = 3
 PROMOTABLE_REASONS = frozenset({"gate", "inconclusive", "criterion-hold", "stepped-back"})
 
 
@@ -66,7 +69,7 @@ def mismatched(spec: RolloutSpec, values: Values, params: tuple[tuple[str, int],
 def _transition(spec: RolloutSpec, st: Status, values: Values, va: dt.datetime, cause: str, kind: str,
                 **changes) -> Outcome:
     seq = st.seq + 1
-    new = attrs.evolve(st, values=values, target_va=va, rounds_waited=0, seq=seq, **changes)
+    new = attrs.evolve(st, values=values, target_va=va, rounds_waited=0, rounds_missing=0, seq=seq, **changes)
     return Outcome(new, Transition(seq, values, va, cause, kind), cause,
                    decision=f"{kind}:{changes.get('rollback_kind') or new.stage}")
 
@@ -103,6 +106,10 @@ def step(spec: RolloutSpec, st: Status, ev: Event) -> Outcome:
         new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"plan-changed"},
                            resume_to=st.resume_to if st.state == PAUSED else st.state)
         return Outcome(new, None, f"plan changed: {ev.diff}", decision="pause:plan-changed")
+    if isinstance(ev, Drift):
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"drift"},
+                           resume_to=st.resume_to if st.state == PAUSED else st.state)
+        return Outcome(new, None, f"drift: {ev.detail}", decision="pause:drift")
     if isinstance(ev, Start):
         if st.state != PENDING:
             return Outcome(st)
@@ -145,18 +152,29 @@ def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
     off = mismatched(spec, st.values, ev.params)
     if not off:
         return _arrived(spec, st, was, ev.valid_after)
-    rounds = st.rounds_waited + 1
-    if rounds >= spec.consensus_rounds:
-        who = f"; laggards: {', '.join(ev.laggards)}" if ev.laggards else ""
+    # a round whose consensus was never published (the authorities, or the run driving
+    # embedded ones, were down) is not one that refused the values: it is counted apart,
+    # with a longer limit, so an outage pauses too but a restart does not use up the K rounds;
+    # a round checked only after the next one began (after a restart) is not counted at all
+    missing = ev.params is None
+    unknown = missing and ev.late  # not seen because it was looked for too late: counts as neither
+    rounds = st.rounds_waited + (0 if missing else 1)
+    absent = st.rounds_missing + (1 if missing and not unknown else 0)
+    who = f"; laggards: {', '.join(ev.laggards)}" if ev.laggards else ""
+    if rounds >= spec.consensus_rounds or absent >= MISSING_ROUNDS_FACTOR * spec.consensus_rounds:
         new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"not-in-consensus"}, resume_to=was,
-                           rounds_waited=rounds)
-        return Outcome(new, None, f"{rounds} consensuses without {', '.join(off)} as planned{who}",
-                       decision="pause:not-in-consensus")
-    va = st.target_va + dt.timedelta(seconds=spec.cadence.interval_s)
+                           rounds_waited=rounds, rounds_missing=absent)
+        why = (f"{rounds} consensuses without {', '.join(off)} as planned" if rounds >= spec.consensus_rounds
+               else f"no consensus published for {absent} rounds (last awaited {ev.valid_after:%Y-%m-%d %H:%M:%S})")
+        return Outcome(new, None, why + who, decision="pause:not-in-consensus")
+    # the next round, or (a check made late, after a restart) the first one still feasible
+    va = max(st.target_va + dt.timedelta(seconds=spec.cadence.interval_s), spec.cadence.next_feasible_va(ev.at))
     seq = st.seq + 1
-    new = attrs.evolve(st, target_va=va, rounds_waited=rounds, seq=seq)
-    return Outcome(new, Transition(seq, st.values, va, f"consensus {ev.valid_after:%H:%M} lacks "
-                                   f"{', '.join(off)}: act again for {va:%H:%M}", "reassert"),
+    new = attrs.evolve(st, target_va=va, rounds_waited=rounds, rounds_missing=absent, seq=seq)
+    lack = ("could not be checked in time" if unknown else "was not published" if missing
+            else f"lacks {', '.join(off)}")
+    return Outcome(new, Transition(seq, st.values, va, f"consensus {ev.valid_after:%H:%M:%S} {lack}: "
+                                   f"act again for {va:%H:%M:%S}", "reassert"),
                    decision="reassert")
 
 

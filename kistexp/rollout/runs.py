@@ -86,6 +86,8 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
             journal.close()
             raise
     try:
+        if lock:
+            journal.check_owner(clock.now())
         spec = _check_plan(plan_path, exp_path, mode, cadence, clock, journal, accept_plan_change)
     except BaseException:
         journal.close()  # a refusal leaves nothing held: no lock, no open database
@@ -236,24 +238,34 @@ def queue_command(exp_path: Path, kind: str, args: dict, now: dt.datetime, user:
 
 class _PublishedHistory:
     """The consensus each valid-after carried, as the in-process fake authorities published it
-    (what the predicted-metric source needs to know which value nodes held)."""
+    (what the predicted-metric source needs to know which value nodes held). A restarted run's
+    authorities remember only what they published since; earlier rounds come from the journal's
+    ``consensus_seen`` rows, which the run wrote as it saw them."""
 
-    def __init__(self, net) -> None:
-        self.net = net
+    def __init__(self, net, journal: Journal) -> None:
+        self.net, self.journal = net, journal
 
     def fetch_consensus(self, valid_after: dt.datetime):
+        from kistexp.metrics.series import from_us, to_us
+
         t = valid_after.timestamp()
         best = None
         for a in self.net.authorities.values():
             for pub in list(a.history):
                 if pub.valid_after <= t and (best is None or pub.valid_after > best.valid_after):
                     best = pub
+        row = self.journal.conn.execute(
+            "SELECT valid_after_us, params FROM rollout_consensus_seen WHERE valid_after_us <= ? "
+            "AND params != 'null' ORDER BY valid_after_us DESC LIMIT 1", (to_us(valid_after),)).fetchone()
+        if row is not None and (best is None or from_us(row[0]).timestamp() > best.valid_after):
+            return json.loads(row[1]), []
         return (None if best is None else dict(best.params)), []
 
 
 def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
              predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
-             hook=None, key_bits: tuple[int, int] = (3072, 2048), localnet: Path | None = None) -> Status:
+             hook=None, key_bits: tuple[int, int] = (3072, 2048), localnet: Path | None = None,
+             clock: Clock | None = None) -> Status:
     """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
     one plan hour per voting interval), a local tor network (``local``: ``localnet`` or one made in
     EXP/localnet; kistexp.rollout.actuator_local) or, with ``instructions``, against the real network
@@ -268,7 +280,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
     from kistexp.rollout.engine import Engine
     from kistexp.rollout.spec import CONSENSUS_ROUNDS_INSTRUCTIONS, LIVE_CADENCE
 
-    clock = RealClock()
+    clock = clock or RealClock()
     local = None
     if mode == "fake":
         cadence = Cadence.of(AcceleratedSchedule.scaled(interval_s))
@@ -303,7 +315,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
                                        initial_params=initial_configs(spec) if fresh else None).start()
             client = DirectoryClient(net.directory_authorities(), retries=1, timeout_s=max(1.0, interval_s / 4))
             actuator = FakeAuthoritiesActuator(net.operator_url, net.token, client, clock)
-            history = _PublishedHistory(net)
+            history = _PublishedHistory(net, journal)
         elif local is not None:
             actuator = local.actuator(clock, journal)
             history = actuator.history
@@ -317,7 +329,8 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         metrics = PredictedMetrics(spec, curves, levels, history)
         engine = Engine(spec, journal, actuator, metrics, clock, experiment_id=journal.meta("experiment_id"),
                         plan_check=plan_watch(Path(plan_path), journal), hook=hook)
-        LiveDriver(engine, clock, poll_s=max(0.2, min(2.0, cadence.interval_s / 10))).run(timeout_s)
+        LiveDriver(engine, clock, poll_s=max(0.2, min(2.0, cadence.interval_s / 10)),
+                   heartbeat=journal.heartbeat).run(timeout_s)
         reason = engine.status.state
         return engine.status
     finally:

@@ -56,7 +56,8 @@ class Status:
     stage: int = 0  # 0 = baseline; the stage whose values are in force (or being brought in)
     values: Values = ()  # the set the participants are asked to vote
     target_va: dt.datetime | None = None  # consensus awaited while TRANSITIONING / ROLLING_BACK
-    rounds_waited: int = 0
+    rounds_waited: int = 0  # consensuses for the target that were published without the values
+    rounds_missing: int = 0  # rounds whose consensus was not published at all (network down)
     stage_va: dt.datetime | None = None  # valid-after of the consensus that brought the stage in
     decision_at: dt.datetime | None = None
     extensions: int = 0
@@ -103,6 +104,9 @@ class ConsensusCheck:
     valid_after: dt.datetime
     params: tuple[tuple[str, int], ...] | None  # None: no consensus for that valid-after
     laggards: tuple[str, ...] = ()  # participating authorities whose vote did not carry the set
+    # checked only after the next round began (the run was down): directory servers serve the newest
+    # consensus only, so whether one was published for ``valid_after`` is unknown, not "missing"
+    late: bool = False
 
 
 @attrs.frozen
@@ -156,7 +160,16 @@ class PlanChanged:
     diff: str
 
 
-Event = Start | ConsensusCheck | WashoutEnd | Evaluate | DecisionDue | Command | PlanChanged
+@attrs.frozen
+class Drift:
+    """Before acting, an authority's configuration was neither the target nor what the rollout
+    last asked of it: someone else changed it (rollout.md §3.3)."""
+
+    at: dt.datetime
+    detail: str
+
+
+Event = Start | ConsensusCheck | WashoutEnd | Evaluate | DecisionDue | Command | PlanChanged | Drift
 
 
 # --- effects ----------------------------------------------------------------------------------

@@ -287,6 +287,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def _check_header(path: Path) -> None:
+    """Only once SQLite has refused the file: reading it with a plain open() and close() while this
+    process holds a connection to it drops every POSIX lock the process holds on it (fcntl locks
+    belong to the process and go with the first close of any descriptor). A WAL connection that
+    loses its shared lock lets another process's closing connection believe it is the last one,
+    checkpoint and delete the WAL under the writer, whose later commits are then lost."""
     try:
         with path.open("rb") as fh:
             head = fh.read(len(_SQLITE_MAGIC))
@@ -306,10 +311,10 @@ def open_db(path: Path) -> sqlite3.Connection:
     database from a newer kistexp raises StoreError naming the file.
     """
     path = Path(path)
-    _check_header(path)
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
+        _check_header(path)
         raise StoreError(f"{path}: cannot open the experiment database: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -320,6 +325,7 @@ def open_db(path: Path) -> sqlite3.Connection:
         _migrate(conn, path)
     except sqlite3.DatabaseError as exc:
         conn.close()
+        _check_header(path)
         raise StoreError(f"{path}: corrupt experiment database: {exc}") from None
     except BaseException:
         conn.close()
