@@ -20,7 +20,6 @@ from kistexp.metrics.series import to_us
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.loader import parse_plan
 from kistexp.rollout import journal as journal_mod
-from kistexp.rollout.actuators import SimulatedAuthorities
 from kistexp.rollout.drivers import LiveDriver, VirtualDriver
 from kistexp.rollout.dryrun import PredictedMetrics, dry_run, initial_configs, load_curves
 from kistexp.rollout.engine import Engine
@@ -29,6 +28,7 @@ from kistexp.rollout.machine import MISSING_ROUNDS_FACTOR, initial_status, step
 from kistexp.rollout.runs import open_run
 from kistexp.rollout.spec import LIVE_CADENCE, Cadence, RolloutError, spec_from_plan
 from kistexp.rollout.state import PAUSED, TRANSITIONING, ConsensusCheck, DecisionDue, Start
+from tests.model_authorities import SimulatedAuthorities
 from tests.plan_helpers import VALID_PLAN
 from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 
