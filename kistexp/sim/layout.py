@@ -37,6 +37,7 @@ WRITE_SHARE_BYTES = 32 * CELL_SIZE  # §7.4: at most 16448 B per write call on r
 INT_MAX = 2**31 - 1
 MS = 1_000_000            # ns per ms
 TCP_MSS_DEFAULT = 536     # Linux's first receive-MSS guess (include/net/tcp.h, tcp_initialize_rcv_mss)
+TCP_MAX_QUICKACKS = 16    # at most this many quick ACKs at a time (include/net/tcp.h)
 TCP_HEADER_BYTES = 32     # TCP header with the timestamp option, as tcp_measure_rcv_mss counts it
 TLS_CELL_BYTES = 543      # a cell with its TLS framing on the wire (KIST's 514 + 29, §6)
 # tor's outbuf is a list of 4096-byte chunks (buf_new: default_chunk_size = 4096, less the chunk_t
@@ -132,7 +133,9 @@ N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", 
                # Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
                "CI_NAGLE", "CI_SND_SML", "CI_RCV_SEQ", "CI_ACK_SEGS", "CI_ACK_BYTES", "CI_RCV_MSS",
                "CI_LRCV", "CI_PINGPONG", "CI_DELACK_GEN", "CI_DELACK_AT", "CI_DELACK_NS",
-               "CI_ACK_PUSHED", "CI_LSS", "CI_RWND")
+               "CI_ACK_PUSHED", "CI_LSS", "CI_RWND",
+               # quick ACKs left (icsk_ack.quick, tcp_incr_quickack in net/ipv4/tcp_input.c)
+               "CI_QUICK")
 N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
 
 # circuit queues: one circuit's queue of cells toward one chan

@@ -224,6 +224,8 @@ def _ack(S, c, t):
     S.ci[L.CI_DELACK_GEN, c] += 1
     S.ci[L.CI_DELACK_AT, c] = -1
     S.ci[L.CI_ACK_PUSHED, c] = 0  # inet_csk_clear_xmit_timer(ICSK_TIME_DACK) clears icsk_ack.pending
+    if S.ci[L.CI_QUICK, c] > 0:
+        S.ci[L.CI_QUICK, c] -= 1  # tcp_event_ack_sent -> tcp_dec_quickack_mode: one ACK of new data
 
 
 @njit(cache=True)
@@ -240,11 +242,26 @@ def rcv_segments(S, c, upto, t):
         # a segment shorter than rcv_mss sets ICSK_ACK_PUSHED; a second one before the ACK,
         # ICSK_ACK_PUSHED2 (tcp_measure_rcv_mss)
         S.ci[L.CI_ACK_PUSHED, c] = min(S.ci[L.CI_ACK_PUSHED, c] + 1, 2)
+    lrcv = S.ci[L.CI_LRCV, c]
+    if lrcv >= 0 and t - lrcv > RTO_MIN_NS + 4 * S.ci[L.CI_OWD_NS, c]:
+        # tcp_event_data_recv: data after a gap longer than the RTO earns quick ACKs
+        # (tcp_incr_quickack: rcv_wnd / (2 * rcv_mss) of them, 2 if that is 0, at most
+        # TCP_MAX_QUICKACKS), counted with the rcv_mss this segment has just set. The quick ACKs
+        # of a connection's first data are not given: a modelled channel stands for an OR
+        # connection that has carried its TLS handshake, VERSIONS/CERTS/NETINFO and the circuit's
+        # CREATE/EXTEND cells just before the first modelled cell, so they are spent, and that
+        # request/reply exchange has put both sockets in pingpong mode, where quick ACKs do not apply
+        q = S.ci[L.CI_RWND, c] // (2 * S.ci[L.CI_RCV_MSS, c])
+        q = min(q if q > 0 else 2, L.TCP_MAX_QUICKACKS)
+        if q > S.ci[L.CI_QUICK, c]:
+            S.ci[L.CI_QUICK, c] = q
     S.ci[L.CI_LRCV, c] = t
     at = S.ci[L.CI_DELACK_AT, c]
     ato = S.ci[L.CI_DELACK_NS, c]
-    if S.ci[L.CI_ACK_BYTES, c] > S.ci[L.CI_RCV_MSS, c] or (at >= 0 and at - t <= ato // 4):
-        # more than one full frame, or the delayed ACK is due anyway (tcp_send_delayed_ack)
+    if (S.ci[L.CI_ACK_BYTES, c] > S.ci[L.CI_RCV_MSS, c] or (at >= 0 and at - t <= ato // 4)
+            or (S.ci[L.CI_QUICK, c] > 0 and S.ci[L.CI_PINGPONG, c] == 0)):
+        # more than one full frame, the delayed ACK due anyway (tcp_send_delayed_ack), or quick
+        # ACK mode outside pingpong mode (tcp_in_quickack_mode, __tcp_ack_snd_check)
         _ack(S, c, t)
         return
     if at < 0:
