@@ -514,9 +514,28 @@ def _grow_events(S):
 
 
 def _grow_kq(S):
-    new = np.zeros(2 * S.kq.shape[0], np.int32)
-    used = int(S.g[L.G_KQ_END])
-    new[:used] = S.kq[:used]
+    """Room for the listed kernel-queue rings to grow (``tcp.kq_grow_listed``): the live rings are
+    compacted, in order, to the start of a new array with as much room again.
+
+    A ring that grows moves to a new segment and leaves its old one unused; compacting drops
+    those (doubling alone kept them: most of the simulator's memory on large networks).  Where
+    a ring's cells sit in ``S.kq`` changes nothing the model computes.
+    """
+    ci = S.ci
+    cap, n, pos, base = ci[L.CI_KQ_CAP], ci[L.CI_KQ_N], ci[L.CI_KQ_POS], ci[L.CI_KQ_BASE]
+    listed = S.kqgrow[:int(S.g[L.G_KQGROW_N])]
+    growing = 2 * (n[listed] + ci[L.CI_SNDBUF, listed] // L.CELL_SIZE + 1)
+    live = int(cap.sum())
+    new = np.zeros(2 * (live + int(growing.sum())) + 1024, np.int32)
+    new_base = np.concatenate(([0], np.cumsum(cap)[:-1])) if len(cap) else cap
+    total = int(n.sum())
+    if total:
+        owner = np.repeat(np.arange(len(n)), n)
+        i = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+        new[new_base[owner] + i] = S.kq[base[owner] + (pos[owner] + i) % cap[owner]]
+    ci[L.CI_KQ_BASE] = new_base
+    ci[L.CI_KQ_POS] = 0
+    S.g[L.G_KQ_END] = live
     return S._replace(kq=new)
 
 
