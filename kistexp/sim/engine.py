@@ -24,7 +24,7 @@ from kistexp.sim.events import (
 )
 from kistexp.sim.kist import kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
-from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
+from kistexp.sim.tcp import _track_peaks, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
 
 PREFETCH_AHEAD = 8
 
@@ -288,7 +288,9 @@ def _run_kernel(S):
         if (g[L.G_EVN] + g[L.G_EV_RESERVE] >= S.ev.shape[0] - 1
                 or g[L.G_NQ_N] + g[L.G_EV_RESERVE] >= S.nq.shape[0]):
             return L.RS_GROW_EVENTS
-        if g[L.G_KQGROW_N] > 0 and not kq_grow_listed(S):
+        # an event moves at most every cell of the pool into kernel queues; rings that fill double
+        # (tcp.kq_push), taking at most four slots per cell at the end of S.kq
+        if g[L.G_KQ_END] + L.KQ_SLOTS_PER_CELL * S.free.shape[0] + L.KQ_SLACK > S.kq.shape[0]:
             return L.RS_GROW_KQ
         t = ev_peek_time(S)
         if t < 0 or t > g[L.G_END]:

@@ -74,6 +74,11 @@ EV_END = 8
 EV_DELIVER = 9     # as EV_ARRIVAL, once the receiving node's CPU has processed the flight
 EV_DELACK = 10     # a = chan whose data the peer has not acknowledged, b = timer generation
 
+# kernel-queue rings (tcp.kq_push): one event moves at most every cell of the pool into rings that
+# double when full, which takes at most 4 slots per cell at the end of S.kq
+KQ_SLOTS_PER_CELL = 4
+KQ_SLACK = 1024
+
 # kernel return status
 RS_DONE = 0
 RS_GROW_CELLS = 1
@@ -93,7 +98,7 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
-              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N",
+              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END",
               "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N")
 
 # run parameters: int64 array pi, float64 array pf
@@ -129,7 +134,6 @@ N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", 
                "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
                "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
                "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED", "CI_KQ_CAP", "CI_KQ_N",
-               "CI_KQ_GROW",
                # Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
                "CI_NAGLE", "CI_SND_SML", "CI_RCV_SEQ", "CI_ACK_SEGS", "CI_ACK_BYTES", "CI_RCV_MSS",
                "CI_LRCV", "CI_PINGPONG", "CI_DELACK_GEN", "CI_DELACK_AT", "CI_DELACK_NS",
@@ -218,7 +222,6 @@ FIELDS = (
     ("armed", np.int64, 1),
     ("nq", np.int64, 2),
     ("kq", np.int32, 1),
-    ("kqgrow", np.int64, 1),
     ("free", np.int32, 1),
     ("ncc", np.int64, 2),
     ("dcc", np.int64, 2),
@@ -296,7 +299,6 @@ def state_from(D):
     S.armed = _v(D.armed)
     S.nq = _v(D.nq)
     S.kq = _v(D.kq)
-    S.kqgrow = _v(D.kqgrow)
     S.free = _v(D.free)
     S.ncc = _v(D.ncc)
     S.dcc = _v(D.dcc)

@@ -192,6 +192,10 @@ class Network:
                                      f"[{KIST_INTERVAL_MIN_MS}, {KIST_INTERVAL_MAX_MS}]")
 
 
+#: cell ids a chan's kernel-queue ring holds before it first doubles
+KQ_RING_START = 8
+
+
 def _cell_pool(n: int) -> np.ndarray:
     """A zeroed pool of ``n`` cells starting on a 32-byte boundary (no cell straddles a cache line)."""
     size = L.CELL_DTYPE.itemsize
@@ -304,10 +308,10 @@ def _build(net: Network, rc: RunConfig):
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
     for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL):
         ci[f] = -1
-    # kernel-queue rings (tcp.kq_grow_listed): room for two send buffers each to start with
-    ci[L.CI_KQ_CAP] = 2 * (ci[L.CI_SNDBUF] // L.CELL_SIZE + 1)
-    ci[L.CI_KQ_BASE] = np.concatenate(([0], np.cumsum(ci[L.CI_KQ_CAP])[:-1])) if n_chan else 0
-    kq_len = int(ci[L.CI_KQ_CAP].sum())
+    # kernel-queue rings (tcp.kq_push): small, doubling with their content
+    ci[L.CI_KQ_CAP] = KQ_RING_START
+    ci[L.CI_KQ_BASE] = np.arange(n_chan) * KQ_RING_START
+    kq_len = KQ_RING_START * n_chan
 
     # pending-heap segments per node
     per_node = np.bincount(chan_nodes[0], minlength=n_nodes) if n_chan else np.zeros(n_nodes, np.int64)
@@ -419,7 +423,7 @@ def _build(net: Network, rc: RunConfig):
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 2 * n_chan + 1024  # the heap doubles when it runs short
     # what the run-time arrays will take, checked before allocating them
-    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + 1024) + 8 * (
+    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + _kq_reserve(cell_cap)) + 8 * (
                    2 * ev_cap * L.N_EV + n_samples * n_chan + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
@@ -464,8 +468,8 @@ def _build(net: Network, rc: RunConfig):
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
-        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(kq_len + 1024, np.int32),
-        kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(kq_len + _kq_reserve(cell_cap), np.int32),
+        free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
         ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
         tq=np.zeros(max(n_nodes, 1), np.int64),
@@ -513,20 +517,23 @@ def _grow_events(S):
     return S._replace(ev=new, nq=nq)
 
 
-def _grow_kq(S):
-    """Room for the listed kernel-queue rings to grow (``tcp.kq_grow_listed``): the live rings are
-    compacted, in order, to the start of a new array with as much room again.
+def _kq_reserve(cell_cap: int) -> int:
+    """Free slots ``S.kq`` keeps at its end for one event (``engine._run_kernel``)."""
+    return L.KQ_SLOTS_PER_CELL * cell_cap + L.KQ_SLACK
 
-    A ring that grows moves to a new segment and leaves its old one unused; compacting drops
-    those (doubling alone kept them: most of the simulator's memory on large networks).  Where
-    a ring's cells sit in ``S.kq`` changes nothing the model computes.
+
+def _grow_kq(S):
+    """Room at the end of ``S.kq`` for the next event (``engine._run_kernel``): the live rings are
+    compacted, in order, to the start of a new array with as much room again as they take.
+
+    A ring that fills moves to a new segment twice its size (``tcp.kq_push``) and leaves its old
+    one unused; compacting drops those.  Where a ring's cells sit in ``S.kq`` changes nothing the
+    model computes.
     """
     ci = S.ci
     cap, n, pos, base = ci[L.CI_KQ_CAP], ci[L.CI_KQ_N], ci[L.CI_KQ_POS], ci[L.CI_KQ_BASE]
-    listed = S.kqgrow[:int(S.g[L.G_KQGROW_N])]
-    growing = 2 * (n[listed] + ci[L.CI_SNDBUF, listed] // L.CELL_SIZE + 1)
     live = int(cap.sum())
-    new = np.zeros(2 * (live + int(growing.sum())) + 1024, np.int32)
+    new = np.zeros(2 * live + _kq_reserve(S.free.shape[0]), np.int32)
     new_base = np.concatenate(([0], np.cumsum(cap)[:-1])) if len(cap) else cap
     total = int(n.sum())
     if total:
