@@ -66,7 +66,7 @@ EV_SCHED = 0        # a = node (the node's timer slot, S.tq: never in the event 
 EV_ARRIVAL = 1      # a = chan, b = end seq, c = time the flight left the NIC
 EV_ACK = 2          # a = chan, b = segments, c = bytes (negative: the flight had a loss)
 EV_WRITE = 3        # a = chan: write-ready callback (outbuf -> kernel)
-EV_START = 4        # a = transfer
+EV_START = 4        # a = transfer, b = its stream pair (-1: take one for interactive flow c)
 EV_RESUME = 5       # a = circuit-direction: edge packaging
 EV_SAMPLE = 6
 EV_INTERVAL = 7     # a = node, b = new interval (ms)
@@ -84,6 +84,7 @@ RS_DONE = 0
 RS_GROW_CELLS = 1
 RS_GROW_EVENTS = 2
 RS_GROW_KQ = 3
+RS_GROW_STREAMS = 4
 
 
 def _fields(*names: str) -> int:
@@ -99,7 +100,8 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
               "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END",
-              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N")
+              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N",
+              "G_PFREE_N", "G_FLH_N", "G_NREG")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -153,7 +155,9 @@ N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", 
                "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED", "DI_FC", "DI_BUILT")
 N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
 
-# streams (s = 2 * transfer + dir: the request, then the response), one 32-byte record each: its
+# streams (s = 2 * pair + dir: the request, then the response; ``S.pair_tr[pair]`` is the pair's
+# transfer: regular transfers hold pairs 0 .. G_NREG - 1 for the whole run, interactive exchanges
+# take one from the pool above), one 32-byte record each: its
 # circuit-direction, cells still to package, cells in all, cells delivered, package and deliver
 # windows, next stream in the circuit-direction's ready list, whether it is in that list
 STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int32), ("delivered", np.int32),
@@ -162,6 +166,13 @@ STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int
 
 # transfers
 N_TI = _fields("TI_START", "TI_TTFB", "TI_TTLB")
+
+# interactive flows (``network.InteractiveFlow``), one record each: the circuit, the id of the first
+# exchange (its exchanges are consecutive transfer ids), how many, the next one to start, and the
+# cells of a request and of a response (FL_REQ, FL_RESP consecutive).  An exchange takes a stream
+# pair from the pool (``S.pfree``) when it starts and gives it back when its answer has arrived,
+# so that millions of exchanges need no stream records of their own (engine._start_transfer).
+N_FL = _fields("FL_CIRC", "FL_FIRST_TR", "FL_N", "FL_K", "FL_REQ", "FL_RESP")
 
 # cells (pool): one 32-byte record per cell, so that a 32-byte aligned pool keeps each cell in one
 # half of a cache line: next cell in its FIFO, circuit queue, kind, stream, and the times it
@@ -227,6 +238,10 @@ FIELDS = (
     ("dcc", np.int64, 2),
     ("ser_hist", np.int64, 4),
     ("tq", np.int64, 1),
+    ("pair_tr", np.int64, 1),
+    ("pfree", np.int64, 1),
+    ("fl", np.int64, 2),
+    ("flheap", np.int64, 1),
 )
 
 State = namedtuple("State", [name for name, _, _ in FIELDS])
@@ -304,4 +319,8 @@ def state_from(D):
     S.dcc = _v(D.dcc)
     S.ser_hist = _v(D.ser_hist)
     S.tq = _v(D.tq)
+    S.pair_tr = _v(D.pair_tr)
+    S.pfree = _v(D.pfree)
+    S.fl = _v(D.fl)
+    S.flheap = _v(D.flheap)
     return S

@@ -39,6 +39,7 @@ from kistexp.sim.network import (
     _grow_cells,
     _grow_events,
     _grow_kq,
+    _grow_streams,
     _seed_events,
 )
 from kistexp.sim.result import SimResult, hist_percentile_ns, label_hist
@@ -216,6 +217,8 @@ class Simulation:
                     S = _grow_events(S)
                 elif status == L.RS_GROW_KQ:
                     S = _grow_kq(S)
+                elif status == L.RS_GROW_STREAMS:
+                    S = _grow_streams(S)
                 else:
                     break
                 self._S = S
