@@ -383,6 +383,12 @@ def run_kernel(D):
 
 
 @njit(cache=True)
+def run_kernel_lean(D):
+    """``run_kernel`` compiled without the raw-delay and trace bookkeeping (``layout.is_lean``)."""
+    return _run_kernel(L.lean_state_from(D))
+
+
+@njit(cache=True)
 def _run_kernel(S):
     g = S.g
     while True:

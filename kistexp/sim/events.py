@@ -315,6 +315,8 @@ def record_delay(S, which, cq, delay_ns):
     circ = S.qi[L.QI_CIRC, cq]
     S.circ_sum[which, circ] += delay_ns
     S.circ_sum[2 + which, circ] += 1
+    if not L.keeps_records(S):
+        return
     n = S.g[L.G_RAW_N]
     if n < S.raw.shape[1]:
         S.raw[0, n] = which
@@ -327,7 +329,7 @@ def record_delay(S, which, cq, delay_ns):
 @njit(cache=True, inline="always")
 def trace_chan(S, c, t):
     """Record (time, outbuf bytes, kernel-unsent bytes, kernel-unacked bytes) of the traced chan."""
-    if c != S.g[L.G_TRACE_CHAN]:
+    if not L.keeps_records(S) or c != S.g[L.G_TRACE_CHAN]:
         return
     n = S.g[L.G_TRACE_N]
     if n < S.trace.shape[1]:

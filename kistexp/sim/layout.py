@@ -27,6 +27,7 @@ import cffi
 import numpy as np
 from numba import carray, from_dtype, njit, types
 from numba.experimental import structref
+from numba.extending import overload
 
 CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
 KIST_CELL_COST = 543      # 514 + TLS_PER_CELL_OVERHEAD 29, §6
@@ -255,7 +256,32 @@ class StateRefType(types.StructRef):
         return tuple((name, types.unliteral(typ)) for name, typ in fields)
 
 
-STATE_TYPE = StateRefType([(name, types.Array(from_dtype(np.dtype(dt)), nd, "C")) for name, dt, nd in FIELDS])
+@structref.register
+class LeanStateRefType(StateRefType):
+    """The same view for a run that keeps no raw delay samples and no chan trace: code compiled
+    for it leaves that bookkeeping out (``keeps_records`` is the constant False)."""
+
+
+_FIELD_TYPES = [(name, types.Array(from_dtype(np.dtype(dt)), nd, "C")) for name, dt, nd in FIELDS]
+STATE_TYPE = StateRefType(_FIELD_TYPES)
+LEAN_STATE_TYPE = LeanStateRefType(_FIELD_TYPES)
+
+
+def keeps_records(S) -> bool:
+    """In compiled code: whether the run keeps raw per-cell delays and a chan trace, known when
+    the code is compiled (from the type of ``S``), so the lean kernel has no branch for them."""
+    raise NotImplementedError("only in compiled code")
+
+
+@overload(keeps_records, inline="always")
+def _keeps_records(S):
+    keeps = not isinstance(S, LeanStateRefType)
+    return lambda S: keeps
+
+
+def is_lean(S: State) -> bool:
+    """The run keeps neither raw delays nor a trace: ``engine.run_kernel_lean`` runs it."""
+    return S.raw.shape[1] == 0 and S.trace.shape[1] == 0
 
 
 def descriptor(S: State) -> State:
@@ -280,6 +306,56 @@ def _v(a):
 def state_from(D):
     """The compiled code's view of the :class:`State` ``D`` (``descriptor(S)``)."""
     S = structref.new(STATE_TYPE)
+    S.g = _v(D.g)
+    S.pi = _v(D.pi)
+    S.pf = _v(D.pf)
+    S.ni = _v(D.ni)
+    S.nf = _v(D.nf)
+    S.ci = _v(D.ci)
+    S.cf = _v(D.cf)
+    S.qi = _v(D.qi)
+    S.qf = _v(D.qf)
+    S.di = _v(D.di)
+    S.df = _v(D.df)
+    S.ts = _v(D.ts)
+    S.si = _v(D.si)
+    S.ti = _v(D.ti)
+    S.tr_order = _v(D.tr_order)
+    S.cells = _v(D.cells)
+    S.ev = _v(D.ev)
+    S.pend_heap = _v(D.pend_heap)
+    S.cmux_heap = _v(D.cmux_heap)
+    S.touched = _v(D.touched)
+    S.readd = _v(D.readd)
+    S.ww = _v(D.ww)
+    S.ser_chan = _v(D.ser_chan)
+    S.ser_node = _v(D.ser_node)
+    S.hist = _v(D.hist)
+    S.circ_sum = _v(D.circ_sum)
+    S.raw = _v(D.raw)
+    S.chg = _v(D.chg)
+    S.runlog = _v(D.runlog)
+    S.trace = _v(D.trace)
+    S.ckey = _v(D.ckey)
+    S.armed = _v(D.armed)
+    S.nq = _v(D.nq)
+    S.kq = _v(D.kq)
+    S.free = _v(D.free)
+    S.ncc = _v(D.ncc)
+    S.dcc = _v(D.dcc)
+    S.ser_hist = _v(D.ser_hist)
+    S.tq = _v(D.tq)
+    S.pair_tr = _v(D.pair_tr)
+    S.pfree = _v(D.pfree)
+    S.fl = _v(D.fl)
+    S.flheap = _v(D.flheap)
+    return S
+
+
+@njit(cache=True)
+def lean_state_from(D):
+    """``state_from`` for a lean run (``is_lean``)."""
+    S = structref.new(LEAN_STATE_TYPE)
     S.g = _v(D.g)
     S.pi = _v(D.pi)
     S.pf = _v(D.pf)

@@ -201,16 +201,17 @@ class Simulation:
         if t_ns > self._end_ns:
             raise SimConfigError(f"advance_to t_s={t_s!r}: beyond the run's duration_s="
                                  f"{self.run_config.duration_s!r}")
-        from kistexp.sim.engine import run_kernel
+        from kistexp.sim.engine import run_kernel, run_kernel_lean
 
         S = self._S
+        kernel = run_kernel_lean if L.is_lean(S) else run_kernel
         start = self._now_ns
         steps = 100 if progress is not None else 1
         wall0 = time.perf_counter()
         for step in range(1, steps + 1):
             S.g[L.G_END] = t_ns if step == steps else start + (t_ns - start) * step // steps
             while True:
-                status = run_kernel(L.descriptor(S))
+                status = kernel(L.descriptor(S))
                 if status == L.RS_GROW_CELLS:
                     S = _grow_cells(S)
                 elif status == L.RS_GROW_EVENTS:
