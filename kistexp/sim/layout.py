@@ -302,10 +302,9 @@ def _v(a):
     return carray(_FFI.from_buffer(a), a.shape)
 
 
-@njit(cache=True)
-def state_from(D):
-    """The compiled code's view of the :class:`State` ``D`` (``descriptor(S)``)."""
-    S = structref.new(STATE_TYPE)
+@njit(cache=True, inline="always")
+def _fill(S, D):
+    """Point every field of the structref ``S`` at the array of ``D`` (field order of FIELDS)."""
     S.g = _v(D.g)
     S.pi = _v(D.pi)
     S.pf = _v(D.pf)
@@ -350,53 +349,15 @@ def state_from(D):
     S.fl = _v(D.fl)
     S.flheap = _v(D.flheap)
     return S
+
+
+@njit(cache=True)
+def state_from(D):
+    """The compiled code's view of the :class:`State` ``D`` (``descriptor(S)``)."""
+    return _fill(structref.new(STATE_TYPE), D)
 
 
 @njit(cache=True)
 def lean_state_from(D):
     """``state_from`` for a lean run (``is_lean``)."""
-    S = structref.new(LEAN_STATE_TYPE)
-    S.g = _v(D.g)
-    S.pi = _v(D.pi)
-    S.pf = _v(D.pf)
-    S.ni = _v(D.ni)
-    S.nf = _v(D.nf)
-    S.ci = _v(D.ci)
-    S.cf = _v(D.cf)
-    S.qi = _v(D.qi)
-    S.qf = _v(D.qf)
-    S.di = _v(D.di)
-    S.df = _v(D.df)
-    S.ts = _v(D.ts)
-    S.si = _v(D.si)
-    S.ti = _v(D.ti)
-    S.tr_order = _v(D.tr_order)
-    S.cells = _v(D.cells)
-    S.ev = _v(D.ev)
-    S.pend_heap = _v(D.pend_heap)
-    S.cmux_heap = _v(D.cmux_heap)
-    S.touched = _v(D.touched)
-    S.readd = _v(D.readd)
-    S.ww = _v(D.ww)
-    S.ser_chan = _v(D.ser_chan)
-    S.ser_node = _v(D.ser_node)
-    S.hist = _v(D.hist)
-    S.circ_sum = _v(D.circ_sum)
-    S.raw = _v(D.raw)
-    S.chg = _v(D.chg)
-    S.runlog = _v(D.runlog)
-    S.trace = _v(D.trace)
-    S.ckey = _v(D.ckey)
-    S.armed = _v(D.armed)
-    S.nq = _v(D.nq)
-    S.kq = _v(D.kq)
-    S.free = _v(D.free)
-    S.ncc = _v(D.ncc)
-    S.dcc = _v(D.dcc)
-    S.ser_hist = _v(D.ser_hist)
-    S.tq = _v(D.tq)
-    S.pair_tr = _v(D.pair_tr)
-    S.pfree = _v(D.pfree)
-    S.fl = _v(D.fl)
-    S.flheap = _v(D.flheap)
-    return S
+    return _fill(structref.new(LEAN_STATE_TYPE), D)
