@@ -209,9 +209,18 @@ class Network:
         if not self._tr:
             e = np.zeros(0, np.int64)
             return e, e, e, np.zeros(0, np.float64)
-        parts = [_flow_arrays(t) if isinstance(t, InteractiveFlow) else t for t in self._tr]
-        self._expanded = tuple(np.concatenate([t[i] for t in parts]) for i in range(4))
-        return self._expanded
+        n = self._n_transfers
+        out = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float64))
+        first = 0
+        for part in self._tr:  # filled part by part: millions of exchanges are expanded once, not twice
+            if isinstance(part, InteractiveFlow):
+                part = _flow_arrays(part)
+            k = len(part[0])
+            for dst, src in zip(out, part, strict=True):
+                dst[first:first + k] = src
+            first += k
+        self._expanded = out
+        return out
 
     def validate(self) -> None:
         if not self.nodes:
@@ -676,4 +685,5 @@ def run(network: Network, run_config: RunConfig | None = None,
 
     sim = Simulation(network, run_config)
     sim.advance_to(sim.duration_s, progress)
+    sim._drop_run_arrays()
     return sim.result()

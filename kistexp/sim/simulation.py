@@ -438,6 +438,14 @@ class Simulation:
             transfer_ttlb_s=(ttlb[done] - start) / 1e9,
         )
 
+    def _drop_run_arrays(self) -> None:
+        """Free what only running needs (cell pool, kernel queues, events, streams): the one-call
+        ``run()`` makes its result and discards the simulation, and on a large network these
+        arrays are a third of its memory at the moment the result is made."""
+        S = self._S
+        self._S = S._replace(**{name: np.empty((0,) + getattr(S, name).shape[1:], getattr(S, name).dtype)
+                                for name in ("cells", "free", "kq", "ev", "nq", "si", "pair_tr", "pfree")})
+
     def result(self) -> SimResult:
         """Everything measured so far, as the one-call ``run()`` returns it (complete once the run
         has reached its duration)."""
