@@ -24,7 +24,7 @@ from kistexp.sim.events import (
 )
 from kistexp.sim.kist import kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
-from kistexp.sim.tcp import _track_peaks, kq_grow_listed, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
+from kistexp.sim.tcp import _track_peaks, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
 
 PREFETCH_AHEAD = 8
 
@@ -150,7 +150,7 @@ def deliver_edge(S, k, q, node, t):
         S.di[L.DI_DELIVERED, cd] += 1
         d = S.si[s].delivered + 1
         S.si[s].delivered = d
-        tr = s >> 1  # streams 2 tr and 2 tr + 1 are transfer tr's request and response
+        tr = S.pair_tr[s >> 1]  # streams 2 p and 2 p + 1 are pair p's request and response
         if S.di[L.DI_DIR, cd] == 0:
             if d == S.si[s].total:
                 rcd = cd ^ 1
@@ -166,6 +166,8 @@ def deliver_edge(S, k, q, node, t):
             _send_sendme(S, cd, L.K_SENDME_CIRC, -1, node, t)
         if emit & fc.EMIT_STREAM:
             _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+        if S.di[L.DI_DIR, cd] == 1 and d == S.si[s].total:
+            _pair_done(S, s >> 1)
     else:
         # a SENDME travelling in direction cd acknowledges data of the opposite direction
         dcd = cd ^ 1
@@ -231,14 +233,115 @@ def on_write_ready(S, c, t):
         wants_writes(S, c, t)
 
 
+@njit(cache=True, inline="always")
+def _pair_done(S, p):
+    """Pair ``p``'s answer has arrived: an interactive exchange's pair goes back to the pool.  Only
+    when neither stream reached a stream-SENDME increment: no SENDME for it can still be on its
+    way (one is sent per P_STREAM_INC cells delivered, flowcontrol.on_deliver)."""
+    if (p >= S.g[L.G_NREG] and S.si[2 * p].total < S.pi[L.P_STREAM_INC]
+            and S.si[2 * p + 1].total < S.pi[L.P_STREAM_INC]):
+        n = S.g[L.G_PFREE_N]
+        S.pfree[n] = p
+        S.g[L.G_PFREE_N] = n + 1
+
+
 @njit(cache=True)
-def _start_transfer(S, tr, t):
-    s = 2 * tr
+def _start_transfer(S, tr, p, flow, t):
+    if p < 0:
+        # an interactive exchange: a pair from the pool, streams as the flow says
+        n = S.g[L.G_PFREE_N] - 1
+        S.g[L.G_PFREE_N] = n
+        p = S.pfree[n]
+        S.pair_tr[p] = tr
+        circ = S.fl[L.FL_CIRC, flow]
+        for d in range(2):
+            r = S.si[2 * p + d]
+            r.cd = 2 * circ + d
+            r.total = S.fl[L.FL_REQ + d, flow]
+            r.topkg = r.total
+            r.delivered = 0
+            r.pkg_win = S.pi[L.P_STREAM_WINDOW]
+            r.deliv_win = S.pi[L.P_STREAM_WINDOW]
+            r.next = -1
+            r.inready = 0
+    s = 2 * p
     cd = S.si[s].cd
     if S.di[L.DI_BUILT, cd] == 0:
         fc.circuit_build(S, cd // 2)
     _ready_add(S, cd, s)
     package(S, cd, t)
+
+
+@njit(cache=True, inline="always")
+def _flow_before(S, f, h):
+    """Flow ``f``'s next exchange starts before flow ``h``'s: by (start, transfer id), the order of a
+    stable sort of all transfers by start time."""
+    a = S.fl[L.FL_FIRST_TR, f] + S.fl[L.FL_K, f]
+    b = S.fl[L.FL_FIRST_TR, h] + S.fl[L.FL_K, h]
+    ta = S.ti[L.TI_START, a]
+    tb = S.ti[L.TI_START, b]
+    return ta < tb or (ta == tb and a < b)
+
+
+@njit(cache=True)
+def _flow_sift_down(S):
+    """Restore the heap order of ``S.flheap`` after its root's next exchange moved later."""
+    h = S.flheap
+    n = S.g[L.G_FLH_N]
+    f = h[0]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _flow_before(S, h[c + 1], h[c]):
+            c += 1
+        if not _flow_before(S, h[c], f):
+            break
+        h[i] = h[c]
+        i = c
+    h[i] = f
+
+
+@njit(cache=True)
+def push_next_start(S):
+    """Schedule the next transfer to start: one start event at a time, in (start, transfer id)
+    order, merging the regular transfers (``S.tr_order``) with the interactive flows' next
+    exchanges (a heap of flows, ``S.flheap``)."""
+    g = S.g
+    nxt = g[L.G_NEXT_TR]
+    j = -1
+    tr = -1
+    t = 0
+    if nxt < S.tr_order.shape[0]:
+        j = S.tr_order[nxt]
+        tr = S.pair_tr[j]
+        t = S.ti[L.TI_START, tr]
+    if g[L.G_FLH_N] > 0:
+        f = S.flheap[0]
+        k = S.fl[L.FL_K, f]
+        x = S.fl[L.FL_FIRST_TR, f] + k
+        tx = S.ti[L.TI_START, x]
+        if tr < 0 or tx < t or (tx == t and x < tr):
+            if k + 1 < S.fl[L.FL_N, f]:
+                S.fl[L.FL_K, f] = k + 1
+            else:
+                n = g[L.G_FLH_N] - 1
+                g[L.G_FLH_N] = n
+                S.flheap[0] = S.flheap[n]
+            if g[L.G_FLH_N] > 0:
+                _flow_sift_down(S)
+            ev_push(S, tx, L.EV_START, x, -1, f)
+            return
+    if tr >= 0:
+        g[L.G_NEXT_TR] = nxt + 1
+        ev_push(S, t, L.EV_START, tr, j, -1)
+
+
+@njit(cache=True)
+def push_next_start_entry(D):
+    """``push_next_start`` called from Python (``D`` as for ``run_kernel``): the first start."""
+    push_next_start(L.state_from(D))
 
 
 #: (series, node field) pairs sampled into ``S.ser_node`` (the peaks since the previous sample last)
@@ -280,6 +383,12 @@ def run_kernel(D):
 
 
 @njit(cache=True)
+def run_kernel_lean(D):
+    """``run_kernel`` compiled without the raw-delay and trace bookkeeping (``layout.is_lean``)."""
+    return _run_kernel(L.lean_state_from(D))
+
+
+@njit(cache=True)
 def _run_kernel(S):
     g = S.g
     while True:
@@ -288,7 +397,11 @@ def _run_kernel(S):
         if (g[L.G_EVN] + g[L.G_EV_RESERVE] >= S.ev.shape[0] - 1
                 or g[L.G_NQ_N] + g[L.G_EV_RESERVE] >= S.nq.shape[0]):
             return L.RS_GROW_EVENTS
-        if g[L.G_KQGROW_N] > 0 and not kq_grow_listed(S):
+        if g[L.G_PFREE_N] == 0 and S.fl.shape[1] > 0:
+            return L.RS_GROW_STREAMS  # an exchange about to start needs a stream pair
+        # an event moves at most every cell of the pool into kernel queues; rings that fill double
+        # (tcp.kq_push), taking at most four slots per cell at the end of S.kq
+        if g[L.G_KQ_END] + L.KQ_SLOTS_PER_CELL * S.free.shape[0] + L.KQ_SLACK > S.kq.shape[0]:
             return L.RS_GROW_KQ
         t = ev_peek_time(S)
         if t < 0 or t > g[L.G_END]:
@@ -330,12 +443,8 @@ def _run_kernel(S):
             S.di[L.DI_RESUME_EV, a] = 0
             package(S, a, t)
         elif kind == L.EV_START:
-            _start_transfer(S, a, t)
-            nxt = g[L.G_NEXT_TR]
-            if nxt < S.tr_order.shape[0]:
-                tr = S.tr_order[nxt]
-                g[L.G_NEXT_TR] = nxt + 1
-                ev_push(S, S.ti[L.TI_START, tr], L.EV_START, tr, 0, 0)
+            _start_transfer(S, a, b, c, t)
+            push_next_start(S)
         elif kind == L.EV_SAMPLE:
             _sample(S)
             if g[L.G_SAMPLE] < S.ser_chan.shape[0]:

@@ -8,11 +8,13 @@ record arrays (``CELL_DTYPE``, ``STREAM_DTYPE``, 32 bytes each).  Times are int6
 pool, the event heap or the kernel-queue rings) without losing anything.
 
 The arrays belong to the Python-side :class:`State` (numpy arrays).  The compiled code sees them
-through one :class:`StateRefType` structref (numba's documented ``numba.experimental.structref``),
-built at each entry from Python by :func:`state_from` out of a table of addresses and shapes
-(:func:`descriptor`): every field is a ``numba.carray`` view, an array without a reference-counted
-owner, so reading ``S.ci`` in compiled code counts no references (counting them on every access
-cost about a third of the run time) and passing ``S`` between compiled functions is one pointer.
+through one :class:`StateRefType` structref (``numba.experimental.structref``), built at each entry
+by :func:`state_from` from the ``State`` itself: every field is a ``numba.carray`` view of its
+array, made from the pointer numba's documented cffi support gives for it
+(``ffi.from_buffer``).  Such a view has no reference-counted owner, so reading ``S.ci`` counts no
+references, and passing ``S`` between compiled functions is one pointer (a namedtuple of the
+arrays is passed as some 300 machine words per call: 4.5 times slower on a call-heavy loop; a
+structref of the plain arrays counts a reference per field read, 8 % slower on bench case (a)).
 The views are valid while the ``State`` lives: only the entry points (``engine.run_kernel``,
 ``events.ev_push_entry`` and the consensus hooks) build them, from a ``State`` their caller holds.
 """
@@ -21,11 +23,11 @@ from __future__ import annotations
 
 from collections import namedtuple
 
+import cffi
 import numpy as np
-from llvmlite import ir
 from numba import carray, from_dtype, njit, types
 from numba.experimental import structref
-from numba.extending import intrinsic
+from numba.extending import overload
 
 CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
 KIST_CELL_COST = 543      # 514 + TLS_PER_CELL_OVERHEAD 29, §6
@@ -66,7 +68,7 @@ EV_SCHED = 0        # a = node (the node's timer slot, S.tq: never in the event 
 EV_ARRIVAL = 1      # a = chan, b = end seq, c = time the flight left the NIC
 EV_ACK = 2          # a = chan, b = segments, c = bytes (negative: the flight had a loss)
 EV_WRITE = 3        # a = chan: write-ready callback (outbuf -> kernel)
-EV_START = 4        # a = transfer
+EV_START = 4        # a = transfer, b = its stream pair (-1: take one for interactive flow c)
 EV_RESUME = 5       # a = circuit-direction: edge packaging
 EV_SAMPLE = 6
 EV_INTERVAL = 7     # a = node, b = new interval (ms)
@@ -74,11 +76,17 @@ EV_END = 8
 EV_DELIVER = 9     # as EV_ARRIVAL, once the receiving node's CPU has processed the flight
 EV_DELACK = 10     # a = chan whose data the peer has not acknowledged, b = timer generation
 
+# kernel-queue rings (tcp.kq_push): one event moves at most every cell of the pool into rings that
+# double when full, which takes at most 4 slots per cell at the end of S.kq
+KQ_SLOTS_PER_CELL = 4
+KQ_SLACK = 1024
+
 # kernel return status
 RS_DONE = 0
 RS_GROW_CELLS = 1
 RS_GROW_EVENTS = 2
 RS_GROW_KQ = 3
+RS_GROW_STREAMS = 4
 
 
 def _fields(*names: str) -> int:
@@ -93,8 +101,9 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
-              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END", "G_KQGROW_N",
-              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N")
+              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END",
+              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N",
+              "G_PFREE_N", "G_FLH_N", "G_NREG")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
@@ -129,7 +138,6 @@ N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", 
                "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
                "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
                "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED", "CI_KQ_CAP", "CI_KQ_N",
-               "CI_KQ_GROW",
                # Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
                "CI_NAGLE", "CI_SND_SML", "CI_RCV_SEQ", "CI_ACK_SEGS", "CI_ACK_BYTES", "CI_RCV_MSS",
                "CI_LRCV", "CI_PINGPONG", "CI_DELACK_GEN", "CI_DELACK_AT", "CI_DELACK_NS",
@@ -151,7 +159,9 @@ N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", 
                "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED", "DI_FC", "DI_BUILT")
 N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
 
-# streams (s = 2 * transfer + dir: the request, then the response), one 32-byte record each: its
+# streams (s = 2 * pair + dir: the request, then the response; ``S.pair_tr[pair]`` is the pair's
+# transfer: regular transfers hold pairs 0 .. G_NREG - 1 for the whole run, interactive exchanges
+# take one from the pool above), one 32-byte record each: its
 # circuit-direction, cells still to package, cells in all, cells delivered, package and deliver
 # windows, next stream in the circuit-direction's ready list, whether it is in that list
 STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int32), ("delivered", np.int32),
@@ -160,6 +170,13 @@ STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int
 
 # transfers
 N_TI = _fields("TI_START", "TI_TTFB", "TI_TTLB")
+
+# interactive flows (``network.InteractiveFlow``), one record each: the circuit, the id of the first
+# exchange (its exchanges are consecutive transfer ids), how many, the next one to start, and the
+# cells of a request and of a response (FL_REQ, FL_RESP consecutive).  An exchange takes a stream
+# pair from the pool (``S.pfree``) when it starts and gives it back when its answer has arrived,
+# so that millions of exchanges need no stream records of their own (engine._start_transfer).
+N_FL = _fields("FL_CIRC", "FL_FIRST_TR", "FL_N", "FL_K", "FL_REQ", "FL_RESP")
 
 # cells (pool): one 32-byte record per cell, so that a 32-byte aligned pool keeps each cell in one
 # half of a cache line: next cell in its FIFO, circuit queue, kind, stream, and the times it
@@ -220,16 +237,18 @@ FIELDS = (
     ("armed", np.int64, 1),
     ("nq", np.int64, 2),
     ("kq", np.int32, 1),
-    ("kqgrow", np.int64, 1),
     ("free", np.int32, 1),
     ("ncc", np.int64, 2),
     ("dcc", np.int64, 2),
     ("ser_hist", np.int64, 4),
     ("tq", np.int64, 1),
+    ("pair_tr", np.int64, 1),
+    ("pfree", np.int64, 1),
+    ("fl", np.int64, 2),
+    ("flheap", np.int64, 1),
 )
 
 State = namedtuple("State", [name for name, _, _ in FIELDS])
-MAX_NDIM = 4
 
 
 @structref.register
@@ -240,95 +259,108 @@ class StateRefType(types.StructRef):
         return tuple((name, types.unliteral(typ)) for name, typ in fields)
 
 
-STATE_TYPE = StateRefType([(name, types.Array(from_dtype(np.dtype(dt)), nd, "C")) for name, dt, nd in FIELDS])
+@structref.register
+class LeanStateRefType(StateRefType):
+    """The same view for a run that keeps no raw delay samples and no chan trace: code compiled
+    for it leaves that bookkeeping out (``keeps_records`` is the constant False)."""
 
 
-def descriptor(S: State) -> np.ndarray:
-    """Address and shape of every array of ``S`` (the argument of the compiled entry points)."""
-    D = np.zeros((len(FIELDS), 1 + MAX_NDIM), np.int64)
-    for i, (arr, (name, dt, nd)) in enumerate(zip(S, FIELDS, strict=True)):
+_FIELD_TYPES = [(name, types.Array(from_dtype(np.dtype(dt)), nd, "C")) for name, dt, nd in FIELDS]
+STATE_TYPE = StateRefType(_FIELD_TYPES)
+LEAN_STATE_TYPE = LeanStateRefType(_FIELD_TYPES)
+
+
+def keeps_records(S) -> bool:
+    """In compiled code: whether the run keeps raw per-cell delays and a chan trace, known when
+    the code is compiled (from the type of ``S``), so the lean kernel has no branch for them."""
+    raise NotImplementedError("only in compiled code")
+
+
+@overload(keeps_records, inline="always")
+def _keeps_records(S):
+    keeps = not isinstance(S, LeanStateRefType)
+    return lambda S: keeps
+
+
+def is_lean(S: State) -> bool:
+    """The run keeps neither raw delays nor a trace: ``engine.run_kernel_lean`` runs it."""
+    return S.raw.shape[1] == 0 and S.trace.shape[1] == 0
+
+
+def descriptor(S: State) -> State:
+    """``S`` checked for the compiled entry points (which take the :class:`State` itself)."""
+    for arr, (name, dt, nd) in zip(S, FIELDS, strict=True):
         if arr.dtype != dt or arr.ndim != nd or not arr.flags.c_contiguous or not arr.flags.writeable:
             raise TypeError(f"simulator state {name}: {arr.dtype}[{arr.ndim}-d] array, "
                             f"need a writable C-contiguous {np.dtype(dt)}[{nd}-d] one")
-        D[i, 0] = arr.ctypes.data
-        D[i, 1:1 + nd] = arr.shape
-    return D
+    return S
 
 
-@intrinsic
-def _address(typingctx, addr):
-    """The integer ``addr`` as a ``void *`` (what ``numba.carray`` takes)."""
-    if not isinstance(addr, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], ir.IntType(8).as_pointer())
-
-    return types.voidptr(addr), codegen
+#: only its documented ``from_buffer`` is used: in compiled code it turns an array into a pointer
+_FFI = cffi.FFI()
 
 
 @njit(cache=True, inline="always")
-def _v1(D, i, dt):
-    return carray(_address(D[i, 0]), (D[i, 1],), dt)
+def _v(a):
+    return carray(_FFI.from_buffer(a), a.shape)
 
 
 @njit(cache=True, inline="always")
-def _v2(D, i, dt):
-    return carray(_address(D[i, 0]), (D[i, 1], D[i, 2]), dt)
-
-
-@njit(cache=True, inline="always")
-def _v3(D, i, dt):
-    return carray(_address(D[i, 0]), (D[i, 1], D[i, 2], D[i, 3]), dt)
-
-
-@njit(cache=True, inline="always")
-def _v4(D, i, dt):
-    return carray(_address(D[i, 0]), (D[i, 1], D[i, 2], D[i, 3], D[i, 4]), dt)
+def _fill(S, D):
+    """Point every field of the structref ``S`` at the array of ``D`` (field order of FIELDS)."""
+    S.g = _v(D.g)
+    S.pi = _v(D.pi)
+    S.pf = _v(D.pf)
+    S.ni = _v(D.ni)
+    S.nf = _v(D.nf)
+    S.ci = _v(D.ci)
+    S.cf = _v(D.cf)
+    S.qi = _v(D.qi)
+    S.qf = _v(D.qf)
+    S.di = _v(D.di)
+    S.df = _v(D.df)
+    S.ts = _v(D.ts)
+    S.si = _v(D.si)
+    S.ti = _v(D.ti)
+    S.tr_order = _v(D.tr_order)
+    S.cells = _v(D.cells)
+    S.ev = _v(D.ev)
+    S.pend_heap = _v(D.pend_heap)
+    S.cmux_heap = _v(D.cmux_heap)
+    S.touched = _v(D.touched)
+    S.readd = _v(D.readd)
+    S.ww = _v(D.ww)
+    S.ser_chan = _v(D.ser_chan)
+    S.ser_node = _v(D.ser_node)
+    S.hist = _v(D.hist)
+    S.circ_sum = _v(D.circ_sum)
+    S.raw = _v(D.raw)
+    S.chg = _v(D.chg)
+    S.runlog = _v(D.runlog)
+    S.trace = _v(D.trace)
+    S.ckey = _v(D.ckey)
+    S.armed = _v(D.armed)
+    S.nq = _v(D.nq)
+    S.kq = _v(D.kq)
+    S.free = _v(D.free)
+    S.ncc = _v(D.ncc)
+    S.dcc = _v(D.dcc)
+    S.ser_hist = _v(D.ser_hist)
+    S.tq = _v(D.tq)
+    S.pair_tr = _v(D.pair_tr)
+    S.pfree = _v(D.pfree)
+    S.fl = _v(D.fl)
+    S.flheap = _v(D.flheap)
+    return S
 
 
 @njit(cache=True)
 def state_from(D):
-    """The compiled code's view of the state whose ``descriptor`` is ``D`` (field order of FIELDS)."""
-    S = structref.new(STATE_TYPE)
-    S.g = _v1(D, 0, np.int64)
-    S.pi = _v1(D, 1, np.int64)
-    S.pf = _v1(D, 2, np.float64)
-    S.ni = _v2(D, 3, np.int64)
-    S.nf = _v2(D, 4, np.float64)
-    S.ci = _v2(D, 5, np.int64)
-    S.cf = _v2(D, 6, np.float64)
-    S.qi = _v2(D, 7, np.int64)
-    S.qf = _v2(D, 8, np.float64)
-    S.di = _v2(D, 9, np.int64)
-    S.df = _v2(D, 10, np.float64)
-    S.ts = _v2(D, 11, np.int64)
-    S.si = _v1(D, 12, STREAM_DTYPE)
-    S.ti = _v2(D, 13, np.int64)
-    S.tr_order = _v1(D, 14, np.int64)
-    S.cells = _v1(D, 15, CELL_DTYPE)
-    S.ev = _v2(D, 16, np.int64)
-    S.pend_heap = _v1(D, 17, np.int64)
-    S.cmux_heap = _v1(D, 18, np.int64)
-    S.touched = _v1(D, 19, np.int64)
-    S.readd = _v1(D, 20, np.int64)
-    S.ww = _v1(D, 21, np.int64)
-    S.ser_chan = _v2(D, 22, np.int64)
-    S.ser_node = _v3(D, 23, np.int64)
-    S.hist = _v3(D, 24, np.int64)
-    S.circ_sum = _v2(D, 25, np.int64)
-    S.raw = _v2(D, 26, np.int64)
-    S.chg = _v2(D, 27, np.int64)
-    S.runlog = _v2(D, 28, np.int64)
-    S.trace = _v2(D, 29, np.int64)
-    S.ckey = _v2(D, 30, np.float64)
-    S.armed = _v1(D, 31, np.int64)
-    S.nq = _v2(D, 32, np.int64)
-    S.kq = _v1(D, 33, np.int32)
-    S.kqgrow = _v1(D, 34, np.int64)
-    S.free = _v1(D, 35, np.int32)
-    S.ncc = _v2(D, 36, np.int64)
-    S.dcc = _v2(D, 37, np.int64)
-    S.ser_hist = _v4(D, 38, np.int64)
-    S.tq = _v1(D, 39, np.int64)
-    return S
+    """The compiled code's view of the :class:`State` ``D`` (``descriptor(S)``)."""
+    return _fill(structref.new(STATE_TYPE), D)
+
+
+@njit(cache=True)
+def lean_state_from(D):
+    """``state_from`` for a lean run (``is_lean``)."""
+    return _fill(structref.new(LEAN_STATE_TYPE), D)

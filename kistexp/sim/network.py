@@ -51,6 +51,18 @@ class InteractiveFlow:
     response_bytes: int = 996
 
 
+def flow_starts(flow: InteractiveFlow) -> np.ndarray:
+    """Start times of an interactive flow's exchanges (s)."""
+    return np.arange(flow.start_s, flow.stop_s, flow.period_s, dtype=np.float64)
+
+
+def _flow_arrays(flow: InteractiveFlow) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    starts = flow_starts(flow)
+    n = len(starts)
+    return (np.full(n, flow.circuit, np.int64), np.full(n, flow.request_bytes, np.int64),
+            np.full(n, flow.response_bytes, np.int64), starts)
+
+
 @attrs.frozen
 class IntervalChange:
     """At ``time_s`` node ``node`` starts using ``interval_ms`` (a new consensus, §5.1); it takes
@@ -72,7 +84,8 @@ class Network:
         self.circuits: list[tuple[tuple[int, ...], str]] = []
         self.interval_changes: list[IntervalChange] = []
         self._chan_of: dict[tuple[int, int], int] = {}
-        self._tr: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._tr: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | InteractiveFlow] = []
+        self._expanded: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._n_transfers = 0
 
     # -- building -------------------------------------------------------------------------------
@@ -125,15 +138,31 @@ class Network:
         return range(first, self._n_transfers)
 
     def add_interactive(self, flow: InteractiveFlow) -> range:
-        """Expand an interactive flow into transfers; returns their ids."""
+        """An interactive flow: one exchange (a transfer) every ``period_s``; returns their ids.
+
+        The flow is kept as one record; its exchanges start in the compiled loop, each with
+        stream records taken from a pool while it runs (``layout.N_FL``), so that a large network
+        of interactive circuits does not hold a record per exchange before it runs."""
         if not (flow.period_s > 0 and math.isfinite(flow.period_s)):
             raise SimConfigError(f"interactive flow on circuit {flow.circuit}: period_s must be > 0")
         if not flow.stop_s >= flow.start_s:
             raise SimConfigError(f"interactive flow on circuit {flow.circuit}: stop_s is before start_s")
-        starts = np.arange(flow.start_s, flow.stop_s, flow.period_s, dtype=np.float64)
-        n = len(starts)
-        return self.add_transfers(np.full(n, flow.circuit), np.full(n, flow.request_bytes),
-                                  np.full(n, flow.response_bytes), starts)
+        if not (math.isfinite(flow.start_s) and flow.start_s >= 0 and math.isfinite(flow.stop_s)):
+            raise SimConfigError(f"interactive flow on circuit {flow.circuit}: start_s and stop_s must be "
+                                 "finite and >= 0")
+        if not (isinstance(flow.circuit, (int, np.integer)) and 0 <= flow.circuit < len(self.circuits)):
+            raise SimConfigError(f"interactive flow: circuit {flow.circuit!r} does not exist "
+                                 f"(have {len(self.circuits)} circuits)")
+        if flow.request_bytes < 0 or flow.response_bytes < 0:
+            raise SimConfigError(f"interactive flow on circuit {flow.circuit}: request_bytes and "
+                                 "response_bytes must be >= 0")
+        n = len(flow_starts(flow))
+        first = self._n_transfers
+        if n:
+            self._tr.append(flow)
+            self._n_transfers += n
+            self._expanded = None
+        return range(first, self._n_transfers)
 
     def change_interval(self, change: IntervalChange) -> None:
         self.interval_changes.append(change)
@@ -165,15 +194,33 @@ class Network:
             raise SimConfigError("transfer: start_s must be finite and >= 0")
         self._tr.append((circ, req, resp, start))
         self._n_transfers += len(circ)
+        self._expanded = None
+
+    def transfer_parts(self) -> list:
+        """The transfers in id order: chunks of parallel arrays (circuit, request_bytes,
+        response_bytes, start_s) and :class:`InteractiveFlow` records."""
+        return list(self._tr)
 
     def transfer_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every transfer's circuit, request_bytes, response_bytes and start_s (interactive flows
+        expanded into their exchanges), by transfer id."""
+        if self._expanded is not None:
+            return self._expanded
         if not self._tr:
             e = np.zeros(0, np.int64)
             return e, e, e, np.zeros(0, np.float64)
-        if len(self._tr) > 1:
-            # keep one copy: a network of millions of exchanges must not hold them twice
-            self._tr = [tuple(np.concatenate([t[i] for t in self._tr]) for i in range(4))]
-        return self._tr[0]
+        n = self._n_transfers
+        out = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.float64))
+        first = 0
+        for part in self._tr:  # filled part by part: millions of exchanges are expanded once, not twice
+            if isinstance(part, InteractiveFlow):
+                part = _flow_arrays(part)
+            k = len(part[0])
+            for dst, src in zip(out, part, strict=True):
+                dst[first:first + k] = src
+            first += k
+        self._expanded = out
+        return out
 
     def validate(self) -> None:
         if not self.nodes:
@@ -190,6 +237,10 @@ class Network:
                     or not KIST_INTERVAL_MIN_MS <= ch.interval_ms <= KIST_INTERVAL_MAX_MS):
                 raise SimConfigError(f"interval change: interval_ms={ch.interval_ms!r} must be in "
                                      f"[{KIST_INTERVAL_MIN_MS}, {KIST_INTERVAL_MAX_MS}]")
+
+
+#: cell ids a chan's kernel-queue ring holds before it first doubles
+KQ_RING_START = 8
 
 
 def _cell_pool(n: int) -> np.ndarray:
@@ -304,10 +355,10 @@ def _build(net: Network, rc: RunConfig):
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
     for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL):
         ci[f] = -1
-    # kernel-queue rings (tcp.kq_grow_listed): room for two send buffers each to start with
-    ci[L.CI_KQ_CAP] = 2 * (ci[L.CI_SNDBUF] // L.CELL_SIZE + 1)
-    ci[L.CI_KQ_BASE] = np.concatenate(([0], np.cumsum(ci[L.CI_KQ_CAP])[:-1])) if n_chan else 0
-    kq_len = int(ci[L.CI_KQ_CAP].sum())
+    # kernel-queue rings (tcp.kq_push): small, doubling with their content
+    ci[L.CI_KQ_CAP] = KQ_RING_START
+    ci[L.CI_KQ_BASE] = np.arange(n_chan) * KQ_RING_START
+    kq_len = KQ_RING_START * n_chan
 
     # pending-heap segments per node
     per_node = np.bincount(chan_nodes[0], minlength=n_nodes) if n_chan else np.zeros(n_nodes, np.int64)
@@ -370,26 +421,55 @@ def _build(net: Network, rc: RunConfig):
     ci[L.CI_CMUX_BASE] = np.concatenate(([0], np.cumsum(per_chan)[:-1])) if n_chan else 0
     ci[L.CI_CMUX_CAP] = per_chan
 
-    # transfers and streams
-    t_circ, t_req, t_resp, t_start = net.transfer_arrays()
-    n_tr = len(t_circ)
+    # transfers and streams: a regular transfer holds a stream pair for the run; an interactive
+    # flow is one record whose exchanges take pairs from a pool while they run (layout.N_FL)
+    n_tr = net.n_transfers
     ti = np.zeros((L.N_TI, n_tr), np.int64)
-    ti[L.TI_START] = np.round(t_start * 1e9).astype(np.int64)
+    reg: list[tuple[np.ndarray, ...]] = []
+    flows: list[tuple[int, int, InteractiveFlow]] = []
+    first = 0
+    for part in net.transfer_parts():
+        if isinstance(part, InteractiveFlow):
+            starts = flow_starts(part)
+            n = len(starts)
+            ti[L.TI_START, first:first + n] = np.round(starts * 1e9).astype(np.int64)
+            flows.append((first, n, part))
+        else:
+            n = len(part[0])
+            ti[L.TI_START, first:first + n] = np.round(part[3] * 1e9).astype(np.int64)
+            reg.append((np.arange(first, first + n, dtype=np.int64), *part[:3]))
+        first += n
     ti[L.TI_TTFB] = -1
     ti[L.TI_TTLB] = -1
-    if n_tr and max(int(t_req.max()), int(t_resp.max())) > L.INT_MAX * L.RELAY_PAYLOAD:
+    e = np.zeros(0, np.int64)
+    r_ids, r_circ, r_req, r_resp = (np.concatenate([c[i] for c in reg]) if reg else e for i in range(4))
+    biggest = max([int(r_req.max()), int(r_resp.max())] if len(r_ids) else [0])
+    biggest = max([biggest] + [max(f.request_bytes, f.response_bytes) for _, _, f in flows])
+    if biggest > L.INT_MAX * L.RELAY_PAYLOAD:
         raise SimConfigError(f"transfer: at most {L.INT_MAX * L.RELAY_PAYLOAD} bytes a direction "
-                             f"({L.INT_MAX} cells), got {max(int(t_req.max()), int(t_resp.max()))}")
-    si = np.zeros(2 * n_tr, L.STREAM_DTYPE)  # one record per stream
-    si["cd"][0::2] = 2 * t_circ
-    si["cd"][1::2] = 2 * t_circ + 1
-    si["total"][0::2] = _cells(t_req)
-    si["total"][1::2] = _cells(t_resp)
+                             f"({L.INT_MAX} cells), got {biggest}")
+    n_reg = len(r_ids)
+    n_exchanges = sum(n for _, n, _ in flows)
+    pool = min(n_exchanges, max(64, 4 * len(flows)))  # grows in the run when short (_grow_streams)
+    si = np.zeros(2 * (n_reg + pool), L.STREAM_DTYPE)  # one record per stream
+    si["cd"][0:2 * n_reg:2] = 2 * r_circ
+    si["cd"][1:2 * n_reg:2] = 2 * r_circ + 1
+    si["total"][0:2 * n_reg:2] = _cells(r_req)
+    si["total"][1:2 * n_reg:2] = _cells(r_resp)
     si["topkg"] = si["total"]
     si["pkg_win"] = fcc.stream_window
     si["deliv_win"] = fcc.stream_window
     si["next"] = -1
-    tr_order = np.argsort(ti[L.TI_START], kind="stable").astype(np.int64)
+    pair_tr = np.full(n_reg + pool, -1, np.int64)
+    pair_tr[:n_reg] = r_ids
+    pfree = np.arange(n_reg + pool - 1, n_reg - 1, -1, dtype=np.int64)  # pair n_reg on top
+    fl = np.zeros((L.N_FL, len(flows)), np.int64)
+    for i, (f0, n, f) in enumerate(flows):
+        fl[:, i] = (f.circuit, f0, n, 0, _cells(np.int64(f.request_bytes)), _cells(np.int64(f.response_bytes)))
+    # the flows in (first start, first id) order: a sorted array is a heap
+    flheap = np.lexsort((fl[L.FL_FIRST_TR], ti[L.TI_START, fl[L.FL_FIRST_TR]])).astype(np.int64)
+    stream_cells = int(si["total"].sum(dtype=np.int64)) + int((fl[L.FL_N] * (fl[L.FL_REQ] + fl[L.FL_RESP])).sum())
+    tr_order = np.argsort(ti[L.TI_START, r_ids], kind="stable").astype(np.int64)  # regular pairs
 
     pi = np.zeros(L.N_PI, np.int64)
     for key, val in (("P_CIRCWINDOW", fcc.circwindow), ("P_CIRC_INC", fcc.circ_increment),
@@ -415,16 +495,16 @@ def _build(net: Network, rc: RunConfig):
     cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
     ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
     # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
-    est_cells = int(min(n_cd * fcc.cellq_high, (int(si["total"].sum(dtype=np.int64)) if n_tr else 0) + 64 * n_cd))
+    est_cells = int(min(n_cd * fcc.cellq_high, stream_cells + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)
     ev_cap = 2 * ev_reserve + 2 * n_chan + 1024  # the heap doubles when it runs short
     # what the run-time arrays will take, checked before allocating them
-    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + 1024) + 8 * (
+    planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + _kq_reserve(cell_cap)) + 8 * (
                    2 * ev_cap * L.N_EV + n_samples * n_chan + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
-    described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order))
+    described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order, pair_tr, pfree, fl))
     if planned + described > rc.memory_limit_bytes:
         raise SimConfigError(
             f"run.memory_limit_bytes={rc.memory_limit_bytes}: the network needs "
@@ -444,6 +524,9 @@ def _build(net: Network, rc: RunConfig):
     cells = _cell_pool(cell_cap)
     g[L.G_NFREE] = cell_cap  # S.free: the stack of free cell ids, cell 0 on top
     g[L.G_KQ_END] = kq_len
+    g[L.G_NREG] = n_reg
+    g[L.G_PFREE_N] = pool
+    g[L.G_FLH_N] = len(flows)
 
     changes = sorted(net.interval_changes, key=lambda c: c.time_s)
     chg = np.zeros((3, len(changes)), np.int64)
@@ -464,15 +547,34 @@ def _build(net: Network, rc: RunConfig):
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
-        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(kq_len + 1024, np.int32),
-        kqgrow=np.zeros(max(n_chan, 1), np.int64), free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(kq_len + _kq_reserve(cell_cap), np.int32),
+        free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
         ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
         tq=np.zeros(max(n_nodes, 1), np.int64),
+        pair_tr=pair_tr, pfree=np.concatenate((pfree, np.zeros(max(0, 1 - pool), np.int64))), fl=fl,
+        flheap=flheap,
     )
-    meta = dict(labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
-                t_start=t_start, t_req=t_req, t_resp=t_resp, t_circ=t_circ)
+    meta = _Meta(net, n_tr, labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples)
     return S, meta
+
+
+class _Meta(dict):
+    """What ``_build`` tells the results besides the state.  The per-transfer arrays (``t_circ``,
+    ``t_req``, ``t_resp``, ``t_start``) are expanded from the network when first asked for: until
+    then an interactive flow is one record, however many exchanges it has."""
+
+    def __init__(self, net: Network, n_tr: int, **facts) -> None:
+        super().__init__(**facts)
+        self._net = net
+        self._n_tr = n_tr
+
+    def __missing__(self, key: str):
+        if key not in ("t_circ", "t_req", "t_resp", "t_start"):
+            raise KeyError(key)
+        circ, req, resp, start = (a[:self._n_tr] for a in self._net.transfer_arrays())
+        self.update(t_circ=circ, t_req=req, t_resp=resp, t_start=start)
+        return self[key]
 
 
 def _nbytes(S) -> int:
@@ -513,21 +615,58 @@ def _grow_events(S):
     return S._replace(ev=new, nq=nq)
 
 
+def _grow_streams(S):
+    """Twice the pool of stream pairs for interactive exchanges (``engine._start_transfer``)."""
+    n_pairs = S.pair_tr.shape[0]
+    add = max(64, n_pairs - int(S.g[L.G_NREG]))
+    si = np.zeros(2 * (n_pairs + add), L.STREAM_DTYPE)
+    si[:2 * n_pairs] = S.si
+    si["next"][2 * n_pairs:] = -1
+    pair_tr = np.full(n_pairs + add, -1, np.int64)
+    pair_tr[:n_pairs] = S.pair_tr
+    nfree = int(S.g[L.G_PFREE_N])
+    pfree = np.zeros(n_pairs + add - int(S.g[L.G_NREG]), np.int64)
+    pfree[:nfree] = S.pfree[:nfree]
+    pfree[nfree:nfree + add] = np.arange(n_pairs + add - 1, n_pairs - 1, -1)
+    S.g[L.G_PFREE_N] = nfree + add
+    return S._replace(si=si, pair_tr=pair_tr, pfree=pfree)
+
+
+def _kq_reserve(cell_cap: int) -> int:
+    """Free slots ``S.kq`` keeps at its end for one event (``engine._run_kernel``)."""
+    return L.KQ_SLOTS_PER_CELL * cell_cap + L.KQ_SLACK
+
+
 def _grow_kq(S):
-    new = np.zeros(2 * S.kq.shape[0], np.int32)
-    used = int(S.g[L.G_KQ_END])
-    new[:used] = S.kq[:used]
+    """Room at the end of ``S.kq`` for the next event (``engine._run_kernel``): the live rings are
+    compacted, in order, to the start of a new array with as much room again as they take.
+
+    A ring that fills moves to a new segment twice its size (``tcp.kq_push``) and leaves its old
+    one unused; compacting drops those.  Where a ring's cells sit in ``S.kq`` changes nothing the
+    model computes.
+    """
+    ci = S.ci
+    cap, n, pos, base = ci[L.CI_KQ_CAP], ci[L.CI_KQ_N], ci[L.CI_KQ_POS], ci[L.CI_KQ_BASE]
+    live = int(cap.sum())
+    new = np.zeros(2 * live + _kq_reserve(S.free.shape[0]), np.int32)
+    new_base = np.concatenate(([0], np.cumsum(cap)[:-1])) if len(cap) else cap
+    total = int(n.sum())
+    if total:
+        owner = np.repeat(np.arange(len(n)), n)
+        i = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+        new[new_base[owner] + i] = S.kq[base[owner] + (pos[owner] + i) % cap[owner]]
+    ci[L.CI_KQ_BASE] = new_base
+    ci[L.CI_KQ_POS] = 0
+    S.g[L.G_KQ_END] = live
     return S._replace(kq=new)
 
 
 def _seed_events(S, meta) -> None:
+    from kistexp.sim.engine import push_next_start_entry
     from kistexp.sim.events import ev_push_entry as ev_push
 
     ref = L.descriptor(S)
-    if S.tr_order.shape[0]:
-        tr = int(S.tr_order[0])
-        S.g[L.G_NEXT_TR] = 1
-        ev_push(ref, int(S.ti[L.TI_START, tr]), L.EV_START, tr, 0, 0)
+    push_next_start_entry(ref)  # the first transfer to start
     ev_push(ref, 0, L.EV_SAMPLE, 0, 0, 0)
     if S.chg.shape[1]:
         ev_push(ref, int(S.chg[0, 0]), L.EV_INTERVAL, int(S.chg[1, 0]), int(S.chg[2, 0]), 0)
@@ -546,4 +685,5 @@ def run(network: Network, run_config: RunConfig | None = None,
 
     sim = Simulation(network, run_config)
     sim.advance_to(sim.duration_s, progress)
+    sim._drop_run_arrays()
     return sim.result()

@@ -121,9 +121,13 @@ class SimResult:
         start = meta["t_start"]
 
         def rel(field):
-            v = S.ti[field].astype(np.float64) / 1e9
+            # in place: on a large network each temporary is as large as the transfers' table
+            v = S.ti[field].astype(np.float64)
+            v /= 1e9
             v[S.ti[field] < 0] = np.nan
-            return v - start if n_tr else v
+            if n_tr:
+                v -= start
+            return v
 
         raw_n = int(S.g[L.G_RAW_N])
         raw = np.zeros((5, raw_n), np.int64)

@@ -39,6 +39,7 @@ from kistexp.sim.network import (
     _grow_cells,
     _grow_events,
     _grow_kq,
+    _grow_streams,
     _seed_events,
 )
 from kistexp.sim.result import SimResult, hist_percentile_ns, label_hist
@@ -200,22 +201,25 @@ class Simulation:
         if t_ns > self._end_ns:
             raise SimConfigError(f"advance_to t_s={t_s!r}: beyond the run's duration_s="
                                  f"{self.run_config.duration_s!r}")
-        from kistexp.sim.engine import run_kernel
+        from kistexp.sim.engine import run_kernel, run_kernel_lean
 
         S = self._S
+        kernel = run_kernel_lean if L.is_lean(S) else run_kernel
         start = self._now_ns
         steps = 100 if progress is not None else 1
         wall0 = time.perf_counter()
         for step in range(1, steps + 1):
             S.g[L.G_END] = t_ns if step == steps else start + (t_ns - start) * step // steps
             while True:
-                status = run_kernel(L.descriptor(S))
+                status = kernel(L.descriptor(S))
                 if status == L.RS_GROW_CELLS:
                     S = _grow_cells(S)
                 elif status == L.RS_GROW_EVENTS:
                     S = _grow_events(S)
                 elif status == L.RS_GROW_KQ:
                     S = _grow_kq(S)
+                elif status == L.RS_GROW_STREAMS:
+                    S = _grow_streams(S)
                 else:
                     break
                 self._S = S
@@ -433,6 +437,14 @@ class Simulation:
             transfer_ttfb_s=(S.ti[L.TI_TTFB][done] - start) / 1e9,
             transfer_ttlb_s=(ttlb[done] - start) / 1e9,
         )
+
+    def _drop_run_arrays(self) -> None:
+        """Free what only running needs (cell pool, kernel queues, events, streams): the one-call
+        ``run()`` makes its result and discards the simulation, and on a large network these
+        arrays are a third of its memory at the moment the result is made."""
+        S = self._S
+        self._S = S._replace(**{name: np.empty((0,) + getattr(S, name).shape[1:], getattr(S, name).dtype)
+                                for name in ("cells", "free", "kq", "ev", "nq", "si", "pair_tr", "pfree")})
 
     def result(self) -> SimResult:
         """Everything measured so far, as the one-call ``run()`` returns it (complete once the run

@@ -68,63 +68,36 @@ def _track_peaks(S, node):
 
 @njit(cache=True, inline="always")
 def kq_push(S, c, k):
-    """Append cell ``k`` to chan ``c``'s kernel queue (the caller keeps room, see ``kq_check_room``)."""
-    n = S.ci[L.CI_KQ_N, c]
-    pos = S.ci[L.CI_KQ_POS, c] + n
-    cap = S.ci[L.CI_KQ_CAP, c]
-    if pos >= cap:
-        pos -= cap
-    S.kq[S.ci[L.CI_KQ_BASE, c] + pos] = k
-    S.ci[L.CI_KQ_N, c] = n + 1
-
-
-@njit(cache=True, inline="always")
-def kq_room_needed(S, c):
-    """Free slots a kernel queue must have before an event: one event writes at most a send buffer."""
-    return S.ci[L.CI_SNDBUF, c] // L.CELL_SIZE + 1
-
-
-@njit(cache=True, inline="always")
-def kq_check_room(S, c):
-    """List chan ``c`` for ``kq_grow_listed`` when its ring could overflow in the next event."""
-    if (S.ci[L.CI_KQ_CAP, c] - S.ci[L.CI_KQ_N, c] < kq_room_needed(S, c)
-            and S.ci[L.CI_KQ_GROW, c] == 0):
-        S.ci[L.CI_KQ_GROW, c] = 1
-        n = S.g[L.G_KQGROW_N]
-        S.kqgrow[n] = c
-        S.g[L.G_KQGROW_N] = n + 1
-
-
-@njit(cache=True)
-def kq_grow_listed(S):
-    """Move each listed ring to a larger segment at the end of ``S.kq``; False when it is full.
+    """Append cell ``k`` to chan ``c``'s kernel queue, moving a full ring to a segment twice its
+    size at the end of ``S.kq`` (``engine.run_kernel`` keeps room there for one event's moves).
 
     Kernel queues are rings of cell ids (one segment of ``S.kq`` per chan) so that the cells of an
-    arriving flight are found without walking a linked list through the cell pool.  Segments are
-    bump-allocated; a ring that grows leaves its old segment unused.
+    arriving flight are found without walking a linked list through the cell pool.  A ring is
+    as large as its content needs; the segment it leaves is reclaimed when the Python driver
+    compacts ``S.kq`` (``network._grow_kq``).
     """
-    while S.g[L.G_KQGROW_N] > 0:
-        c = S.kqgrow[S.g[L.G_KQGROW_N] - 1]
-        n = S.ci[L.CI_KQ_N, c]
-        new_cap = 2 * (n + kq_room_needed(S, c))
+    n = S.ci[L.CI_KQ_N, c]
+    cap = S.ci[L.CI_KQ_CAP, c]
+    pos = S.ci[L.CI_KQ_POS, c]
+    if n == cap:
         base = S.g[L.G_KQ_END]
-        if base + new_cap > S.kq.shape[0]:
-            return False
         old = S.ci[L.CI_KQ_BASE, c]
-        cap = S.ci[L.CI_KQ_CAP, c]
-        pos = S.ci[L.CI_KQ_POS, c]
         for i in range(n):
             j = pos + i
             if j >= cap:
                 j -= cap
             S.kq[base + i] = S.kq[old + j]
+        pos = 0
+        cap *= 2
         S.ci[L.CI_KQ_BASE, c] = base
-        S.ci[L.CI_KQ_CAP, c] = new_cap
+        S.ci[L.CI_KQ_CAP, c] = cap
         S.ci[L.CI_KQ_POS, c] = 0
-        S.g[L.G_KQ_END] = base + new_cap
-        S.ci[L.CI_KQ_GROW, c] = 0
-        S.g[L.G_KQGROW_N] -= 1
-    return True
+        S.g[L.G_KQ_END] = base + cap
+    j = pos + n
+    if j >= cap:
+        j -= cap
+    S.kq[S.ci[L.CI_KQ_BASE, c] + j] = k
+    S.ci[L.CI_KQ_N, c] = n + 1
 
 
 @njit(cache=True)
@@ -363,7 +336,6 @@ def write_to_kernel(S, c, t):
         moved += L.CELL_SIZE
     S.ci[L.CI_OB_BYTES, c] = ob
     if moved > 0:
-        kq_check_room(S, c)
         S.ni[L.NI_BYTES_WRITTEN, node] += moved
         S.ni[L.NI_APP_BYTES, node] -= moved
         S.ni[L.NI_KERN_BYTES, node] += moved
@@ -405,7 +377,6 @@ def on_ack(S, c, t, segs, nbytes):
             want = S.ci[L.CI_SNDBUF_MAX, c]
         if want > S.ci[L.CI_SNDBUF, c]:
             S.ci[L.CI_SNDBUF, c] = want
-            kq_check_room(S, c)
     tcp_send(S, c, t)
     trace_chan(S, c, t)
     if S.ci[L.CI_OB_BYTES, c] > 0 and S.ci[L.CI_WRITE_EV, c] == 0 and kernel_room(S, c) >= L.CELL_SIZE:
