@@ -113,7 +113,10 @@ def _two_stages_across_a_kill(tmp_path) -> None:
         assert i["state"] in ("done", "superseded"), i
     for i in done:
         evidence = json.loads(i["evidence"])
-        assert evidence == {"vote": {KIST: i["desired"][KIST]}, "valid_after": i["valid_after"].isoformat()}, i
+        # the vote that shows it, and beside it what the actuator did (params.inc, reload, GETCONF)
+        assert evidence["vote"] == {KIST: i["desired"][KIST]}, i
+        assert evidence["valid_after"] == i["valid_after"].isoformat(), i
+        assert "SIGNAL RELOAD" in evidence["response"] and f"{KIST}={i['desired'][KIST]}" in evidence["response"], i
         # the consensus of the intent's valid-after, fetched and signature-checked, carries the stage's value
         assert consensuses[i["valid_after"]] == {KIST: i["desired"][KIST]}
         assert votes[(i["authority"], i["valid_after"])] == {KIST: i["desired"][KIST]}
