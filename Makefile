@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check kistexp fake_authorities tests bench
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	for b in bench/*_bench.py; do $(BIN)/python $$b || exit 1; done

@@ -44,9 +44,11 @@ def test_dry_run_with_a_rehearsed_rollback_names_kind_authorities_and_times(pred
 
 
 def test_dry_run_text_timeline_and_bad_input(preds):
-    proc = kistexp("dry-run", PLAN, "--predictions", str(preds))
+    # (the whole plan to COMPLETED is tests/test_rollout_engine.py's; the text form is the same code)
+    proc = kistexp("dry-run", PLAN, "--predictions", str(preds), "--inject", "stage=1:relay_cpu_utilization=+50%")
     assert proc.returncode == 0, proc.stderr
-    assert "COMPLETED" in proc.stdout and "KISTSchedRunInterval=5" in proc.stdout
+    assert "KISTSchedRunInterval=2" in proc.stdout and "rollback:step-back" in proc.stdout
+    assert "rollback step-back from stage 1" in proc.stdout and "PAUSED (stepped-back)" in proc.stdout
     bad = kistexp("dry-run", PLAN, "--predictions", str(preds), "--inject", "stage=7:relay_cpu_utilization=+5%")
     assert bad.returncode == 1 and bad.stderr.startswith("kistexp: error: --inject") and "Traceback" not in bad.stderr
     none = kistexp("dry-run", PLAN)
