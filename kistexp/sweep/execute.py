@@ -167,16 +167,32 @@ def execute(tasks: Iterable[CellTask], backend, cache: CellCache, *,
     suspects: deque[CellTask] = deque()
     attempts: dict[int, int] = {}
     in_flight: dict[cf.Future, CellTask] = {}
+    def submit(task: CellTask, queue: deque[CellTask]) -> bool:
+        """Submit ``task``; if the backend broke since the last wait (a worker died while another
+        cell finished, so no future has said so yet), put it back: the in-flight futures will
+        report the death, and the next round submits to a fresh pool."""
+        try:
+            in_flight[backend.submit(task)] = task
+            return True
+        except Exception as exc:
+            if not backend.crashed(exc):
+                raise
+            queue.appendleft(task)
+            if not in_flight:  # nothing left to report it: start afresh now
+                backend.after_crash()
+            return False
+
     try:
         while pending or suspects or in_flight:
             if suspects:
                 if not in_flight:  # alone, so a death is its own
-                    task = suspects.popleft()
-                    in_flight[backend.submit(task)] = task
+                    submit(suspects.popleft(), suspects)
             else:
                 while pending and len(in_flight) < backend.workers:
-                    task = pending.popleft()
-                    in_flight[backend.submit(task)] = task
+                    if not submit(pending.popleft(), pending):
+                        break
+            if not in_flight:
+                continue
             done, _ = cf.wait(list(in_flight), return_when=cf.FIRST_COMPLETED)
             broke = False
             for future in done:
