@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -9,6 +10,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# `make test` runs two pytest workers: each searches its own port range for local tor networks,
+# so two networks started at the same instant cannot both pick the first free one
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and _WORKER[2:].isdecimal():
+    os.environ.setdefault("KISTEXP_LOCALNET_BASE_PORT", str(15000 + 6000 * int(_WORKER[2:])))
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

@@ -193,3 +193,17 @@ def test_waiting_on_a_stopped_network_fails_at_once(tmp_path: Path) -> None:
     with pytest.raises(LocalNetError, match="is not running"):
         net.wait_for_consensus(timeout_s=30)
     assert time.monotonic() - t0 < 1
+
+
+def test_the_port_search_starts_where_the_environment_says(monkeypatch) -> None:
+    from kistexp.errors import LocalNetError
+    from kistexp.localnet.network import search_start
+
+    monkeypatch.setenv("KISTEXP_LOCALNET_BASE_PORT", "23000")
+    assert search_start() == 23000 and free_base_port(3) >= 23000
+    for bad in ("80", "1_0", "x", "70000"):
+        monkeypatch.setenv("KISTEXP_LOCALNET_BASE_PORT", bad)
+        with pytest.raises(LocalNetError, match="KISTEXP_LOCALNET_BASE_PORT"):
+            search_start()
+    monkeypatch.delenv("KISTEXP_LOCALNET_BASE_PORT")
+    assert search_start() == 15000

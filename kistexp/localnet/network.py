@@ -29,6 +29,7 @@ from kistexp.errors import DirectoryError, KistexpError, LocalNetError
 from kistexp.localnet import procs
 from kistexp.localnet.control import ControlPort
 from kistexp.localnet.spec import (
+    BASE_PORT_ENV,
     DEFAULT_BASE_PORT,
     LOOPBACK,
     PORT_STRIDE,
@@ -77,9 +78,20 @@ def require_tor() -> tuple[str, str]:
     return str(tor), gencert
 
 
-def free_base_port(node_count: int, start: int = DEFAULT_BASE_PORT) -> int:
-    """The first base port from ``start`` (in steps of one whole layout) whose every port of
-    the real-tor.md layout, and the service port on 127.0.0.2, is free."""
+def search_start() -> int:
+    """``$KISTEXP_LOCALNET_BASE_PORT`` if set (a whole number 1024-60000), else 15000."""
+    text = os.environ.get(BASE_PORT_ENV, "")
+    if not text:
+        return DEFAULT_BASE_PORT
+    if not (text.isascii() and text.isdecimal() and 1024 <= int(text) <= 60000):
+        raise LocalNetError(f"${BASE_PORT_ENV}={text!r}: not a port from 1024 to 60000")
+    return int(text)
+
+
+def free_base_port(node_count: int, start: int | None = None) -> int:
+    """The first base port from ``start`` (default ``search_start()``; in steps of one whole
+    layout) whose every port of the real-tor.md layout, and the service port on 127.0.0.2, is free."""
+    start = search_start() if start is None else start
     step = SERVICE_OFFSET + PORT_STRIDE
     for base in range(start, 65535 - SERVICE_OFFSET, step):
         ports = [base + k * PORT_STRIDE + i for k in range(5) for i in range(node_count)]

@@ -28,6 +28,10 @@ SERVICE_OFFSET = 5 * PORT_STRIDE
 SERVICE_ADDRESS = "127.0.0.2"
 LOOPBACK = "127.0.0.1"
 DEFAULT_BASE_PORT = 15000
+#: Where the search for a free port layout starts (``free_base_port``), when set: several
+#: networks started at once on one machine (say two ``kistexp fidelity`` runs, or test
+#: processes) each pick a free range, but between picking and binding they could pick the same.
+BASE_PORT_ENV = "KISTEXP_LOCALNET_BASE_PORT"
 # tor refuses a V3AuthVotingInterval below 10 s even with TestingTorNetwork.
 MIN_VOTING_INTERVAL_S = 10
 MAX_VOTING_INTERVAL_S = 24 * 3600  # tor refuses a longer V3AuthVotingInterval
