@@ -19,7 +19,24 @@ def _ascii_int(text: str) -> int:
     return value
 
 
+def _return_large_buffers_to_the_system() -> None:
+    """Request bodies (up to 16 MiB, MAX_BODY_BUFFER_BYTES of them at once) are allocated by many
+    handler threads. glibc raises its mmap threshold after freeing such a block, so later bodies
+    land in per-thread arenas that keep the freed memory: the process's RSS would then grow past
+    the body budget. A fixed threshold (M_MMAP_THRESHOLD, which also stops the raising) keeps
+    every large body in its own mapping, returned when it is freed. Not glibc: nothing to do."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD = -3 (malloc.h), 1 MiB
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    _return_large_buffers_to_the_system()
     p = argparse.ArgumentParser(prog="python -m fake_authorities",
                                 description="Fake v3 directory authorities on loopback (see docs/fake-authorities.md).")
     p.add_argument("--count", type=_ascii_int, default=9, help="number of authorities (default 9)")
