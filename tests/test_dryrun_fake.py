@@ -94,3 +94,11 @@ def test_a_malformed_command_is_one_line_naming_it(tmp_path, option, message):
     with pytest.raises(InjectionError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         parse_command(option, spec)
     assert "\n" not in str(e.value) and option in str(e.value)
+
+
+def test_a_bad_command_time_names_the_command_option():
+    from kistexp.rollout.dryrun import InjectionError, parse_command
+
+    with pytest.raises(InjectionError) as e:
+        parse_command("day0:pause", spec_from_plan(parse_plan(SHORT_PLAN)))
+    assert str(e.value).startswith("--command 'day0:pause': days count from day1")

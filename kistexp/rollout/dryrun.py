@@ -76,24 +76,24 @@ Injection = MetricShift | AuthorityFault | MetricGap
 _WHEN = re.compile(r"^(?:day(\d+)|stage(\d+))(?:\+(\d+)h)?(?:(\d+)m)?$")
 
 
-def _when(text: str, spec: RolloutSpec, option: str) -> dt.datetime:
+def _when(text: str, spec: RolloutSpec, option: str, flag: str = "--inject") -> dt.datetime:
     m = _WHEN.match(text)
     if m:
         day, stage, hours, minutes = m.groups()
         if day is not None:
             if int(day) < 1:
-                raise InjectionError(f"--inject {option!r}: days count from day1")
+                raise InjectionError(f"{flag} {option!r}: days count from day1")
             base = spec.baseline_start + (int(day) - 1) * dt.timedelta(days=1) * (spec.hour / dt.timedelta(hours=1))
         else:
             n = int(stage)
             if not 1 <= n <= spec.n_stages:
-                raise InjectionError(f"--inject {option!r}: the plan has stages 1..{spec.n_stages}")
+                raise InjectionError(f"{flag} {option!r}: the plan has stages 1..{spec.n_stages}")
             base = spec.start + sum((s.duration for s in spec.stages[: n - 1]), dt.timedelta())
         return base + (int(hours or 0) * spec.hour) + int(minutes or 0) * spec.hour / 60
     try:
         t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InjectionError(f"--inject {option!r}: when {text!r} is not dayD[+Hh], stageN[+Hh] or ISO UTC") from None
+        raise InjectionError(f"{flag} {option!r}: when {text!r} is not dayD[+Hh], stageN[+Hh] or ISO UTC") from None
     return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
 
 
@@ -193,7 +193,7 @@ def parse_command(option: str, spec: RolloutSpec) -> ScriptedCommand:
             flags = _COMMAND_FLAGS.get(kind)
             what = allowed or (", ".join(flags) if flags else "no arguments")
             raise InjectionError(f"--command {option!r}: {kind} takes {what}, not {arg!r}")
-    return ScriptedCommand(_when(when, spec, "--command " + option), kind, tuple(sorted(args.items())), option)
+    return ScriptedCommand(_when(when, spec, option, "--command"), kind, tuple(sorted(args.items())), option)
 
 
 # --- predicted metrics --------------------------------------------------------------------------
