@@ -60,6 +60,8 @@ def test_torrcs_carry_the_known_fixes(tmp_path: Path) -> None:
     assert "ConfluxEnabled 0\n" in client and "SocksPort 127.0.0.1:15406\n" in client
     assert "KISTSchedRunInterval 2 msec" in client and "KISTSchedRunInterval 2 msec" not in relay
     assert "ConfluxEnabled" not in relay and "ORPort" not in client
+    # a fixed build timeout: a learned one of ~100 ms stalls new circuits on a busy machine
+    assert "LearnCircuitBuildTimeout 0\n" in client and "CircuitBuildTimeout 60\n" in client
 
 
 def test_voting_interval_sets_delays() -> None:

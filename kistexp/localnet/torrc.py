@@ -185,6 +185,14 @@ def render_torrc(node: Node, spec: NetworkSpec, root: Path) -> str:
             f"SocksPort {LOOPBACK}:{node.socks_port}",
             # One circuit per stream; conflux would pair legs over the pinned path (problem 4).
             "ConfluxEnabled 0",
+            # A fixed circuit build timeout: after 100 loopback builds of a few ms, tor's
+            # learned timeout (circuit_build_times_set_timeout(), circuitstats.c) falls to
+            # about 100 ms; a build on a machine busy with the measured transfers then times
+            # out, and once more than MAX_CIRCUIT_FAILURES (5) fail in a NewCircuitPeriod tor
+            # launches none for the rest of it (circuit_launch_by_extend_info(), circuituse.c),
+            # so a new stream waits a minute or more for its circuit.
+            "LearnCircuitBuildTimeout 0",
+            "CircuitBuildTimeout 60",
         ]
     extra = spec.options_for(node.role)
     if extra:
