@@ -197,19 +197,22 @@ def test_refused_and_bad_status(serve):
 # --- process CPU / RSS ------------------------------------------------------------------
 
 def test_proc_of_a_busy_child():
-    child = subprocess.Popen(["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<3: pass"])
+    # the child says when it spins: on a loaded machine its start-up (imports, page faults
+    # waiting on the disk) can take longer than the interval measured, which then holds no
+    # CPU time at all
+    child = subprocess.Popen(
+        ["python3", "-c", "import sys, time\nprint('spinning', flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE)
     try:
-        # measure the interpreter, not the moment between fork and exec
-        while b"-c" not in open(f"/proc/{child.pid}/cmdline", "rb").read():
-            time.sleep(0.01)
-        time.sleep(0.2)
+        assert child.stdout.readline() == b"spinning\n"
         sampler = pr.ProcessSampler(child.pid, {"node": "busy"})
         first = dict(sampler.poll())
         assert set(first) == {"relay_rss_bytes"} and first["relay_rss_bytes"].value > 1_000_000
-        time.sleep(1.0)
+        time.sleep(1.5)
         second = dict(sampler.poll())
-        # a spinning process uses about one core (less on a busy shared machine)
-        assert 0.2 < second["relay_cpu_utilization"].value <= 1.2
+        # a spinning process uses about one core; less while the other test worker and its
+        # tor processes share the machine's two cores, but never nothing and never more than one
+        assert 0.1 < second["relay_cpu_utilization"].value <= 1.2
     finally:
         child.kill()
         child.wait()
