@@ -362,20 +362,21 @@ def test_population_records_adoption_in_tors_windows(net):
     assert entry["params"] == " ".join(f"{k}={v}" for k, v in target.params)
     assert entry["cache"]["adopted"] == 40  # every cache fetched it from an authority
     # Caches that held the previous consensus fetch in [FU + 2 min, FU + 33 min) (scaled, + check jitter);
-    # that FU is this valid-after. Clients start only 45 min after it.
-    assert 120 * scale - 0.05 <= entry["cache"]["first_s"]
+    # that FU is this valid-after. Clients start only 45 min after it. (A node that bootstrapped only
+    # after this consensus was out, as on a loaded machine, fetches it at once: not in these windows.)
     assert entry["cache"]["last_s"] <= (120 + 1800 + 60) * scale + 0.3
-    # A client holding the previous consensus refetches from FU + 45 min (scaled): no earlier.
     previous = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(target.valid_after - INTERVAL))
-    holders = 0
+    holders = {"cache": 0, "client": 0}
+    earliest = {"cache": 120 * scale - 0.05, "client": 45 * 60 * scale - 0.05}
     for node in summary["nodes"]:
         held = [f["valid_after"] for f in node["fetches"]]
-        if node["kind"] == "client" and previous in held:
-            holders += 1
+        if previous in held:
+            holders[node["kind"]] += 1
             if va in held:
                 at = next(f["at_s"] for f in node["fetches"] if f["valid_after"] == va)
-                assert at - target.valid_after >= 45 * 60 * scale - 0.05
-    assert holders > 0  # clients bootstrapped from the caches with the previous consensus
+                assert at - target.valid_after >= earliest[node["kind"]], node
+    # caches fetched the previous consensus from the authorities, clients from the caches
+    assert holders["cache"] > 0 and holders["client"] > 0
     assert len(summary["nodes"]) == 80 and summary["nodes"][0]["fetches"]
     assert summary["running"].get(entry["params"], 0) >= 40
     net.population.stop()

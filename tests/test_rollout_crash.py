@@ -247,12 +247,15 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
                     assert status == 0, _log_tail(log)
                     break
                 deadline = t0 + (rng.uniform(2.0, 5.0) if armed else rng.uniform(0.1, 3.0))
-                if rounds_without_consensus(exp) >= 4:
-                    # the embedded authorities die with the run: kills this dense are an outage, which would
-                    # rightly pause after 9 rounds; this run gets two rounds to let them publish first
+                # the embedded authorities die with the run: kills this dense are an outage, which would
+                # rightly pause after 9 rounds; this run lives until they have published again (on a
+                # loaded machine two rounds were not always enough), for at most eight rounds
+                outage = rounds_without_consensus(exp) >= 4
+                if outage:
                     deadline += 2 * INTERVAL_S
                 status = None
-                while status is None and time.monotonic() < deadline:
+                while status is None and (time.monotonic() < deadline or (
+                        outage and time.monotonic() < t0 + 8 * INTERVAL_S and rounds_without_consensus(exp) > 0)):
                     time.sleep(0.05)
                     status = zygote.ask(op="poll", pid=pid)["status"]
                 by_test = status is None
