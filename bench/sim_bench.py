@@ -44,7 +44,7 @@ WEB = 320 * 1024
 def _mixed(net: Network, circuits: list[int], duration_s: float, rng: np.random.Generator) -> None:
     kinds = rng.choice(3, size=len(circuits), p=[0.1, 0.6, 0.3])
     for c, kind in zip(circuits, kinds, strict=True):
-        t0 = float(rng.uniform(0, 1))
+        t0 = float(rng.uniform(0, min(1.0, duration_s / 2)))  # every flow starts within the run
         if kind == 0:  # bulk: enough back-to-back 5 MiB downloads to stay busy
             n = 40
             net.add_transfers([c] * n, [498] * n, [BULK] * n, t0 + np.arange(n) * 1.5)

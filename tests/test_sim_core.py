@@ -79,12 +79,31 @@ def test_timer_fires_where_libevent_wakes_in_the_millisecond_after_the_tick():
 
 
 def test_kist_first_run_on_an_idle_iw10_socket_moves_53_cells():
-    # §6/§15: (cwnd, unacked, mss, notsent, outbuf) = (10, 0, 1448, 0, 0) -> floor(28960 / 543) = 53
+    # §6/§15: (cwnd, unacked, mss, notsent, outbuf) = (10, 0, 1448, 0, 0) -> floor(28960 / 543) = 53;
+    # the exit's read share off, so that the whole backlog waits when the scheduler first runs
     net, client, ex, circs = _pair("kist", 10, link=LinkConfig(rtt_ms=20.0, mss=1448, initial_cwnd=10))
     net.add_transfer(Transfer(circs[0], 498, 5 * 1024 * 1024, 0.5))
-    res = run(net, RunConfig(duration_s=1.0))
+    res = run(net, RunConfig(duration_s=1.0, flow_control=FlowControlConfig(exit_read_cells=0)))
     assert res.cells_per_run(ex)[0] == 53
     assert res.node_counts(ex)["socket_info_syscalls"] >= 2  # TCP_INFO + SIOCOUTQNSD per pending socket
+
+
+def test_an_exit_packages_32_cells_per_read_and_its_first_run_takes_only_the_first_read():
+    # connection_bucket_get_share: an exit reads at most 32 * 498 B per read callback of each
+    # stream's connection. The first read's cells make the idle scheduler run at once (§5.2,
+    # diff >= interval); the next reads come in the next passes, after that run, and wait for
+    # the timer: the first run moves 32 cells, the second a full circuit queue.
+    net, client, ex, circs = _pair("kist", 10, link=LinkConfig(rtt_ms=20.0, mss=LOOPBACK_MSS))
+    net.add_transfer(Transfer(circs[0], 498, 5 * 1024 * 1024, 0.5))
+    res = run(net, RunConfig(duration_s=1.0))
+    runs = res.cells_per_run(ex)
+    runs = runs[runs > 0]
+    high = FlowControlConfig().cellq_high  # §4: packaging stops at 256 queued cells
+    assert runs[0] == 32
+    assert runs[1] == high  # by the timer's run the later reads have filled the queue
+    off = run(net, RunConfig(duration_s=1.0, flow_control=FlowControlConfig(exit_read_cells=0)))
+    first_off = off.cells_per_run(ex)
+    assert first_off[first_off > 0][0] == high  # without the share the first run takes a full queue
 
 
 def test_ewma_quiet_circuit_wins_every_pick_until_its_count_passes_the_decayed_bulk_count():

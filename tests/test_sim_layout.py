@@ -7,7 +7,7 @@ import numpy as np
 
 from kistexp.sim import InteractiveFlow, LinkConfig, Network, NodeConfig, RunConfig, Simulation, run
 from kistexp.sim import layout as L
-from kistexp.sim.network import _build, _grow_kq, _grow_streams, flow_starts
+from kistexp.sim.network import _build, _grow_events, _grow_kq, _grow_streams, flow_starts
 
 
 def _net(expand: bool = False) -> Network:
@@ -74,3 +74,97 @@ def test_kernel_queue_compaction_and_stream_pool_growth_change_nothing():
         assert sim._S.kq.shape[0] >= int(sim._S.ci[L.CI_KQ_CAP].sum())
     sim.advance_to(1.5)
     _same(plain, sim.result())
+
+
+def test_descriptor_holds_each_arrays_address_and_shape_and_refuses_a_wrong_array():
+    S, _ = _build(_net(), RC)
+    desc = L.descriptor(S)
+    assert desc.dtype == np.int64 and desc.shape == (L.DESC_SLOTS * len(L.FIELDS),)
+    for k, (arr, (name, _, nd, *_)) in enumerate(zip(S, L.FIELDS, strict=True)):
+        assert desc[L.DESC_SLOTS * k] == arr.ctypes.data, name
+        assert tuple(desc[L.DESC_SLOTS * k + 1:L.DESC_SLOTS * k + 1 + nd]) == arr.shape, name
+    # a strided view or a wrong dtype would be read as if it were the state's own layout
+    assert S.ci.flags.f_contiguous and S.ci.strides[1] == 8 * L.N_CI  # one chan's fields together
+    for bad, why in ((S._replace(ci=S.ci[:, ::2]), "ci"), (S._replace(g=S.g.astype(np.int32)), "g"),
+                     (S._replace(ci=np.ascontiguousarray(S.ci)), "ci")):
+        try:
+            L.descriptor(bad)
+        except TypeError as e:
+            assert f"simulator state {why}:" in str(e)
+        else:
+            raise AssertionError(f"descriptor accepted a wrong {why}")
+
+
+def test_two_simulations_stepped_in_turn_keep_their_own_state():
+    """Each entry point sees the state it is given: two runs advanced alternately give what each
+    gives alone."""
+    other = _net()
+    other.add_transfers([1], [498], [2_000_000], [0.1])
+    alone, other_alone = run(_net(), RC), run(other, RC)
+    assert other_alone.events != alone.events
+    s1, s2 = Simulation(_net(), RC), Simulation(other, RC)
+    for t in (0.3, 0.9, 1.5):
+        s1.advance_to(t)
+        s2.advance_to(t)
+    _same(alone, s1.result())
+    _same(other_alone, s2.result())
+
+
+def test_chan_event_queues_keep_the_heap_small_and_growing_them_changes_nothing():
+    """Later arrivals and acks of a chan wait in its queue behind one heap representative; the
+    run is the same when the event arrays are doubled (queue rows renumbered nowhere) mid-run."""
+    plain = run(_net(), RC)
+    sim = Simulation(_net(), RC)
+    queued_seen = 0
+    for t in (0.2, 0.5, 0.8, 1.1):
+        sim.advance_to(t)
+        S = sim._S
+        queued = S.evq.shape[0] - int(S.g[L.G_EQ_NFREE])
+        queued_seen = max(queued_seen, queued)
+        n_chan = S.ci.shape[1]
+        assert int(S.g[L.G_EVN]) <= 2 * n_chan + 16  # at most one arrival and one ack per chan, and a few others
+        sim._S = _grow_events(S)
+    sim.advance_to(1.5)
+    _same(plain, sim.result())
+    assert queued_seen > 0
+
+
+def test_lossy_links_run_with_chan_event_queues():
+    """Losses delay a flight's arrival; arrivals stay in time order per chan, so the run
+    completes with every transfer delivered."""
+    net = Network(LinkConfig(rtt_ms=20.0))
+    a, m, b = (net.add_node(NodeConfig(role=r)) for r in ("client", "relay", "exit"))
+    net.add_channel(a, m, LinkConfig(rtt_ms=20.0, loss_rate=0.02))
+    c = net.add_circuit([a, m, b])
+    net.add_transfers([c] * 3, [498] * 3, [400_000] * 3, [0.0, 0.3, 0.6])
+    res = run(net, RunConfig(duration_s=8.0, seed=2))
+    assert np.isfinite(res.transfer_ttlb_s).all()
+    assert res.chan_losses.sum() > 0
+
+
+def test_histogram_bin_edges_give_the_logarithms_bin_for_every_delay():
+    """A delay's bin is looked up in ``hist_edges`` instead of computing a logarithm per cell:
+    the lookup must agree with ``hist_bin`` everywhere, at the edges above all."""
+    from numba import njit
+
+    from kistexp.sim.events import hist_bin, hist_edges
+
+    e = hist_edges()
+    assert e.shape == (L.HIST_BINS + 1,) and (e[1:] > e[:-1]).all()
+    assert e[1] == 1000 and e[L.HIST_BINS - 1] == 100_000_000_000  # 1 us and 100 s
+
+    @njit
+    def disagreements(e):
+        bad = 0
+        for b in range(1, e.shape[0] - 1):
+            for d in (e[b] - 1, e[b], e[b] + 1):
+                k = hist_bin(d)
+                if not (e[k] <= d < e[k + 1]):
+                    bad += 1
+        for d in range(-5, 200_000, 3):
+            k = hist_bin(d)
+            if not (e[k] <= d < e[k + 1]):
+                bad += 1
+        return bad
+
+    assert disagreements(e) == 0

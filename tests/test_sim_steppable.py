@@ -27,7 +27,7 @@ from kistexp.sim.vocabulary import METRICS, relay_values, window_samples
 BIG = 2_000_000_000
 
 
-def _path(sched: str, fc: str, interval: int = 10, change: bool = False):
+def _path(sched: str, fc: str, interval: int = 10, change: bool = False, exit_read_cells: int = 0):
     net = Network(LinkConfig(rtt_ms=4.0, mss=LOOPBACK_MSS, loss_rate=0.001))
     ns = [net.add_node(NodeConfig(role=r, scheduler=sched, kist_interval_ms=interval))
           for r in ("client", "guard", "middle", "exit")]
@@ -39,7 +39,9 @@ def _path(sched: str, fc: str, interval: int = 10, change: bool = False):
             net.add_interactive(InteractiveFlow(c, 0.0, 3.0, 0.1))
     if change:
         net.change_interval(IntervalChange(1.5, ns[2], 2))
-    return net, RunConfig(duration_s=3.0, seed=7, sample_interval_s=0.5, flow_control=FlowControlConfig(kind=fc))
+    # exit_read_cells=0: the model of the recorded figures below, from before the exit's read share
+    fcc = FlowControlConfig(kind=fc, exit_read_cells=exit_read_cells)
+    return net, RunConfig(duration_s=3.0, seed=7, sample_interval_s=0.5, flow_control=fcc)
 
 
 def _fingerprint(res) -> dict:
@@ -73,13 +75,17 @@ def test_run_gives_the_figures_it_gave_before_the_steppable_simulation(case):
     _same_as_before(_fingerprint(run(*_path(*case))), case)
 
 
-def test_advancing_in_pieces_gives_the_same_result_as_one_run():
-    net, rc = _path("kist", "vegas", change=True)
+@pytest.mark.parametrize("exit_read_cells", [0, 32])
+def test_advancing_in_pieces_gives_the_same_result_as_one_run(exit_read_cells):
+    net, rc = _path("kist", "vegas", change=True, exit_read_cells=exit_read_cells)
     sim = Simulation(net, rc)
     for t in (0.0, 0.37, 0.5, 1.5, 2.2, 3.0):
         sim.advance_to(t)
         assert sim.now_s == t
-    _same_as_before(_fingerprint(sim.result()), ("kist", "vegas", 10, True))
+    pieces = _fingerprint(sim.result())
+    assert pieces == _fingerprint(run(net, rc))
+    if exit_read_cells == 0:
+        _same_as_before(pieces, ("kist", "vegas", 10, True))
 
 
 def _pair(version: str = "0.4.7.16", sched: str = "kistlite", interval: int = 10, **exit_kw):
@@ -255,12 +261,13 @@ def test_a_window_can_be_measured_while_the_run_goes_on():
 def test_bad_input_is_refused_with_the_node_and_key():
     net, client, ex = _pair()
     sim = Simulation(net, RunConfig(duration_s=2.0))
-    with pytest.raises(SimConfigError, match=r"'KISTSchedRunIntervall'.*did you mean 'KISTSchedRunInterval'"):
+    typo = r"node 1 \(exit\): 'KISTSchedRunIntervall'.*did you mean 'KISTSchedRunInterval'"
+    with pytest.raises(SimConfigError, match=typo):
         sim.apply(ex, {"KISTSchedRunIntervall": 2})
-    with pytest.raises(SimConfigError, match="KISTSchedRunInterval=3.5: consensus values are integers"):
+    with pytest.raises(SimConfigError, match=r"node 1 \(exit\): KISTSchedRunInterval=3.5: consensus values are"):
         sim.apply(ex, {"KISTSchedRunInterval": 3.5})
-    with pytest.raises(SimConfigError, match="cc_alg=4294967296: out of range"):
-        sim.apply(ex, {"cc_alg": 2**32})
+    with pytest.raises(SimConfigError, match=r"nodes 0 \(client\), 1 \(exit\): cc_alg=4294967296: out of range"):
+        sim.apply([client, ex], {"cc_alg": 2**32})
     with pytest.raises(SimConfigError, match="KISTSockBufSizeFactor"):
         sim.apply(ex, {"KISTSockBufSizeFactor": -1.0})
     with pytest.raises(SimConfigError, match="no node named 'nobody'"):

@@ -105,14 +105,17 @@ Result (``kistexp.sim.result.SimResult``)::
     to_dict()   (keys carry units)
 
 Speed: the event loop is compiled with numba (``cache=True``): the first run on a machine compiles
-for about 20-40 s, later processes load the cache in about a second.  The cache lives in a
+for about 40-60 s, later processes load the cache in about a second.  The cache lives in a
 directory keyed by a hash of the compiled modules' sources (``numbacache.py``), so processes
 compiling and loading at once never see another version's files and nothing is deleted.  The
-compiled code uses documented numba APIs only (``layout.py``: a structref of ``numba.carray``
-views, so no reference counting on the state's arrays; cells and streams as 32-byte record
-arrays); kernel send queues are rings of cell ids (an arriving flight's cells are found, and
-prefetched, without walking a list through the cell pool), free cells a stack of ids, each node's
-scheduler event one timer slot.  ``bench/sim_bench.py`` measures it (docs/simulator.md, "Speed").
+compiled code uses documented numba APIs only (``layout.py``: the state is one unreferenced
+pointer to a descriptor of its arrays, numba's ``OpaqueModel`` with ``overload_attribute`` views,
+so no function entry and no field read counts a reference; per-entity tables stored entity by
+entity; cells and streams as 32-byte record arrays); kernel send queues are rings of cell ids
+(an arriving flight's cells are found, and prefetched, without walking a list through the cell
+pool), free cells a stack of ids, each node's scheduler event one timer slot, and each chan's
+later arrivals and acks a queue behind one event in the heap.  ``bench/sim_bench.py`` measures
+it (docs/simulator.md, "Speed").
 
 Model limits are documented in docs/simulator.md.
 """

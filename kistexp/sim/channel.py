@@ -36,7 +36,7 @@ def push_armed_writes(S, t):
     S.g[L.G_ARMED_N] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def flush_cells(S, c, n, t):
     """Flush up to ``n`` cells from chan ``c``'s cmux into its outbuf; returns how many moved."""
     done = 0

@@ -176,6 +176,12 @@ class LinkConfig:
     ``tcp_sync_mss``), and the receiver sends a window update when a read frees half of it
     (``tcp_cleanup_rbuf``). Receive-buffer autotuning (``tcp_rcv_space_adjust``) is not
     modelled (docs/simulator.md)."""
+    receive_window_max_bytes: int = 0
+    """With ``nagle``: 0 keeps the window fixed at ``receive_window_bytes``. Larger, the window
+    clamp up to which the receiver raises its window as data arrives (``tcp_grow_window``,
+    net/ipv4/tcp_input.c: by ``max(2 * advmss, 2 * len)`` per segment of at least 128 B, each
+    growth granting one quick ACK). The sender's mss stays capped by the first window. Off by
+    default: with it the fidelity table got worse (docs/simulator.md, "Tried")."""
     delayed_ack_ms: float = 40.0
     """Linux's delayed-ACK timeout and the ``ato`` window that puts a socket in pingpong mode:
     ``TCP_ATO_MIN`` = ``TCP_DELACK_MIN`` = HZ/25 jiffies = 40 ms (include/net/tcp.h)."""
@@ -192,7 +198,10 @@ class LinkConfig:
             _fail(where, "send_buffer_bytes", self.send_buffer_bytes, "must be 0 (autotune) or >= 514")
         _int(where, "send_buffer_max_bytes", self.send_buffer_max_bytes, 514)
         _finite(where, "delayed_ack_ms", self.delayed_ack_ms, strict=True)
-        _int(where, "receive_window_bytes", self.receive_window_bytes, 2 * 514)
+        _int(where, "receive_window_bytes", self.receive_window_bytes, 2 * 514, 2**31 - 1)
+        if self.receive_window_max_bytes:
+            _int(where, "receive_window_max_bytes", self.receive_window_max_bytes,
+                 self.receive_window_bytes, 2**31 - 1)
         if self.nagle and self.loss_rate > 0:
             _fail(where, "nagle", self.nagle, "is modelled on lossless links only (loss_rate must be 0)")
 
@@ -219,7 +228,11 @@ class FlowControlConfig:
     """§13: legacy SENDME windows (``kind="sendme"``) or Vegas (``kind="vegas"``, cc_alg=2, exit path).
 
     Defaults are tor 0.4.8.2+'s (§14).  ``cellq_high``/``cellq_low`` are the edge read
-    watermarks of §4.
+    watermarks of §4.  ``exit_read_cells``: the cells an exit packages from one read callback of
+    a stream's connection to its server, tor's per-read share for exit connections
+    (``connection_bucket_read_limit`` -> ``connection_bucket_get_share``, core/mainloop/
+    connection.c: at most 32 * RELAY_PAYLOAD_SIZE = 15,936 bytes); the rest waits for the next
+    pass of the exit's event loop.  0: no share, everything the windows allow at once.
     """
 
     kind: str = "sendme"
@@ -229,6 +242,7 @@ class FlowControlConfig:
     stream_increment: int = 50
     cellq_high: int = 256
     cellq_low: int = 10
+    exit_read_cells: int = 32
     sendme_inc: int = 31
     cwnd_init: int = 124
     cwnd_min: int = 124
@@ -259,6 +273,7 @@ class FlowControlConfig:
         _int(where, "cellq_low", self.cellq_low, 1, 1000)
         if self.cellq_low >= self.cellq_high:
             _fail(where, "cellq_low", self.cellq_low, "must be below cellq_high")
+        _int(where, "exit_read_cells", self.exit_read_cells, 0, 10000)
         _int(where, "sendme_inc", self.sendme_inc, 1, 254)
         _int(where, "cwnd_init", self.cwnd_init, 31, 10000)
         _int(where, "cwnd_min", self.cwnd_min, 31, 1000)

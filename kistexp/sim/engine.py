@@ -29,9 +29,13 @@ from kistexp.sim.tcp import _track_peaks, on_ack, on_delack, rcv_read, rcv_segme
 PREFETCH_AHEAD = 8
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def append_cell(S, q, k, t):
-    """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler."""
+    """``append_cell_to_circuit_queue`` (§4 step 2): queue, activate in EWMA, wake the scheduler.
+
+    The caller raises the node's queued-bytes peaks (``_track_peaks``) after its batch of
+    appends: within one (an arriving flight, a packaging pass) the node's queued bytes only
+    grow, so the peak after the last append is the batch's peak."""
     S.cells[k].cq = q
     S.cells[k].t_enq = t
     cell_list_push(S, S.qi, L.QI_HEAD, L.QI_TAIL, q, k)
@@ -39,8 +43,7 @@ def append_cell(S, q, k, t):
     S.qi[L.QI_N, q] = n
     c = S.qi[L.QI_CHAN, q]
     node = S.ci[L.CI_NODE, c]
-    S.ni[L.NI_APP_BYTES, node] += L.CELL_SIZE
-    _track_peaks(S, node)
+    S.ni[L.NI_APP_BYTES, node] += L.CELL_SIZE  # its peaks: by the caller, once per batch
     if n > S.pi[L.P_QCAP]:
         S.g[L.G_QCAP_EXCEEDED] += 1
     if n == 1:
@@ -99,15 +102,29 @@ def package(S, cd, t):
     q = S.di[L.DI_SRC_CQ, cd]
     node = S.di[L.DI_SRC_NODE, cd]
     high = S.pi[L.P_CELLQ_HIGH]
+    # An exit reads at most P_EXIT_READ cells' payload per read callback of a stream's
+    # connection (FlowControlConfig.exit_read_cells): one callback per ready stream in this
+    # pass, the rest in the next pass, after what this pass has already set going (a
+    # scheduler run the first cells made active runs before it, §5.2).
+    share = -1
+    if S.di[L.DI_DIR, cd] == 1 and S.pi[L.P_EXIT_READ] > 0:
+        share = 0
+        s = S.di[L.DI_READY_HEAD, cd]
+        while s >= 0:
+            share += S.pi[L.P_EXIT_READ]
+            s = S.si[s].next
     while S.di[L.DI_READY_HEAD, cd] >= 0:
         if S.qi[L.QI_N, q] >= high:
-            S.di[L.DI_BLOCKED, cd] = 1
-            return
+            break
         if fc.circ_window(S, cd) <= 0:
-            return
+            break
+        if share == 0:
+            _resume(S, cd, t)
+            break
         s = _ready_pop(S, cd)
         if fc.stream_window(S, s) <= 0:
             continue  # back in the ready list when its stream SENDME arrives
+        share -= 1
         k = cell_alloc(S)
         S.cells[k].kind = L.K_DATA
         S.cells[k].stream = s
@@ -121,6 +138,7 @@ def package(S, cd, t):
         append_cell(S, q, k, t)
         if S.si[s].topkg > 0:
             _ready_add(S, cd, s)
+    _track_peaks(S, node)
     if S.qi[L.QI_N, q] >= high:
         S.di[L.DI_BLOCKED, cd] = 1
 
@@ -133,6 +151,7 @@ def _send_sendme(S, cd, kind, s, node, t):
     S.cells[k].stream = s
     _originate(S, cd ^ 1, node)
     append_cell(S, S.di[L.DI_REV_CQ, cd], k, t)
+    _track_peaks(S, node)
 
 
 @njit(cache=True)
@@ -223,6 +242,7 @@ def on_arrival(S, c, upto, leave, t):
         pos -= cap
     S.ci[L.CI_KQ_POS, c] = pos if left > 0 else 0  # an empty ring restarts at its first slot
     S.ni[L.NI_CELLS_RECV, node] += n
+    _track_peaks(S, node)
 
 
 @njit(cache=True)
@@ -395,7 +415,8 @@ def _run_kernel(S):
         if g[L.G_NFREE] < g[L.G_CELL_RESERVE]:
             return L.RS_GROW_CELLS
         if (g[L.G_EVN] + g[L.G_EV_RESERVE] >= S.ev.shape[0] - 1
-                or g[L.G_NQ_N] + g[L.G_EV_RESERVE] >= S.nq.shape[0]):
+                or g[L.G_NQ_N] + g[L.G_EV_RESERVE] >= S.nq.shape[0]
+                or g[L.G_EQ_NFREE] <= g[L.G_EV_RESERVE]):
             return L.RS_GROW_EVENTS
         if g[L.G_PFREE_N] == 0 and S.fl.shape[1] > 0:
             return L.RS_GROW_STREAMS  # an exchange about to start needs a stream pair

@@ -1,4 +1,4 @@
-"""Compiled basics: the event queue (binary heap in arrays), the cell pool, the RNG, delay records.
+"""Compiled basics: the event queue (a 4-ary heap in arrays), the cell pool, the RNG, delay records.
 
 Events are ordered by (time, sequence number): events at the same time run in the order they
 were scheduled, which is how "later in the same libevent pass" is modelled (§5.2, §9).  Events
@@ -13,11 +13,24 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
 from kistexp.sim import layout as L
+
+
+@njit(cache=True, inline="always")
+def _set_event(arr, r, t, seq, kind, a, b, c):
+    """Write an event's fields into row ``r`` of ``arr`` (the heap, the same-instant ring or a
+    chan queue: all share the ``E_*`` field order)."""
+    arr[r, L.E_T] = t
+    arr[r, L.E_SEQ] = seq
+    arr[r, L.E_KIND] = kind
+    arr[r, L.E_A] = a
+    arr[r, L.E_B] = b
+    arr[r, L.E_C] = c
 
 
 @njit(cache=True)
@@ -30,37 +43,129 @@ def ev_push(S, t, kind, a, b, c):
         cap = nq.shape[0]
         j = (g[L.G_NQ_HEAD] + g[L.G_NQ_N]) % cap
         g[L.G_NQ_N] += 1
-        nq[j, L.E_T] = t
-        nq[j, L.E_SEQ] = seq
-        nq[j, L.E_KIND] = kind
-        nq[j, L.E_A] = a
-        nq[j, L.E_B] = b
-        nq[j, L.E_C] = c
+        _set_event(nq, j, t, seq, kind, a, b, c)
         return
+    _heap_insert(S, t, seq, kind, a, b, c)
+
+
+@njit(cache=True, inline="always")
+def _heap_insert(S, t, seq, kind, a, b, c):
     ev = S.ev
+    g = S.g
     i = g[L.G_EVN]
     g[L.G_EVN] = i + 1
-    # sift up with a hole
+    # sift up with a hole (a 4-ary heap: parent of i is (i - 1) // 4)
     while i > 0:
-        p = (i - 1) >> 1
+        p = (i - 1) >> 2
         pt = ev[p, L.E_T]
         if pt < t or (pt == t and ev[p, L.E_SEQ] < seq):
             break
         for f in range(L.N_EV):
             ev[i, f] = ev[p, f]
         i = p
-    ev[i, L.E_T] = t
-    ev[i, L.E_SEQ] = seq
-    ev[i, L.E_KIND] = kind
-    ev[i, L.E_A] = a
-    ev[i, L.E_B] = b
-    ev[i, L.E_C] = c
+    _set_event(ev, i, t, seq, kind, a, b, c)
+
+
+@njit(cache=True)
+def ev_push_chan(S, t, acks, c, b, x):
+    """Schedule chan ``c``'s next arrival (``acks`` False) or ack (True) at ``t``, as ``ev_push``
+    would, but keep the heap small: a chan's arrivals (and its acks) come in time order (its
+    flights leave its NIC in order over a fixed delay), so only the earliest of each chan's is in
+    the heap, as a representative, and the later ones wait in the chan's queue (``S.evq``) with
+    the sequence numbers they were given now.  Popping the representative puts the queue's next
+    event in the heap (``ev_next``), so events still run in exactly (time, sequence) order.  The
+    heap then holds a few events per chan instead of every flight in flight (tens of thousands
+    on bench case (a), each sift-down a chain of cache misses).  An event earlier than the
+    queue's latest (not seen on lossless links) is an ordinary heap event."""
+    g = S.g
+    plain = L.EV_ACK if acks else L.EV_ARRIVAL
+    if t == g[L.G_NOW]:
+        ev_push(S, t, plain, c, b, x)
+        return
+    k = L.CI_EQ_STRIDE if acks else 0  # the ack queue's fields follow the arrival queue's
+    if S.ci[L.CI_EQ_ON + k, c] == 0:
+        S.ci[L.CI_EQ_ON + k, c] = 1
+        S.ci[L.CI_EQ_LAST + k, c] = t
+        ev_push(S, t, L.EV_ACK_REP if acks else L.EV_ARRIVAL_REP, c, b, x)
+        return
+    if t < S.ci[L.CI_EQ_LAST + k, c]:
+        ev_push(S, t, plain, c, b, x)
+        return
+    S.ci[L.CI_EQ_LAST + k, c] = t
+    seq = g[L.G_SEQ]
+    g[L.G_SEQ] = seq + 1
+    n = g[L.G_EQ_NFREE] - 1
+    g[L.G_EQ_NFREE] = n
+    r = S.eqfree[n]
+    q = S.evq
+    _set_event(q, r, t, seq, plain, c, b, x)
+    q[r, L.EQ_NEXT] = -1
+    tail = S.ci[L.CI_EQ_TAIL + k, c]
+    if tail < 0:
+        S.ci[L.CI_EQ_HEAD + k, c] = r
+    else:
+        q[tail, L.EQ_NEXT] = r
+    S.ci[L.CI_EQ_TAIL + k, c] = r
+
+
+@njit(cache=True, inline="always")
+def _next_of_chan_queue(S, c, acks, r):
+    """Take row ``r``, the head of chan ``c``'s arrival or ack queue, off the queue; returns it
+    (the caller copies it before the row is reused)."""
+    k = L.CI_EQ_STRIDE if acks else 0
+    q = S.evq
+    nxt = q[r, L.EQ_NEXT]
+    S.ci[L.CI_EQ_HEAD + k, c] = nxt
+    if nxt < 0:
+        S.ci[L.CI_EQ_TAIL + k, c] = -1
+    n = S.g[L.G_EQ_NFREE]
+    S.eqfree[n] = r
+    S.g[L.G_EQ_NFREE] = n + 1
+    q[r, L.E_KIND] = L.EV_ACK_REP if acks else L.EV_ARRIVAL_REP  # it represents the queue now
+    return r
+
+
+@njit(cache=True)
+def _replace_root(S, r):
+    """Put chan-queue row ``r``'s event at the heap's root and sift it down."""
+    q = S.evq
+    i = _sift_hole(S, S.g[L.G_EVN], q[r, L.E_T], q[r, L.E_SEQ])
+    for f in range(L.N_EV):
+        S.ev[i, f] = q[r, f]
 
 
 @njit(cache=True)
 def ev_push_entry(D, t, kind, a, b, c):
     """``ev_push`` called from Python (``D`` as for ``engine.run_kernel``)."""
     ev_push(L.state_from(D), t, kind, a, b, c)
+
+
+@njit(cache=True, inline="always")
+def _sift_hole(S, n, t, seq):
+    """Move the root's hole down the 4-ary heap of ``n`` events until an event keyed ``(t, seq)``
+    fits there; returns the hole's row (the caller writes that event into it).  A node's four
+    children are adjacent rows: half the levels of a binary heap."""
+    ev = S.ev
+    i = 0
+    while True:
+        c = 4 * i + 1
+        if c >= n:
+            break
+        last = min(c + 4, n)
+        ct = ev[c, L.E_T]
+        cs = ev[c, L.E_SEQ]
+        for j in range(c + 1, last):
+            jt = ev[j, L.E_T]
+            if jt < ct or (jt == ct and ev[j, L.E_SEQ] < cs):
+                c = j
+                ct = jt
+                cs = ev[j, L.E_SEQ]
+        if t < ct or (t == ct and seq < cs):
+            break
+        for f in range(L.N_EV):
+            ev[i, f] = ev[c, f]
+        i = c
+    return i
 
 
 @njit(cache=True)
@@ -75,24 +180,7 @@ def ev_pop(S):
     g[L.G_EVN] = n
     if n == 0:
         return
-    t = ev[n, L.E_T]
-    seq = ev[n, L.E_SEQ]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n:
-            ct = ev[c, L.E_T]
-            dt = ev[c + 1, L.E_T]
-            if dt < ct or (dt == ct and ev[c + 1, L.E_SEQ] < ev[c, L.E_SEQ]):
-                c += 1
-        ct = ev[c, L.E_T]
-        if t < ct or (t == ct and seq < ev[c, L.E_SEQ]):
-            break
-        for f in range(L.N_EV):
-            ev[i, f] = ev[c, f]
-        i = c
+    i = _sift_hole(S, n, ev[n, L.E_T], ev[n, L.E_SEQ])
     if i != n:
         for f in range(L.N_EV):
             ev[i, f] = ev[n, f]
@@ -195,7 +283,25 @@ def ev_next(S):
             return nq, h
     if g[L.G_EVN] == 0:
         return ev, -1
-    ev_pop(S)
+    k = ev[0, L.E_KIND]
+    if k != L.EV_ARRIVAL_REP and k != L.EV_ACK_REP:
+        ev_pop(S)
+        return ev, scratch
+    # a chan queue's representative: it runs as the plain event, and the queue's next event
+    # (if any) takes its place in the heap, replacing the root in one sift-down (events have
+    # distinct (time, sequence) keys, so the heap's shape never decides an order)
+    acks = k == L.EV_ACK_REP
+    stride = L.CI_EQ_STRIDE if acks else 0
+    c = ev[0, L.E_A]
+    r = S.ci[L.CI_EQ_HEAD + stride, c]
+    if r >= 0:
+        for f in range(L.N_EV):
+            ev[scratch, f] = ev[0, f]
+        _replace_root(S, _next_of_chan_queue(S, c, acks, r))
+    else:
+        S.ci[L.CI_EQ_ON + stride, c] = 0
+        ev_pop(S)
+    ev[scratch, L.E_KIND] = L.EV_ACK if acks else L.EV_ARRIVAL
     return ev, scratch
 
 
@@ -302,19 +408,54 @@ def hist_bin(delay_ns):
     return b
 
 
+@njit(cache=True)
+def hist_edges():
+    """``e[b]``: the smallest delay (ns) that ``hist_bin`` puts in bin ``b`` or above, for every
+    bin, with ``e[0]`` and ``e[HIST_BINS]`` as the int64 extremes: ``hist_bin(d)`` is the ``b``
+    with ``e[b] <= d < e[b + 1]``.  Found by bisection on ``hist_bin`` itself (monotonic), so a
+    lookup in ``e`` gives the same bin as the logarithm, to the last nanosecond."""
+    e = np.empty(L.HIST_BINS + 1, np.int64)
+    e[0] = -(2**63)
+    e[L.HIST_BINS] = 2**63 - 1
+    for b in range(1, L.HIST_BINS):
+        lo = 0  # hist_bin(lo) < b
+        hi = 10**15  # hist_bin(hi) >= b (1e15 ns is past the last bin)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if hist_bin(mid) >= b:
+                hi = mid
+            else:
+                lo = mid
+        e[b] = hi
+    return e
+
+
+@njit(cache=True, inline="always")
+def _bin_of(S, m, delay_ns):
+    """``hist_bin(delay_ns)`` without a logarithm: the cells of one flight or one run have nearly
+    the same delay, so the bin of the previous sample of the kind (``S.g[m]``) usually holds;
+    otherwise a bisection of the bin edges (``S.hedge``, ``hist_edges``)."""
+    e = S.hedge
+    b = S.g[m]
+    if e[b] <= delay_ns < e[b + 1]:
+        return b
+    lo = 0
+    hi = L.HIST_BINS  # e[lo] <= delay_ns < e[hi]
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if e[mid] <= delay_ns:
+            lo = mid
+        else:
+            hi = mid
+    S.g[m] = lo
+    return lo
+
+
 @njit(cache=True, inline="always")
 def record_delay(S, which, cq, delay_ns):
     """Per-cell delay sample: ``which`` 0 = circuit queue (application), 1 = kernel socket."""
     cls = S.qi[L.QI_CLASS, cq]
-    # the cells of one flight or one run mostly share a delay: remember the last bin per kind
-    # (a logarithm per cell is a noticeable share of the run time)
-    m = L.G_HB_DELAY + 2 * which
-    if S.g[m] == delay_ns:
-        b = S.g[m + 1]
-    else:
-        b = hist_bin(delay_ns)
-        S.g[m] = delay_ns
-        S.g[m + 1] = b
+    b = _bin_of(S, L.G_HB_BIN + which, delay_ns)
     S.hist[which, cls, b] += 1
     circ = S.qi[L.QI_CIRC, cq]
     S.circ_sum[which, circ] += delay_ns

@@ -93,9 +93,12 @@ def _node(scheduler: str, interval_ms: int, role: str, **extra: Any) -> NodeConf
     return node
 
 
-def _run_config(duration_s: float, seed: int, flow_control: str, **extra: Any) -> RunConfig:
-    rc = RunConfig(duration_s=duration_s, seed=seed, flow_control=FlowControlConfig(kind=flow_control),
-                   **extra)
+def _run_config(duration_s: float, seed: int, flow_control: str, *, exit_read_cells: int | None = None,
+                **extra: Any) -> RunConfig:
+    fcc = FlowControlConfig(kind=flow_control)
+    if exit_read_cells is not None:
+        fcc = attrs.evolve(fcc, exit_read_cells=exit_read_cells)
+    rc = RunConfig(duration_s=duration_s, seed=seed, flow_control=fcc, **extra)
     rc.validate()
     return rc
 
@@ -415,14 +418,17 @@ def kist_first_run(*, mss: int = 1448, initial_cwnd: int = 10, interval_ms: int 
                    seed: int = 1, progress: Progress | None = None) -> FirstRunResult:
     """A relay's first KIST run on an idle socket with a backlog waiting: the §6 limit is
     ``2 * cwnd * mss`` (nothing unacked, nothing queued), i.e. floor(28,960 / 543) = 53 cells for
-    mss 1448 and IW10. The RTT is long enough that no ACK arrives before the second run."""
+    mss 1448 and IW10. The RTT is long enough that no ACK arrives before the second run.  The
+    exit's read share is off here (``exit_read_cells=0``) so that the whole backlog is queued when
+    the scheduler first runs, as on a relay fed by a busy upstream; with it, an exit's first run
+    after a transfer starts has only the first read's 32 cells."""
     relay = _node("kist", interval_ms, "exit")
     client = _node("kist", interval_ms, "client")
     link = LinkConfig(rtt_ms=rtt_ms, mss=mss, initial_cwnd=initial_cwnd)
     link.validate("link")
     topo = wl.one_relay(1, 1, relay=relay, client=client, link=link, labels=["bulk"])
     topo.network.add_transfer(Transfer(circuit=topo.circuits[0], response_bytes=wl.BULK_BYTES))
-    rc = _run_config(max(0.2, 4 * rtt_ms / 1e3), seed, "sendme", sample_interval_s=0.01)
+    rc = _run_config(max(0.2, 4 * rtt_ms / 1e3), seed, "sendme", exit_read_cells=0, sample_interval_s=0.01)
     res = _Runs(progress, 1).run(topo.network, rc)
     cells = res.cells_per_run(topo.relays[0])
     cells = cells[cells > 0]

@@ -55,7 +55,7 @@ def stream_window(S, s):
     return 1 << 40
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def on_package(S, cd, s, t):
     """A DATA cell was packaged at the source edge."""
     if S.di[L.DI_FC, cd] == FC_SENDME:
@@ -72,7 +72,7 @@ def on_package(S, cd, s, t):
         S.di[L.DI_INFLIGHT, cd] = infl + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def on_deliver(S, cd, s):
     """A DATA cell reached the sink edge; returns the SENDMEs to emit (EMIT_* bit mask)."""
     emit = 0

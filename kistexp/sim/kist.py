@@ -98,6 +98,14 @@ def kist_run(S, node, t, lite):
             if n > 0:
                 S.ci[L.CI_KS_WRITTEN, ch] += n * L.KIST_CELL_COST
                 moved += n
+                # Alone in the heap (always so on a client or an exit with one channel): case 4
+                # would push it back and the next iteration pop it again at once, so its cells
+                # go one after another here, in the same order, without the heap round trips.
+                if S.ni[L.NI_HEAP_N, node] == 0:
+                    while S.ci[L.CI_CMUX_N, ch] > 0 and _can_write(S, ch):
+                        flush_cells(S, ch, 1, t)
+                        S.ci[L.CI_KS_WRITTEN, ch] += L.KIST_CELL_COST
+                        moved += 1
             else:
                 S.ci[L.CI_STATE, ch] = L.ST_WAITING_FOR_CELLS
                 continue

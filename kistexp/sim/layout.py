@@ -8,15 +8,18 @@ record arrays (``CELL_DTYPE``, ``STREAM_DTYPE``, 32 bytes each).  Times are int6
 pool, the event heap or the kernel-queue rings) without losing anything.
 
 The arrays belong to the Python-side :class:`State` (numpy arrays).  The compiled code sees them
-through one :class:`StateRefType` structref (``numba.experimental.structref``), built at each entry
-by :func:`state_from` from the ``State`` itself: every field is a ``numba.carray`` view of its
-array, made from the pointer numba's documented cffi support gives for it
-(``ffi.from_buffer``).  Such a view has no reference-counted owner, so reading ``S.ci`` counts no
-references, and passing ``S`` between compiled functions is one pointer (a namedtuple of the
-arrays is passed as some 300 machine words per call: 4.5 times slower on a call-heavy loop; a
-structref of the plain arrays counts a reference per field read, 8 % slower on bench case (a)).
+through one :class:`StateType` value: a plain pointer to the state's :func:`descriptor` (each
+array's address and shape), made with numba's documented extension API (``OpaqueModel``,
+``intrinsic``, ``overload_attribute``).  Reading ``S.ci`` makes a ``numba.carray`` view from that
+address and shape; neither the pointer nor the view has a reference-counted owner, so passing
+``S`` between compiled functions is one register and counts no references.  Measured
+alternatives: a structref of the views counted a reference to itself on every function entry
+(``NRT_incref``/``NRT_decref`` took about a fifth of the kernel's time: bench case (a) ran at
+3.2 M cells/s against 5 M now); a structref of the plain arrays counts one per field read; a
+namedtuple of the views is passed as some 300 machine words per call (4.5 times slower).
 The views are valid while the ``State`` lives: only the entry points (``engine.run_kernel``,
-``events.ev_push_entry`` and the consensus hooks) build them, from a ``State`` their caller holds.
+``events.ev_push_entry`` and the consensus hooks) take a descriptor, made by a caller that holds
+the ``State`` across the call.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from collections import namedtuple
 
 import cffi
 import numpy as np
-from numba import carray, from_dtype, njit, types
-from numba.experimental import structref
-from numba.extending import overload
+from llvmlite import ir
+from numba import carray, farray, from_dtype, njit, types
+from numba.extending import intrinsic, models, overload, overload_attribute, register_model
 
 CELL_SIZE = 514           # CELL_MAX_NETWORK_SIZE, §1
 KIST_CELL_COST = 543      # 514 + TLS_PER_CELL_OVERHEAD 29, §6
@@ -75,6 +78,10 @@ EV_INTERVAL = 7     # a = node, b = new interval (ms)
 EV_END = 8
 EV_DELIVER = 9     # as EV_ARRIVAL, once the receiving node's CPU has processed the flight
 EV_DELACK = 10     # a = chan whose data the peer has not acknowledged, b = timer generation
+# the heap's representative of a chan's queue of later arrivals (acks): popped, it is an
+# EV_ARRIVAL (EV_ACK) and the queue's next event takes its place in the heap (events.ev_push_chan)
+EV_ARRIVAL_REP = 11
+EV_ACK_REP = 12
 
 # kernel-queue rings (tcp.kq_push): one event moves at most every cell of the pool into rings that
 # double when full, which takes at most 4 slots per cell at the end of S.kq
@@ -102,15 +109,16 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
               "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END",
-              "G_HB_DELAY", "G_HB_BIN", "G_HB_DELAY1", "G_HB_BIN1", "G_TQ_N",
-              "G_PFREE_N", "G_FLH_N", "G_NREG")
+              "G_HB_BIN", "G_HB_BIN1", "G_TQ_N",
+              "G_PFREE_N", "G_FLH_N", "G_NREG", "G_EQ_NFREE")
 
 # run parameters: int64 array pi, float64 array pf
 N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
                "P_CELLQ_LOW", "P_SENDME_INC", "P_CWND_INIT", "P_CWND_MIN", "P_CWND_INC",
                "P_CWND_INC_PCT_SS", "P_CWND_INC_RATE", "P_SS_MAX", "P_SSCAP", "P_ALPHA", "P_BETA",
                "P_GAMMA", "P_DELTA", "P_FULL_GAP", "P_FULL_MINPCT", "P_FULL_PER_CWND",
-               "P_EWMA_CWND_PCT", "P_EWMA_MAX", "P_EWMA_SS", "P_EWMA_TICK_MS", "P_QCAP", "P_TS_CAP")
+               "P_EWMA_CWND_PCT", "P_EWMA_MAX", "P_EWMA_SS", "P_EWMA_TICK_MS", "P_QCAP", "P_TS_CAP",
+               "P_EXIT_READ")
 N_PF = _fields("PF_EWMA_F", "PF_LN_F")
 
 # nodes (NI_PEAK_APP/KERN/TOTAL and NI_WPEAK_APP/KERN/TOTAL must stay consecutive: tcp._track_peaks)
@@ -142,8 +150,17 @@ N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", 
                "CI_NAGLE", "CI_SND_SML", "CI_RCV_SEQ", "CI_ACK_SEGS", "CI_ACK_BYTES", "CI_RCV_MSS",
                "CI_LRCV", "CI_PINGPONG", "CI_DELACK_GEN", "CI_DELACK_AT", "CI_DELACK_NS",
                "CI_ACK_PUSHED", "CI_LSS", "CI_RWND",
+               # the clamp up to which tcp_grow_window raises CI_RWND (0: a fixed window)
+               "CI_RWND_MAX",
                # quick ACKs left (icsk_ack.quick, tcp_incr_quickack in net/ipv4/tcp_input.c)
-               "CI_QUICK")
+               "CI_QUICK",
+               # the chan's queues of arrivals and of acks waiting behind their heap
+               # representative (events.ev_push_chan): head row, tail row, whether one is in the
+               # heap, time of the latest; the ack queue's fields follow the arrival queue's
+               "CI_EQ_HEAD", "CI_EQ_TAIL", "CI_EQ_ON", "CI_EQ_LAST",
+               "CI_EQK_HEAD", "CI_EQK_TAIL", "CI_EQK_ON", "CI_EQK_LAST")
+# CI_EQK_* = CI_EQ_* + CI_EQ_STRIDE (the names are defined by _fields, hence the noqa)
+CI_EQ_STRIDE = CI_EQK_HEAD - CI_EQ_HEAD  # noqa: F821
 N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
 
 # circuit queues: one circuit's queue of cells toward one chan
@@ -187,6 +204,9 @@ assert CELL_DTYPE.itemsize == 32
 
 # events (heap; one row per event)
 N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
+# queued chan events (``S.evq``): an event's fields, then the next row of its queue (-1: last)
+N_EQ = N_EV + 1
+EQ_NEXT = N_EV
 
 # per-circuit delay sums
 N_CS = _fields("CS_APP_NS", "CS_KERN_NS", "CS_APP_N", "CS_KERN_N")
@@ -201,22 +221,28 @@ N_NS = _fields("NS_RUNS", "NS_SYSCALLS", "NS_CELLS_SENT", "NS_WRITES", "NS_APP_B
 HIST_PER_DECADE = 40
 HIST_BINS = 8 * HIST_PER_DECADE + 2   # [0] = below 1 us, [-1] = above 100 s
 
-#: every state array: (name, dtype, dimensions); the order of :class:`State` and of ``state_from``
+#: a table of fields per entity (``S.ci[L.CI_NODE, c]``) stored entity by entity: Fortran order,
+#: so that the fields of one chan, circuit queue or node share cache lines (a kernel step reads
+#: several fields of a few random entities; field by field, each read was a cache line of its own)
+ENTITY_MAJOR = "F"
+
+#: every state array: (name, dtype, dimensions[, ENTITY_MAJOR]); the order of :class:`State` and
+#: of the descriptor; the others are C-contiguous
 FIELDS = (
     ("g", np.int64, 1),
     ("pi", np.int64, 1),
     ("pf", np.float64, 1),
-    ("ni", np.int64, 2),
-    ("nf", np.float64, 2),
-    ("ci", np.int64, 2),
-    ("cf", np.float64, 2),
-    ("qi", np.int64, 2),
-    ("qf", np.float64, 2),
-    ("di", np.int64, 2),
-    ("df", np.float64, 2),
+    ("ni", np.int64, 2, ENTITY_MAJOR),
+    ("nf", np.float64, 2, ENTITY_MAJOR),
+    ("ci", np.int64, 2, ENTITY_MAJOR),
+    ("cf", np.float64, 2, ENTITY_MAJOR),
+    ("qi", np.int64, 2, ENTITY_MAJOR),
+    ("qf", np.float64, 2, ENTITY_MAJOR),
+    ("di", np.int64, 2, ENTITY_MAJOR),
+    ("df", np.float64, 2, ENTITY_MAJOR),
     ("ts", np.int64, 2),
     ("si", STREAM_DTYPE, 1),
-    ("ti", np.int64, 2),
+    ("ti", np.int64, 2, ENTITY_MAJOR),
     ("tr_order", np.int64, 1),
     ("cells", CELL_DTYPE, 1),
     ("ev", np.int64, 2),
@@ -228,7 +254,8 @@ FIELDS = (
     ("ser_chan", np.int64, 2),
     ("ser_node", np.int64, 3),
     ("hist", np.int64, 3),
-    ("circ_sum", np.int64, 2),
+    ("hedge", np.int64, 1),
+    ("circ_sum", np.int64, 2, ENTITY_MAJOR),
     ("raw", np.int64, 2),
     ("chg", np.int64, 2),
     ("runlog", np.int64, 2),
@@ -236,6 +263,8 @@ FIELDS = (
     ("ckey", np.float64, 2),
     ("armed", np.int64, 1),
     ("nq", np.int64, 2),
+    ("evq", np.int64, 2),
+    ("eqfree", np.int64, 1),
     ("kq", np.int32, 1),
     ("free", np.int32, 1),
     ("ncc", np.int64, 2),
@@ -244,30 +273,117 @@ FIELDS = (
     ("tq", np.int64, 1),
     ("pair_tr", np.int64, 1),
     ("pfree", np.int64, 1),
-    ("fl", np.int64, 2),
+    ("fl", np.int64, 2, ENTITY_MAJOR),
     ("flheap", np.int64, 1),
 )
 
-State = namedtuple("State", [name for name, _, _ in FIELDS])
+State = namedtuple("State", [f[0] for f in FIELDS])
 
 
-@structref.register
-class StateRefType(types.StructRef):
-    """The numba type of the compiled code's view of a :class:`State`: one pointer to its arrays."""
-
-    def preprocess_fields(self, fields):
-        return tuple((name, types.unliteral(typ)) for name, typ in fields)
+def _order(field) -> str:
+    return field[3] if len(field) > 3 else "C"
 
 
-@structref.register
-class LeanStateRefType(StateRefType):
-    """The same view for a run that keeps no raw delay samples and no chan trace: code compiled
-    for it leaves that bookkeeping out (``keeps_records`` is the constant False)."""
+class StateType(types.Type):
+    """The numba type of the compiled code's view of a :class:`State`: one plain pointer, to the
+    :func:`descriptor` of its arrays (each array's address and shape, ``DESC_SLOTS`` int64 each).
+
+    It is not reference-counted (its data model is numba's documented ``OpaqueModel``), so
+    passing it between compiled functions costs one register and no ``NRT_incref``: a structref
+    here counted a reference on every function entry, about a fifth of the kernel's time.  Each
+    field read (``S.ci``) is a ``numba.carray`` view made from the address and shape in the
+    descriptor (two or three loads from one cache line; the view has no owner to count either).
+    ``lean``: the run keeps no raw delay samples and no chan trace, and code compiled for it leaves
+    that bookkeeping out (``keeps_records`` is the constant False)."""
+
+    def __init__(self, lean: bool):
+        self.lean = lean
+        super().__init__(name=f"kistexp.sim.State(lean={lean})")
 
 
-_FIELD_TYPES = [(name, types.Array(from_dtype(np.dtype(dt)), nd, "C")) for name, dt, nd in FIELDS]
-STATE_TYPE = StateRefType(_FIELD_TYPES)
-LEAN_STATE_TYPE = LeanStateRefType(_FIELD_TYPES)
+register_model(StateType)(models.OpaqueModel)
+STATE_TYPE = StateType(False)
+LEAN_STATE_TYPE = StateType(True)
+
+#: int64 slots per field in a descriptor: the address of its first element, then up to 4 extents
+DESC_SLOTS = 5
+
+
+@intrinsic
+def _state_at(typingctx, addr, lean):
+    """The ``StateType`` pointing at the descriptor at address ``addr``."""
+    if not (isinstance(addr, types.Integer) and isinstance(lean, types.BooleanLiteral)):
+        return None
+    sig = StateType(lean.literal_value)(addr, lean)
+
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
+
+    return sig, codegen
+
+
+@intrinsic
+def _slot(typingctx, S, k):
+    """The int64 in slot ``k`` of ``S``'s descriptor."""
+    if not (isinstance(S, StateType) and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p64 = builder.bitcast(args[0], ir.IntType(64).as_pointer())
+        return builder.load(builder.gep(p64, [args[1]]))
+
+    return types.int64(S, k), codegen
+
+
+def _pointer_intrinsic(nbtype):
+    """An intrinsic: the address in slot ``k`` of ``S``'s descriptor as a pointer to ``nbtype``."""
+
+    @intrinsic
+    def ptr(typingctx, S, k):
+        if not (isinstance(S, StateType) and isinstance(k, types.Integer)):
+            return None
+        sig = types.CPointer(nbtype)(S, k)
+
+        def codegen(context, builder, sig, args):
+            p64 = builder.bitcast(args[0], ir.IntType(64).as_pointer())
+            addr = builder.load(builder.gep(p64, [args[1]]))
+            return builder.inttoptr(addr, context.get_value_type(sig.return_type))
+
+        return sig, codegen
+
+    return ptr
+
+
+def _define_field(k: int, name: str, dt, nd: int, order: str) -> None:
+    """``S.<name>``: a ``carray`` (``farray`` for an entity-major table) view of field ``k``
+    (read-only attribute; the arrays are the caller's, only their contents change)."""
+    ptr = _POINTERS[np.dtype(dt)]
+    b = DESC_SLOTS * k
+    if nd == 1:
+        def impl(S):
+            return carray(ptr(S, b), (_slot(S, b + 1),))
+    elif nd == 2 and order == ENTITY_MAJOR:
+        def impl(S):
+            return farray(ptr(S, b), (_slot(S, b + 1), _slot(S, b + 2)))
+    elif nd == 2:
+        def impl(S):
+            return carray(ptr(S, b), (_slot(S, b + 1), _slot(S, b + 2)))
+    elif nd == 3:
+        def impl(S):
+            return carray(ptr(S, b), (_slot(S, b + 1), _slot(S, b + 2), _slot(S, b + 3)))
+    else:
+        def impl(S):
+            return carray(ptr(S, b), (_slot(S, b + 1), _slot(S, b + 2), _slot(S, b + 3), _slot(S, b + 4)))
+    overload_attribute(StateType, name, jit_options={"cache": True})(lambda S: impl)
+
+
+_POINTERS = {np.dtype(dt): _pointer_intrinsic(from_dtype(np.dtype(dt))) for dt in {f[1] for f in FIELDS}}
+for _k, _f in enumerate(FIELDS):
+    _define_field(_k, _f[0], _f[1], _f[2], _order(_f))
+
+
+#: only its documented ``from_buffer`` is used: in compiled code it turns an array into a pointer
+_FFI = cffi.FFI()
 
 
 def keeps_records(S) -> bool:
@@ -278,7 +394,7 @@ def keeps_records(S) -> bool:
 
 @overload(keeps_records, inline="always")
 def _keeps_records(S):
-    keeps = not isinstance(S, LeanStateRefType)
+    keeps = not S.lean
     return lambda S: keeps
 
 
@@ -287,80 +403,29 @@ def is_lean(S: State) -> bool:
     return S.raw.shape[1] == 0 and S.trace.shape[1] == 0
 
 
-def descriptor(S: State) -> State:
-    """``S`` checked for the compiled entry points (which take the :class:`State` itself)."""
-    for arr, (name, dt, nd) in zip(S, FIELDS, strict=True):
-        if arr.dtype != dt or arr.ndim != nd or not arr.flags.c_contiguous or not arr.flags.writeable:
-            raise TypeError(f"simulator state {name}: {arr.dtype}[{arr.ndim}-d] array, "
-                            f"need a writable C-contiguous {np.dtype(dt)}[{nd}-d] one")
-    return S
-
-
-#: only its documented ``from_buffer`` is used: in compiled code it turns an array into a pointer
-_FFI = cffi.FFI()
-
-
-@njit(cache=True, inline="always")
-def _v(a):
-    return carray(_FFI.from_buffer(a), a.shape)
-
-
-@njit(cache=True, inline="always")
-def _fill(S, D):
-    """Point every field of the structref ``S`` at the array of ``D`` (field order of FIELDS)."""
-    S.g = _v(D.g)
-    S.pi = _v(D.pi)
-    S.pf = _v(D.pf)
-    S.ni = _v(D.ni)
-    S.nf = _v(D.nf)
-    S.ci = _v(D.ci)
-    S.cf = _v(D.cf)
-    S.qi = _v(D.qi)
-    S.qf = _v(D.qf)
-    S.di = _v(D.di)
-    S.df = _v(D.df)
-    S.ts = _v(D.ts)
-    S.si = _v(D.si)
-    S.ti = _v(D.ti)
-    S.tr_order = _v(D.tr_order)
-    S.cells = _v(D.cells)
-    S.ev = _v(D.ev)
-    S.pend_heap = _v(D.pend_heap)
-    S.cmux_heap = _v(D.cmux_heap)
-    S.touched = _v(D.touched)
-    S.readd = _v(D.readd)
-    S.ww = _v(D.ww)
-    S.ser_chan = _v(D.ser_chan)
-    S.ser_node = _v(D.ser_node)
-    S.hist = _v(D.hist)
-    S.circ_sum = _v(D.circ_sum)
-    S.raw = _v(D.raw)
-    S.chg = _v(D.chg)
-    S.runlog = _v(D.runlog)
-    S.trace = _v(D.trace)
-    S.ckey = _v(D.ckey)
-    S.armed = _v(D.armed)
-    S.nq = _v(D.nq)
-    S.kq = _v(D.kq)
-    S.free = _v(D.free)
-    S.ncc = _v(D.ncc)
-    S.dcc = _v(D.dcc)
-    S.ser_hist = _v(D.ser_hist)
-    S.tq = _v(D.tq)
-    S.pair_tr = _v(D.pair_tr)
-    S.pfree = _v(D.pfree)
-    S.fl = _v(D.fl)
-    S.flheap = _v(D.flheap)
-    return S
+def descriptor(S: State) -> np.ndarray:
+    """The descriptor of ``S`` for the compiled entry points: per field (order of ``FIELDS``), the
+    address of its data and its shape.  Its addresses are valid while ``S`` lives: the caller
+    holds ``S`` across the call."""
+    desc = np.zeros(DESC_SLOTS * len(FIELDS), dtype=np.int64)
+    for k, (arr, field) in enumerate(zip(S, FIELDS, strict=True)):
+        name, dt, nd, order = field[0], field[1], field[2], _order(field)
+        contiguous = arr.flags.f_contiguous if order == ENTITY_MAJOR else arr.flags.c_contiguous
+        if arr.dtype != dt or arr.ndim != nd or not contiguous or not arr.flags.writeable:
+            raise TypeError(f"simulator state {name}: {arr.dtype}[{arr.ndim}-d] array, need a writable "
+                            f"{order}-contiguous {np.dtype(dt)}[{nd}-d] one")
+        desc[DESC_SLOTS * k] = arr.ctypes.data
+        desc[DESC_SLOTS * k + 1:DESC_SLOTS * k + 1 + nd] = arr.shape
+    return desc
 
 
 @njit(cache=True)
 def state_from(D):
-    """The compiled code's view of the :class:`State` ``D`` (``descriptor(S)``)."""
-    return _fill(structref.new(STATE_TYPE), D)
+    """The compiled code's view of the :class:`State` whose ``descriptor`` is ``D``."""
+    return _state_at(D.ctypes.data, False)
 
 
 @njit(cache=True)
 def lean_state_from(D):
     """``state_from`` for a lean run (``is_lean``)."""
-    return _fill(structref.new(LEAN_STATE_TYPE), D)
+    return _state_at(D.ctypes.data, True)

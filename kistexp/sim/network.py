@@ -9,6 +9,7 @@ arrays and drives the compiled event loop (``engine.run_kernel``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -251,6 +252,18 @@ def _cell_pool(n: int) -> np.ndarray:
     return buf[skip:skip + n * size].view(L.CELL_DTYPE)
 
 
+@functools.cache
+def _hist_edges_cached() -> np.ndarray:
+    from kistexp.sim.events import hist_edges
+
+    return hist_edges()
+
+
+def _hist_edges() -> np.ndarray:
+    """The delay histograms' bin edges (``events.hist_edges``), computed once per process."""
+    return _hist_edges_cached().copy()
+
+
 def _cells(nbytes: np.ndarray) -> np.ndarray:
     return np.maximum(1, (nbytes + L.RELAY_PAYLOAD - 1) // L.RELAY_PAYLOAD)
 
@@ -294,8 +307,8 @@ def _build(net: Network, rc: RunConfig):
     n_circ = len(circuits)
     n_cd = 2 * n_circ
 
-    ni = np.zeros((L.N_NI, n_nodes), np.int64)
-    nf = np.zeros((L.N_NF, n_nodes), np.float64)
+    ni = np.zeros((L.N_NI, n_nodes), np.int64, order=L.ENTITY_MAJOR)
+    nf = np.zeros((L.N_NF, n_nodes), np.float64, order=L.ENTITY_MAJOR)
     rng = np.random.default_rng(rc.seed)
     for i, n in enumerate(net.nodes):
         ni[L.NI_SCHED, i] = SCHED_KIND[n.scheduler]
@@ -320,8 +333,8 @@ def _build(net: Network, rc: RunConfig):
     for field, val in cc_values(fcc).items():
         ncc[:, field] = val
 
-    ci = np.zeros((L.N_CI, n_chan), np.int64)
-    cf = np.zeros((L.N_CF, n_chan), np.float64)
+    ci = np.zeros((L.N_CI, n_chan), np.int64, order=L.ENTITY_MAJOR)
+    cf = np.zeros((L.N_CF, n_chan), np.float64, order=L.ENTITY_MAJOR)
     chan_nodes = np.zeros((2, n_chan), np.int64)
     max_sndbuf = 0
     for i, (a, b, link) in enumerate(net.channels):
@@ -347,13 +360,14 @@ def _build(net: Network, rc: RunConfig):
             if link.nagle:
                 # tcp_bound_to_half_wnd: the sender's mss is at most half the peer's window
                 ci[L.CI_RWND, c] = link.receive_window_bytes
+                ci[L.CI_RWND_MAX, c] = link.receive_window_max_bytes  # 0: a fixed window
                 ci[L.CI_MSS, c] = min(link.mss, link.receive_window_bytes // 2)
             ci[L.CI_RCV_MSS, c] = L.TCP_MSS_DEFAULT
             ci[L.CI_LRCV, c] = -1
             ci[L.CI_DELACK_AT, c] = -1
             ci[L.CI_DELACK_NS, c] = int(round(link.delayed_ack_ms * L.MS))
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
-    for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL):
+    for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL, L.CI_EQ_HEAD, L.CI_EQ_TAIL, L.CI_EQK_HEAD, L.CI_EQK_TAIL):
         ci[f] = -1
     # kernel-queue rings (tcp.kq_push): small, doubling with their content
     ci[L.CI_KQ_CAP] = KQ_RING_START
@@ -372,10 +386,10 @@ def _build(net: Network, rc: RunConfig):
     labels: dict[str, int] = {}
     hops = np.array([len(p) - 1 for p, _ in circuits], np.int64)
     n_cq = int(2 * hops.sum())
-    qi = np.zeros((L.N_QI, n_cq), np.int64)
-    qf = np.zeros((L.N_QF, n_cq), np.float64)
-    di = np.zeros((L.N_DI, n_cd), np.int64)
-    df = np.zeros((L.N_DF, n_cd), np.float64)
+    qi = np.zeros((L.N_QI, n_cq), np.int64, order=L.ENTITY_MAJOR)
+    qf = np.zeros((L.N_QF, n_cq), np.float64, order=L.ENTITY_MAJOR)
+    di = np.zeros((L.N_DI, n_cd), np.int64, order=L.ENTITY_MAJOR)
+    df = np.zeros((L.N_DF, n_cd), np.float64, order=L.ENTITY_MAJOR)
     base = 0
     for j, (path, label) in enumerate(circuits):
         h = len(path) - 1
@@ -424,7 +438,7 @@ def _build(net: Network, rc: RunConfig):
     # transfers and streams: a regular transfer holds a stream pair for the run; an interactive
     # flow is one record whose exchanges take pairs from a pool while they run (layout.N_FL)
     n_tr = net.n_transfers
-    ti = np.zeros((L.N_TI, n_tr), np.int64)
+    ti = np.zeros((L.N_TI, n_tr), np.int64, order=L.ENTITY_MAJOR)
     reg: list[tuple[np.ndarray, ...]] = []
     flows: list[tuple[int, int, InteractiveFlow]] = []
     first = 0
@@ -463,7 +477,7 @@ def _build(net: Network, rc: RunConfig):
     pair_tr = np.full(n_reg + pool, -1, np.int64)
     pair_tr[:n_reg] = r_ids
     pfree = np.arange(n_reg + pool - 1, n_reg - 1, -1, dtype=np.int64)  # pair n_reg on top
-    fl = np.zeros((L.N_FL, len(flows)), np.int64)
+    fl = np.zeros((L.N_FL, len(flows)), np.int64, order=L.ENTITY_MAJOR)
     for i, (f0, n, f) in enumerate(flows):
         fl[:, i] = (f.circuit, f0, n, 0, _cells(np.int64(f.request_bytes)), _cells(np.int64(f.response_bytes)))
     # the flows in (first start, first id) order: a sorted array is a heap
@@ -475,6 +489,7 @@ def _build(net: Network, rc: RunConfig):
     for key, val in (("P_CIRCWINDOW", fcc.circwindow), ("P_CIRC_INC", fcc.circ_increment),
                      ("P_STREAM_WINDOW", fcc.stream_window), ("P_STREAM_INC", fcc.stream_increment),
                      ("P_CELLQ_HIGH", fcc.cellq_high), ("P_CELLQ_LOW", fcc.cellq_low),
+                     ("P_EXIT_READ", fcc.exit_read_cells),
                      ("P_SENDME_INC", fcc.sendme_inc), ("P_CWND_INIT", fcc.cwnd_init),
                      ("P_CWND_MIN", fcc.cwnd_min), ("P_CWND_INC", fcc.cwnd_inc),
                      ("P_CWND_INC_PCT_SS", fcc.cwnd_inc_pct_ss), ("P_CWND_INC_RATE", fcc.cwnd_inc_rate),
@@ -500,7 +515,7 @@ def _build(net: Network, rc: RunConfig):
     ev_cap = 2 * ev_reserve + 2 * n_chan + 1024  # the heap doubles when it runs short
     # what the run-time arrays will take, checked before allocating them
     planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + _kq_reserve(cell_cap)) + 8 * (
-                   2 * ev_cap * L.N_EV + n_samples * n_chan + n_chan
+                   2 * ev_cap * L.N_EV + ev_cap * (L.N_EQ + 1) + n_samples * n_chan + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
                    + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
@@ -518,6 +533,7 @@ def _build(net: Network, rc: RunConfig):
     g[L.G_NSAMPLES] = n_samples
     g[L.G_CELL_RESERVE] = cell_reserve
     g[L.G_EV_RESERVE] = ev_reserve
+    g[L.G_EQ_NFREE] = ev_cap  # S.eqfree: the stack of free rows of S.evq
     if rc.trace_chan >= n_chan:
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
@@ -541,13 +557,14 @@ def _build(net: Network, rc: RunConfig):
         readd=np.zeros(max(n_chan, 1), np.int64), ww=np.zeros(max(n_chan, 1), np.int64),
         ser_chan=np.zeros((n_samples, n_chan), np.int64),
         ser_node=np.zeros((L.N_NS, n_samples, n_nodes), np.int64),
-        hist=np.zeros((2, max(len(labels), 1), L.HIST_BINS), np.int64),
-        circ_sum=np.zeros((L.N_CS, n_circ), np.int64),
+        hist=np.zeros((2, max(len(labels), 1), L.HIST_BINS), np.int64), hedge=_hist_edges(),
+        circ_sum=np.zeros((L.N_CS, n_circ), np.int64, order=L.ENTITY_MAJOR),
         raw=np.zeros((4, rc.cell_delays_max), np.int64), chg=chg,
         runlog=np.zeros((3, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
-        nq=np.zeros((ev_cap, L.N_EV), np.int64), kq=np.zeros(kq_len + _kq_reserve(cell_cap), np.int32),
+        nq=np.zeros((ev_cap, L.N_EV), np.int64), evq=np.zeros((ev_cap, L.N_EQ), np.int64),
+        eqfree=np.arange(ev_cap - 1, -1, -1, dtype=np.int64), kq=np.zeros(kq_len + _kq_reserve(cell_cap), np.int32),
         free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
         ncc=ncc, dcc=np.zeros((max(n_cd, 1), L.N_CC), np.int64),
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
@@ -612,7 +629,16 @@ def _grow_events(S):
     nq = np.zeros((2 * oq.shape[0], L.N_EV), np.int64)
     nq[:m] = oq[(int(S.g[L.G_NQ_HEAD]) + np.arange(m)) % oq.shape[0]]
     S.g[L.G_NQ_HEAD] = 0
-    return S._replace(ev=new, nq=nq)
+    # the chans' queued events keep their rows (the queues link rows by number)
+    oe = S.evq
+    evq = np.zeros((2 * oe.shape[0], L.N_EQ), np.int64)
+    evq[:oe.shape[0]] = oe
+    nfree = int(S.g[L.G_EQ_NFREE])
+    eqfree = np.zeros(2 * oe.shape[0], np.int64)
+    eqfree[:nfree] = S.eqfree[:nfree]
+    eqfree[nfree:nfree + oe.shape[0]] = np.arange(2 * oe.shape[0] - 1, oe.shape[0] - 1, -1)
+    S.g[L.G_EQ_NFREE] = nfree + oe.shape[0]
+    return S._replace(ev=new, nq=nq, evq=evq, eqfree=eqfree)
 
 
 def _grow_streams(S):

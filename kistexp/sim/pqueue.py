@@ -33,26 +33,33 @@ def pq_push(h, base, n, item, keys, kr, idx, ir):
 
 @njit(cache=True, inline="always")
 def pq_heapify(h, base, n, i, keys, kr, idx, ir):
+    """tor's ``smartlist_pqueue`` sift-down from ``i``.  tor swaps the item with its chosen child at
+    each level; here the children move up into a hole and the item is written once at the end,
+    which leaves every item where the swaps would (the item's key is the one compared)."""
+    x = h[base + i]
+    kx = keys[kr, x]
     while True:
         left = 2 * i + 1
         if left >= n:
-            return
-        if keys[kr, h[base + i]] < keys[kr, h[base + left]]:
+            break
+        kl = keys[kr, h[base + left]]
+        if kx < kl:
             best = i
+            kb = kx
         else:
-            best = left
+            best = left  # a tie with the left child sifts the item down (tor's order)
+            kb = kl
         right = left + 1
-        if right < n and keys[kr, h[base + right]] < keys[kr, h[base + best]]:
+        if right < n and keys[kr, h[base + right]] < kb:
             best = right
         if best == i:
-            return
-        a = h[base + i]
-        b = h[base + best]
-        h[base + i] = b
-        h[base + best] = a
-        idx[ir, b] = i
-        idx[ir, a] = best
+            break
+        y = h[base + best]
+        h[base + i] = y
+        idx[ir, y] = i
         i = best
+    h[base + i] = x
+    idx[ir, x] = i
 
 
 @njit(cache=True, inline="always")

@@ -68,6 +68,10 @@ class PathScenario:
     """Model Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``; tor never
     sets TCP_NODELAY). On by default; False gives the older model that acknowledges every flight
     one RTT after it left (docs/simulator.md compares the two)."""
+    receive_window_bytes: int = LOOPBACK_LINK.receive_window_bytes
+    """Every receiver's first window (``LinkConfig.receive_window_bytes``)."""
+    receive_window_max_bytes: int = LOOPBACK_LINK.receive_window_max_bytes
+    """The clamp up to which ``tcp_grow_window`` raises it (``LinkConfig``; 0: fixed)."""
 
     @property
     def client_interval(self) -> int:
@@ -141,7 +145,9 @@ def start_phase_ms(seed: int, tick_ms: float) -> float:
 def build_path(s: PathScenario) -> BuiltScenario:
     """`circuits` x `streams` simultaneous downloads over one client-guard-middle-exit path."""
     s.validate()
-    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=s.rtt_ms, nagle=s.nagle)
+    link = attrs.evolve(LOOPBACK_LINK, rtt_ms=s.rtt_ms, nagle=s.nagle,
+                        receive_window_bytes=s.receive_window_bytes,
+                        receive_window_max_bytes=s.receive_window_max_bytes)
     link.validate("link")
     tick = s.kernel_tick_ms
     topo = wl.three_hop_path(

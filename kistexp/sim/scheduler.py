@@ -41,7 +41,7 @@ def schedule(S, node, t, after_run):
         kist_schedule(S, node, t, after_run)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def has_waiting_cells(S, c, t):
     st = S.ci[L.CI_STATE, c]
     if st == L.ST_WAITING_FOR_CELLS:

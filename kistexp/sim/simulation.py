@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -269,11 +269,17 @@ class Simulation:
                 raise SimConfigError(f"{where}: {key}={value!r}: out of range (consensus values are "
                                      "32-bit signed integers)")
 
+    def _apply_where(self, ids: Sequence[int]) -> str:
+        """The nodes an ``apply`` names, for its errors: every one up to three, then a count."""
+        names = [f"{i} ({self.network.node_names[i]})" for i in ids[:3]]
+        more = f" and {len(ids) - 3} more" if len(ids) > 3 else ""
+        return f"apply to node{'s' if len(ids) > 1 else ''} {', '.join(names)}{more}"
+
     def _effective(self, i: int, values: Mapping[str, float]) -> tuple[int, int, np.ndarray, list[str], dict]:
         """Interval, scheduler kind, cc values and clamped names for node ``i`` (no state change)."""
         cfg = self.network.nodes[i]
         version = cfg.version
-        where = f"apply to node {i} ({self.network.node_names[i]})"
+        where = self._apply_where([i])
         clamped: list[str] = []
         eff: dict[str, float] = {}
 
@@ -323,7 +329,7 @@ class Simulation:
         if not isinstance(params, Mapping):
             raise SimConfigError(f"apply: params must be a mapping of parameter names to values, got {params!r}")
         ids = self._node_ids(nodes)
-        self._check_params("apply", params)
+        self._check_params(self._apply_where(ids), params)
         params = {k: float(v) if k == SOCK_BUF_OPTION else int(v) for k, v in params.items()}
         plans = [(i, *self._effective(i, params)) for i in ids]
         S = self._S
@@ -444,7 +450,8 @@ class Simulation:
         arrays are a third of its memory at the moment the result is made."""
         S = self._S
         self._S = S._replace(**{name: np.empty((0,) + getattr(S, name).shape[1:], getattr(S, name).dtype)
-                                for name in ("cells", "free", "kq", "ev", "nq", "si", "pair_tr", "pfree")})
+                                for name in ("cells", "free", "kq", "ev", "nq", "evq", "eqfree", "si", "pair_tr",
+                                             "pfree")})
 
     def result(self) -> SimResult:
         """Everything measured so far, as the one-call ``run()`` returns it (complete once the run

@@ -28,6 +28,8 @@ per TLS record (``L.TLS_RECORD_BYTES``: tor flushes its 4 KiB outbuf chunks one
 * with the next data the receiver sends back on the same connection (every segment carries
   the cumulative ACK), which on a tor channel is the reverse direction's cells at the peer's
   next write;
+* at once while the window grows (``LinkConfig.receive_window_max_bytes``): each growth grants
+  one quick ACK, sent outside pingpong mode (``tcp_grow_window``, net/ipv4/tcp_input.c);
 * otherwise when the delayed-ACK timer fires, 40 ms after the first unacknowledged segment
   (``tcp_send_delayed_ack``; ``tcp_delack_timer_handler`` also leaves pingpong mode).
 
@@ -42,7 +44,7 @@ from __future__ import annotations
 from numba import njit
 
 from kistexp.sim import layout as L
-from kistexp.sim.events import cell_list_pop, ev_push, rng_uniform, trace_chan
+from kistexp.sim.events import cell_list_pop, ev_push, ev_push_chan, rng_uniform, trace_chan
 
 RTO_MIN_NS = 200 * L.MS
 LOSS_EXTRA_MIN_NS = 200_000
@@ -172,9 +174,9 @@ def tcp_send_upto(S, c, t, upto):
         arr = S.ci[L.CI_LAST_ARRIVAL, c]
     S.ci[L.CI_LAST_ARRIVAL, c] = arr
     S.ci[L.CI_BYTES_SENT, c] += nbytes
-    ev_push(S, arr, L.EV_ARRIVAL, c, S.ci[L.CI_SND_NXT, c], leave)
+    ev_push_chan(S, arr, False, c, S.ci[L.CI_SND_NXT, c], leave)
     if not nagle:
-        ev_push(S, arr + owd, L.EV_ACK, c, segs, -nbytes if lost else nbytes)
+        ev_push_chan(S, arr + owd, True, c, segs, -nbytes if lost else nbytes)
         return
     if partial > 0:
         S.ci[L.CI_SND_SML, c] = S.ci[L.CI_SND_NXT, c]  # tcp_minshall_update
@@ -191,7 +193,7 @@ def tcp_send_upto(S, c, t, upto):
 @njit(cache=True)
 def _ack(S, c, t):
     """The receiver of chan ``c``'s data acknowledges everything it has, at time ``t``."""
-    ev_push(S, t + S.ci[L.CI_OWD_NS, c], L.EV_ACK, c, S.ci[L.CI_ACK_SEGS, c], S.ci[L.CI_ACK_BYTES, c])
+    ev_push_chan(S, t + S.ci[L.CI_OWD_NS, c], True, c, S.ci[L.CI_ACK_SEGS, c], S.ci[L.CI_ACK_BYTES, c])
     S.ci[L.CI_ACK_SEGS, c] = 0
     S.ci[L.CI_ACK_BYTES, c] = 0
     S.ci[L.CI_DELACK_GEN, c] += 1
@@ -229,6 +231,7 @@ def rcv_segments(S, c, upto, t):
         if q > S.ci[L.CI_QUICK, c]:
             S.ci[L.CI_QUICK, c] = q
     S.ci[L.CI_LRCV, c] = t
+    _grow_window(S, c, nbytes, mss)
     at = S.ci[L.CI_DELACK_AT, c]
     ato = S.ci[L.CI_DELACK_NS, c]
     if (S.ci[L.CI_ACK_BYTES, c] > S.ci[L.CI_RCV_MSS, c] or (at >= 0 and at - t <= ato // 4)
@@ -240,6 +243,30 @@ def rcv_segments(S, c, upto, t):
     if at < 0:
         S.ci[L.CI_DELACK_AT, c] = t + ato
         ev_push(S, t + ato, L.EV_DELACK, c, S.ci[L.CI_DELACK_GEN, c], 0)
+
+
+@njit(cache=True, inline="always")
+def _grow_window(S, c, nbytes, mss):
+    """tcp_grow_window (net/ipv4/tcp_input.c), which tcp_event_data_recv calls for every arriving
+    segment of at least 128 B: while the window (``rcv_ssthresh``) is below its clamp, raise it by
+    ``max(2 * advmss, 2 * skb->len)`` (``2 * advmss`` when the skb's overhead is small, as on
+    loopback; ``len <= advmss``), at most to the clamp, and set ``icsk_ack.quick |= 1``: one quick
+    ACK, which ``__tcp_ack_snd_check`` sends at once unless the socket is in pingpong mode
+    (``tcp_in_quickack_mode``). The receiver reads at once, so the free space does not bound the
+    window below the clamp (``room = min(window_clamp, tcp_space(sk)) - rcv_ssthresh``), and the
+    window the receiver may now advertise is what the sender sees: Linux's sender learns it with
+    the next ACK. ``advmss`` is the sender's mss here (the link's, unless capped by the first
+    window)."""
+    clamp = S.ci[L.CI_RWND_MAX, c]
+    wnd = S.ci[L.CI_RWND, c]
+    if clamp <= wnd:
+        return
+    # every modelled segment carries at least one cell (514 B >= 128 B), so each one grows it
+    segs = (nbytes + mss - 1) // mss
+    wnd = min(clamp, wnd + segs * 2 * mss)
+    S.ci[L.CI_RWND, c] = wnd
+    if S.ci[L.CI_QUICK, c] < 1:
+        S.ci[L.CI_QUICK, c] = 1
 
 
 @njit(cache=True, inline="always")
