@@ -340,6 +340,17 @@ class Report:
                 for fast, slow in self.clear_pairs()
                 if not fast.sim.mean_mbytes_per_s > slow.sim.mean_mbytes_per_s]
 
+    def real_runs(self) -> tuple[int, ...]:
+        """How many real repetitions the rows' means are over (a report recomputed with
+        ``--real-from`` keeps the real run's count, which need not be the simulator's seeds)."""
+        return tuple(sorted({len(r.real.throughputs_mbytes_per_s) for r in self.rows if r.real}))
+
+    def means_over(self) -> str:
+        """What each mean is over, for the report's title."""
+        runs = self.real_runs()
+        real = "/".join(map(str, runs)) if runs else "-"
+        return f"real tor: mean of {real} runs; simulator: mean of {self.repetitions} seeds"
+
     def within_target_count(self) -> tuple[int, int]:
         """(rows within 25 % of real tor, rows compared)."""
         compared = [r for r in self.rows if r.within_target is not None]
@@ -364,6 +375,7 @@ class Report:
     def as_json(self) -> dict:
         return {
             "repetitions": self.repetitions,
+            "real_repetitions": list(self.real_runs()),
             "size_mb": self.size_mb,
             "real_skipped": self.real_skipped,
             "sim_skipped": self.sim_skipped,

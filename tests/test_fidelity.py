@@ -109,6 +109,15 @@ def test_real_figures_reload_from_a_json_report(recorded_runs: list[tuple], tmp_
     again = run_fidelity(parse_cases("circuit", "kist", "10"), repetitions=2, size_mb=1, real_from=path)
     (row,) = again.rows
     assert row.real == real and row.ratio == pytest.approx(3.015 / 3.1)
+    # the real run's repetitions are its own, not the simulator's seeds
+    three = run_fidelity(parse_cases("circuit", "kist", "10"), repetitions=3, size_mb=1, real_from=path)
+    assert three.real_runs() == (2,) and three.as_json()["real_repetitions"] == [2]
+    assert three.means_over() == "real tor: mean of 2 runs; simulator: mean of 3 seeds"
+    human = CliRunner().invoke(app, ["fidelity", "--scenarios", "circuit", "--schedulers", "kist",
+                                     "--intervals", "10", "--real-from", str(path), "--repetitions", "3"])
+    assert human.exit_code == 0, human.output
+    title = " ".join(human.output.split())  # the title may wrap at the terminal's width
+    assert "mean of 2 runs" in title and "mean of 3 seeds" in title
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SimConfigError, match="no real tor rows"):
         fidelity.load_real_sides(tmp_path / "bad.json")

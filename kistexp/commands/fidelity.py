@@ -23,7 +23,7 @@ def _interval(case: Case) -> str:
 
 
 def _print_report(report: Report) -> None:
-    table = make_table(f"fidelity: real tor vs simulator (MB/s, mean of {report.repetitions}, "
+    table = make_table(f"fidelity: real tor vs simulator (MB/s; {report.means_over()}; "
                        f"{report.size_mb:g} MB per case)",
                        ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real",
                         "run period ms real / sim", "cells/run median real (mean) / sim", "load", "note"))
