@@ -178,8 +178,8 @@ class RealSide:
     cpu_total_cores: float = 0.0  # highest sum over all tors and the measurer, in cores
     #: CPU seconds all tors and the measurer spent per MB moved (mean over repetitions)
     cpu_seconds_per_mbyte: float = 0.0
-    #: the machine's 1-minute load average when the case started (os.getloadavg, as uptime
-    #: prints it): the machine may be shared, and load lowers real figures
+    #: the machine's 1-minute load average when the case's repetitions started, their mean
+    #: (os.getloadavg, as uptime prints it): the machine may be shared, and load lowers real figures
     load_1min: float | None = None
 
     def as_json(self) -> dict:
@@ -395,6 +395,23 @@ def fidelity_spec(base_port: int) -> NetworkSpec:
     return NetworkSpec(authorities=3, relays=2, exits=1, clients=1, base_port=base_port)
 
 
+@attrs.frozen
+class _Repetition:
+    """One timed transfer: its throughput, CPU and the machine's load when it started."""
+
+    mbytes_per_s: float
+    busiest: float  # highest share of one core used by one process
+    total: float  # all processes, in cores
+    cpu_per_mb: float
+    load_1min: float
+
+
+def _real_side(reps: Sequence[_Repetition], probe: RunStats | None) -> RealSide:
+    return RealSide(tuple(r.mbytes_per_s for r in reps), max(r.busiest for r in reps), probe,
+                    max(r.total for r in reps), statistics.fmean(r.cpu_per_mb for r in reps),
+                    statistics.fmean(r.load_1min for r in reps))
+
+
 class RealTor:
     """A local network plus the bulk server, set up once for a series of cases.
 
@@ -500,24 +517,69 @@ class RealTor:
         sample["client-measurer"] = t.user + t.system
         return sample
 
+    def _repetition(self, case: Case, size_bytes: int, tag: str) -> _Repetition:
+        """One timed transfer of ``case`` (already configured), with every process's CPU."""
+        load = os.getloadavg()[0]
+        before, t0 = self._cpu_sample(), time.monotonic()
+        value = self._transfer(case, size_bytes, tag)
+        after, wall = self._cpu_sample(), time.monotonic() - t0
+        spent = [after[k] - before.get(k, 0.0) for k in after]
+        return _Repetition(value, max(x / wall for x in spent), sum(spent) / wall,
+                           sum(spent) / (size_bytes / MB), load)
+
+    def _probe(self, case: Case, size_bytes: int) -> RunStats:
+        probe = max(PERIOD_PROBE_MIN_BYTES, int(size_bytes * PERIOD_PROBE_SHARE))
+        return self.run_period(case, probe)
+
     def measure(self, case: Case, repetitions: int, size_bytes: int, period_probe: bool = True) -> RealSide:
+        """Every repetition of one case back to back, then its run-period probe."""
         assert self.net is not None
         self.configure(case)
-        load = os.getloadavg()[0]
-        values: list[float] = []
-        per_mb: list[float] = []
-        busiest = total = 0.0
+        reps = []
         for rep in range(repetitions):
             self._progress(f"real tor {case.label}: repetition {rep + 1}/{repetitions}")
-            before, t0 = self._cpu_sample(), time.monotonic()
-            values.append(self._transfer(case, size_bytes, f"r{rep}"))
-            after, wall = self._cpu_sample(), time.monotonic() - t0
-            spent = [after[k] - before.get(k, 0.0) for k in after]
-            busiest, total = max(busiest, *(x / wall for x in spent)), max(total, sum(spent) / wall)
-            per_mb.append(sum(spent) / (size_bytes / MB))
-        probe = max(PERIOD_PROBE_MIN_BYTES, int(size_bytes * PERIOD_PROBE_SHARE))
-        stats = self.run_period(case, probe) if period_probe else None
-        return RealSide(tuple(values), busiest, stats, total, statistics.fmean(per_mb), load)
+            reps.append(self._repetition(case, size_bytes, f"r{rep}"))
+        return _real_side(reps, self._probe(case, size_bytes) if period_probe else None)
+
+    def measure_interleaved(self, cases: Sequence[Case], repetitions: int, size_bytes: int,
+                            period_probe: bool = True) -> tuple[dict[Case, RealSide], dict[Case, str]]:
+        """The cases in rounds: repetition 1 of every case, then repetition 2 of every case, and
+        so on, so that a slow stretch of the machine (real-tor.md puts run-to-run noise at
+        10-20 %) falls on every case alike instead of on the few measured during it, and an
+        order between two cases is one the machine kept throughout. Cases with another
+        ``cc_alg`` form their own rounds, after the others: each change of it is a vote and a
+        wait for every node's consensus (``set_cc_alg``). A case that fails is dropped from
+        the later rounds with its error as its note. The run-period probes follow the rounds."""
+        assert self.net is not None
+        groups: dict[int, list[Case]] = {}
+        for case in cases:
+            groups.setdefault(case.spec.cc_alg, []).append(case)
+        reps: dict[Case, list[_Repetition]] = {c: [] for c in cases}
+        notes: dict[Case, str] = {}
+        sides: dict[Case, RealSide] = {}
+        for group in sorted(groups.values(), key=lambda g: g[0].spec.cc_alg != self._cc_alg):
+            for rep in range(repetitions):
+                for case in group:
+                    if case in notes:
+                        continue
+                    self._progress(f"real tor {case.label}: repetition {rep + 1}/{repetitions} (in rounds)")
+                    try:
+                        self.configure(case)
+                        reps[case].append(self._repetition(case, size_bytes, f"r{rep}"))
+                    except KistexpError as exc:
+                        notes[case] = str(exc)
+            for case in group:
+                if case in notes:
+                    continue
+                try:
+                    probe = None
+                    if period_probe:
+                        self.configure(case)
+                        probe = self._probe(case, size_bytes)
+                    sides[case] = _real_side(reps[case], probe)
+                except KistexpError as exc:
+                    notes[case] = str(exc)
+        return sides, notes
 
     def run_period(self, case: Case, size_bytes: int) -> RunStats:
         """Scheduler runs on the middle relay during a transfer with its debug log on."""
@@ -608,8 +670,10 @@ def run_fidelity(
     base_port: int | None = None,
     progress: Progress | None = None,
     real_from: Path | str | None = None,
+    interleaved: bool = True,
 ) -> Report:
-    """Run every case on real tor (``repetitions`` times) and in the simulator (seeds
+    """Run every case on real tor (``repetitions`` times; in rounds over the cases unless
+    ``interleaved`` is False, see ``RealTor.measure_interleaved``) and in the simulator (seeds
     1..repetitions). A side that cannot run is skipped with its reason in the report."""
     if repetitions < 1:
         raise SimConfigError(f"--repetitions must be >= 1, got {repetitions}")
@@ -629,11 +693,14 @@ def run_fidelity(
     elif real:
         try:
             with RealTor(root=root, base_port=base_port, progress=say) as rt:
-                for case in cases:
-                    try:
-                        real_sides[case] = rt.measure(case, repetitions, size)
-                    except KistexpError as exc:
-                        real_notes[case] = str(exc)
+                if interleaved:
+                    real_sides, real_notes = rt.measure_interleaved(cases, repetitions, size)
+                else:
+                    for case in cases:
+                        try:
+                            real_sides[case] = rt.measure(case, repetitions, size)
+                        except KistexpError as exc:
+                            real_notes[case] = str(exc)
         except KistexpError as exc:
             real_skipped = f"real tor failed: {exc}"
     else:

@@ -214,3 +214,55 @@ def test_sim_figure_beyond_this_machine_is_cpu_bound_not_compared(monkeypatch) -
     kist = Row(Case("circuit", "kist", 10), RealSide((3.0,), 0.06, None, 0.2, 0.06), SimSide((2.9,)))
     assert not kist.cpu_bound and kist.within_target is True
     assert vanilla.as_json()["cpu_bound"] is True and vanilla.as_json()["sim_needs_cores"] == pytest.approx(7.887)
+
+
+def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeypatch, tmp_path) -> None:
+    """measure_interleaved: repetition 1 of every case, then 2; the cc_alg=0 case in rounds of
+    its own after the others (one vote for it, not one per round); a case whose transfer fails
+    leaves the later rounds with its error as its note; probes after the rounds."""
+    from kistexp.errors import KistexpError
+
+    rt = fidelity.RealTor(root=tmp_path / "net")
+    rt.net = object()  # never used by the stand-ins below
+    done: list[tuple[str, str]] = []
+    configured: list[str] = []
+    probed: list[str] = []
+    votes: list[int] = []
+    speeds = {"circuit": 9.0, "streams-4": 7.0, "circuits-2": 20.0, "cc-off": 3.0}
+
+    def configure(case: Case) -> None:
+        configured.append(case.label)
+        if case.spec.cc_alg != rt._cc_alg:
+            votes.append(case.spec.cc_alg)
+            rt._cc_alg = case.spec.cc_alg
+
+    def transfer(case: Case, size: int, tag: str) -> float:
+        done.append((case.scenario, tag))
+        if case.scenario == "circuits-2" and tag == "r1":
+            raise KistexpError("download through circuit 'x' ended after 5 of 10 bytes")
+        return speeds[case.scenario] + int(tag[1:]) / 10
+
+    monkeypatch.setattr(rt, "configure", configure)
+    monkeypatch.setattr(rt, "_transfer", transfer)
+    monkeypatch.setattr(rt, "_cpu_sample", lambda: {"exit": time_now()})
+    monkeypatch.setattr(rt, "run_period", lambda case, size: probed.append(case.scenario) or
+                        RunStats(10, 5, 9, 4.0, 4.1, 64, 60.0, 1000))
+    cases = [Case("cc-off", "kist", 2), Case("circuit", "kist", 2), Case("circuits-2", "kist", 2),
+             Case("streams-4", "kist", 2)]
+    sides, notes = rt.measure_interleaved(cases, repetitions=3, size_bytes=1_000_000)
+    assert done == [("circuit", "r0"), ("circuits-2", "r0"), ("streams-4", "r0"),
+                    ("circuit", "r1"), ("circuits-2", "r1"), ("streams-4", "r1"),
+                    ("circuit", "r2"), ("streams-4", "r2"),
+                    ("cc-off", "r0"), ("cc-off", "r1"), ("cc-off", "r2")]
+    assert votes == [0]  # one cc_alg change for all of the cc-off case's rounds
+    assert probed == ["circuit", "streams-4", "cc-off"]
+    assert set(sides) == {cases[0], cases[1], cases[3]}
+    assert sides[cases[1]].throughputs_mbytes_per_s == (9.0, 9.1, 9.2)
+    assert sides[cases[3]].run_period.period_ms_median == 4.0 and sides[cases[3]].load_1min is not None
+    assert notes == {cases[2]: "download through circuit 'x' ended after 5 of 10 bytes"}
+
+
+def time_now() -> float:
+    import time
+
+    return time.process_time() + time.monotonic()  # grows between the samples of a repetition

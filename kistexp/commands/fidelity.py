@@ -68,19 +68,23 @@ def fidelity(
     real_from: Path | None = typer.Option(None, "--real-from", help="Take real tor's figures from an earlier "
                                           "--json report instead of running tor."),
     base_port: int | None = typer.Option(None, "--base-port", help="Port layout base (default: first free)."),
+    rounds: bool = typer.Option(True, "--rounds/--case-by-case", help="Real tor: measure the cases in rounds "
+                                "(repetition 1 of every case, then 2, ...), or each case's repetitions back to back."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run scenarios on a real local tor network and in the simulator; print both and their ratio."""
     cases = parse_cases(scenarios, schedulers, intervals)
     if json_out:
-        report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port, real_from=real_from)
+        report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port, real_from=real_from,
+                              interleaved=rounds)
         emit_json(report.as_json())
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                   console=err_console, transient=True) as bar:
         task = bar.add_task("fidelity", total=None)
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port,
-                              progress=lambda msg: bar.update(task, description=visible(msg)), real_from=real_from)
+                              progress=lambda msg: bar.update(task, description=visible(msg)), real_from=real_from,
+                              interleaved=rounds)
     _print_report(report)
 
 
