@@ -541,6 +541,18 @@ class RealTor:
             reps.append(self._repetition(case, size_bytes, f"r{rep}"))
         return _real_side(reps, self._probe(case, size_bytes) if period_probe else None)
 
+    def measure_case_by_case(self, cases: Sequence[Case], repetitions: int,
+                             size_bytes: int) -> tuple[dict[Case, RealSide], dict[Case, str]]:
+        """``measure`` for each case in turn; a case that fails gets its error as its note."""
+        sides: dict[Case, RealSide] = {}
+        notes: dict[Case, str] = {}
+        for case in cases:
+            try:
+                sides[case] = self.measure(case, repetitions, size_bytes)
+            except KistexpError as exc:
+                notes[case] = str(exc)
+        return sides, notes
+
     def measure_interleaved(self, cases: Sequence[Case], repetitions: int, size_bytes: int,
                             period_probe: bool = True) -> tuple[dict[Case, RealSide], dict[Case, str]]:
         """The cases in rounds: repetition 1 of every case, then repetition 2 of every case, and
@@ -693,14 +705,8 @@ def run_fidelity(
     elif real:
         try:
             with RealTor(root=root, base_port=base_port, progress=say) as rt:
-                if interleaved:
-                    real_sides, real_notes = rt.measure_interleaved(cases, repetitions, size)
-                else:
-                    for case in cases:
-                        try:
-                            real_sides[case] = rt.measure(case, repetitions, size)
-                        except KistexpError as exc:
-                            real_notes[case] = str(exc)
+                measure = rt.measure_interleaved if interleaved else rt.measure_case_by_case
+                real_sides, real_notes = measure(cases, repetitions, size)
         except KistexpError as exc:
             real_skipped = f"real tor failed: {exc}"
     else:

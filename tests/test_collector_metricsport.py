@@ -201,7 +201,7 @@ def test_proc_of_a_busy_child():
     # waiting on the disk) can take longer than the interval measured, which then holds no
     # CPU time at all
     child = subprocess.Popen(
-        ["python3", "-c", "import sys, time\nprint('spinning', flush=True)\nwhile True: pass"],
+        ["python3", "-c", "print('spinning', flush=True)\nwhile True: pass"],
         stdout=subprocess.PIPE)
     try:
         assert child.stdout.readline() == b"spinning\n"

@@ -225,13 +225,11 @@ def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeyp
     rt = fidelity.RealTor(root=tmp_path / "net")
     rt.net = object()  # never used by the stand-ins below
     done: list[tuple[str, str]] = []
-    configured: list[str] = []
     probed: list[str] = []
     votes: list[int] = []
     speeds = {"circuit": 9.0, "streams-4": 7.0, "circuits-2": 20.0, "cc-off": 3.0}
 
     def configure(case: Case) -> None:
-        configured.append(case.label)
         if case.spec.cc_alg != rt._cc_alg:
             votes.append(case.spec.cc_alg)
             rt._cc_alg = case.spec.cc_alg
@@ -260,6 +258,13 @@ def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeyp
     assert sides[cases[1]].throughputs_mbytes_per_s == (9.0, 9.1, 9.2)
     assert sides[cases[3]].run_period.period_ms_median == 4.0 and sides[cases[3]].load_1min is not None
     assert notes == {cases[2]: "download through circuit 'x' ended after 5 of 10 bytes"}
+
+    # --case-by-case: each case's repetitions back to back, the failing case with its note
+    done.clear()
+    sides, notes = rt.measure_case_by_case(cases[1:], repetitions=2, size_bytes=1_000_000)
+    assert done == [("circuit", "r0"), ("circuit", "r1"), ("circuits-2", "r0"), ("circuits-2", "r1"),
+                    ("streams-4", "r0"), ("streams-4", "r1")]
+    assert set(sides) == {cases[1], cases[3]} and list(notes) == [cases[2]]
 
 
 def time_now() -> float:
