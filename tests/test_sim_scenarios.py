@@ -185,3 +185,41 @@ def test_the_start_phase_moves_kist_at_2ms() -> None:
     one, two = figure(1), figure(2)
     assert one != pytest.approx(two, rel=0.02)
     assert figure(2) == two
+
+
+def test_the_middle_relay_is_measured_on_its_busy_channel_as_real_tor_is() -> None:
+    """The harness counts real tor's cells per run and run period on the middle relay's busiest
+    channel only (localnet.schedlog): the path scenarios log the middle's runs toward the guard,
+    which carry every DATA cell of the download and nothing else, while its runs toward the exit
+    carry only SENDMEs."""
+    from kistexp.localnet import schedlog
+    from kistexp.sim import result as sim_result
+    from kistexp.sim.network import run
+
+    s = PathScenario(scheduler="kist", interval_ms=2, cc_alg=0, transfer_bytes=1_000_000, seed=1)
+    built = scenarios.build_circuit(s)
+    res = run(built.network, built.run_config)
+    middle, guard = built.topology.relays[1], built.topology.relays[0]
+    assert built.run_config.run_log_chan == res.chan_between(middle, guard)
+    on_chan = res.cells_per_run(middle, on_logged_chan=True)
+    every = res.cells_per_run(middle)
+    assert int(on_chan.sum()) == -(-1_000_000 // 498)  # every DATA cell, once
+    assert (on_chan <= every).all() and (every > on_chan).any()  # some runs carry SENDMEs too
+    # SENDME-only runs (toward the exit) are not runs of the busy channel
+    assert ((every > 0) & (on_chan == 0)).any()
+    fig = scenarios.path_figures(res, built)
+    assert fig.cells_per_run_median == float(np.median(on_chan[on_chan > 0]))
+    periods = res.run_periods_ms(middle, on_logged_chan=True)
+    assert len(periods) and (periods <= sim_result.MAX_BUSY_GAP_MS).all()
+    assert fig.run_period_ms == float(np.median(periods))
+    assert sim_result.MAX_BUSY_GAP_MS == schedlog.MAX_BUSY_GAP_MS
+
+
+def test_a_logged_channel_outside_the_network_is_refused() -> None:
+    import attrs
+
+    from kistexp.sim.network import run
+
+    built = scenarios.build_circuit(PathScenario(transfer_bytes=100_000))
+    with pytest.raises(SimConfigError, match="run_log_chan=99"):
+        run(built.network, attrs.evolve(built.run_config, run_log_chan=99))

@@ -26,7 +26,8 @@ Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``Sim
                stream_increment=50, cellq_high=256, cellq_low=10, sendme_inc=31, cwnd_init=124, ...§14)
     RunConfig(duration_s=10.0, seed=1, sample_interval_s=1.0, memory_limit_bytes=4 GiB,
               flow_control=FlowControlConfig(), ewma=EwmaConfig(), cell_delays_max=0 (raw samples),
-              run_log_max=100_000 (scheduler runs logged), trace_chan=-1, trace_max=100_000)
+              run_log_max=100_000 (scheduler runs logged), run_log_chan=-1 (a directed channel whose
+              cells each logged run also counts), trace_chan=-1, trace_max=100_000)
 
 Network (``kistexp.sim.network``)::
 
@@ -34,6 +35,7 @@ Network (``kistexp.sim.network``)::
     n = net.add_node(NodeConfig(...), name=None) -> int
     ch = net.add_channel(a, b, LinkConfig(...)) -> int   # optional; circuits create missing ones
     c = net.add_circuit([client, guard, middle, exit], label="bulk") -> int
+    net.directed_channel(src, dst) -> int   # the id RunConfig.trace_chan / run_log_chan take
     net.add_transfer(Transfer(circuit=c, request_bytes=498, response_bytes=5 MiB, start_s=0.0)) -> int
     net.add_transfers(circuits, request_bytes, response_bytes, start_s) -> range   # vectorised
     net.add_interactive(InteractiveFlow(circuit=c, start_s=0, stop_s=10, period_s=0.1,
@@ -94,7 +96,8 @@ Result (``kistexp.sim.result.SimResult``)::
         kernel_bytes); node_rate_per_s(series, node)
     delay_percentile_ms(kind="app"|"kernel", q=50, label=None); delay_mean_ms(kind, label)
         (per-hop time of a cell in a circuit queue / in the kernel until it left the NIC)
-    run_time_s / run_node / run_cells (scheduler-run log); run_periods_ms(node); cells_per_run(node)
+    run_time_s / run_node / run_cells / run_chan_cells (scheduler-run log);
+        run_periods_ms(node, on_logged_chan=False); cells_per_run(node, on_logged_chan=False)
     raw_delays [5, n]: kind (0 app, 1 kernel), circuit, delay ns, time ns, sending node
         (the first cell_delays_max samples)
     trace [4, n]: time ns, outbuf, kernel unsent, kernel unacked bytes of RunConfig.trace_chan

@@ -65,6 +65,8 @@ def flush_cells(S, c, n, t):
         node = S.ci[L.CI_NODE, c]
         S.ni[L.NI_CELLS_SENT, node] += done
         S.g[L.G_CELLS_SCHEDULED] += done
+        if c == S.g[L.G_RUNLOG_CHAN]:
+            S.g[L.G_RUN_CHAN_CELLS] += done
         arm_write(S, c)
         trace_chan(S, c, t)
     return done

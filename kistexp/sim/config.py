@@ -300,7 +300,9 @@ class RunConfig:
     ``memory_limit_bytes`` bounds the simulator's arrays; a network or a run that would need more
     stops with a :class:`SimConfigError`.  ``sample_interval_s`` is the step of the time series.
     ``cell_delays_max`` > 0 additionally keeps that many raw per-cell delay samples;
-    ``run_log_max`` scheduler runs are logged with their time and cells moved.  ``trace_chan`` >= 0
+    ``run_log_max`` scheduler runs are logged with their time and cells moved, and, if
+    ``run_log_chan`` >= 0, the cells each run moved onto that directed channel (what the fidelity
+    harness counts on real tor's busiest channel, ``localnet.schedlog``).  ``trace_chan`` >= 0
     traces one directed channel (outbuf, kernel unsent and unacked bytes at every change, up to
     ``trace_max`` points).
     """
@@ -313,6 +315,7 @@ class RunConfig:
     ewma: EwmaConfig = attrs.field(factory=EwmaConfig)
     cell_delays_max: int = 0
     run_log_max: int = 100_000
+    run_log_chan: int = -1
     trace_chan: int = -1
     trace_max: int = 100_000
 
@@ -325,6 +328,7 @@ class RunConfig:
         _int(where, "memory_limit_bytes", self.memory_limit_bytes, 1)
         _int(where, "cell_delays_max", self.cell_delays_max, 0, 100_000_000)
         _int(where, "run_log_max", self.run_log_max, 0, 100_000_000)
+        _int(where, "run_log_chan", self.run_log_chan, -1)
         _int(where, "trace_chan", self.trace_chan, -1)
         _int(where, "trace_max", self.trace_max, 0, 100_000_000)
         self.flow_control.validate(f"{where}.flow_control")

@@ -111,6 +111,15 @@ class Network:
     def channel_between(self, a: int, b: int) -> int | None:
         return self._chan_of.get((min(a, b), max(a, b)))
 
+    def directed_channel(self, src: int, dst: int) -> int:
+        """The directed channel ``src`` -> ``dst`` as runs number them (``RunConfig.trace_chan``,
+        ``RunConfig.run_log_chan``, ``SimResult.chan_between``): channel i's two directions are
+        2 i (its first node to its second) and 2 i + 1."""
+        i = self.channel_between(src, dst)
+        if i is None:
+            raise SimConfigError(f"no channel between nodes {src} and {dst}")
+        return 2 * i if self.channels[i][0] == src else 2 * i + 1
+
     def add_circuit(self, path: Sequence[int], label: str = "default") -> int:
         """A circuit over ``path`` (client first, exit last); missing channels are created."""
         path = tuple(int(n) for n in path)
@@ -517,7 +526,7 @@ def _build(net: Network, rc: RunConfig):
     planned = (4 + L.CELL_DTYPE.itemsize) * cell_cap + 4 * (kq_len + _kq_reserve(cell_cap)) + 8 * (
                    2 * ev_cap * L.N_EV + ev_cap * (L.N_EQ + 1) + n_samples * n_chan + n_chan
                    + L.N_NS * n_samples * n_nodes + n_cd * ts_cap + 5 * rc.cell_delays_max
-                   + 3 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
+                   + 4 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
     described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order, pair_tr, pfree, fl))
     if planned + described > rc.memory_limit_bytes:
@@ -537,6 +546,9 @@ def _build(net: Network, rc: RunConfig):
     if rc.trace_chan >= n_chan:
         raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
     g[L.G_TRACE_CHAN] = rc.trace_chan
+    if rc.run_log_chan >= n_chan:
+        raise SimConfigError(f"run.run_log_chan={rc.run_log_chan}: the network has {n_chan} directed channels")
+    g[L.G_RUNLOG_CHAN] = rc.run_log_chan
     cells = _cell_pool(cell_cap)
     g[L.G_NFREE] = cell_cap  # S.free: the stack of free cell ids, cell 0 on top
     g[L.G_KQ_END] = kq_len
@@ -560,7 +572,7 @@ def _build(net: Network, rc: RunConfig):
         hist=np.zeros((2, max(len(labels), 1), L.HIST_BINS), np.int64), hedge=_hist_edges(),
         circ_sum=np.zeros((L.N_CS, n_circ), np.int64, order=L.ENTITY_MAJOR),
         raw=np.zeros((4, rc.cell_delays_max), np.int64), chg=chg,
-        runlog=np.zeros((3, rc.run_log_max), np.int64),
+        runlog=np.zeros((4, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
         ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
         nq=np.zeros((ev_cap, L.N_EV), np.int64), evq=np.zeros((ev_cap, L.N_EQ), np.int64),

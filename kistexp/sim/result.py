@@ -15,6 +15,10 @@ import numpy as np
 
 from kistexp.sim import layout as L
 
+#: gaps between busy runs longer than this are idle spells, not a period (the rule of the real
+#: side, ``localnet.schedlog.MAX_BUSY_GAP_MS``)
+MAX_BUSY_GAP_MS = 250.0
+
 NODE_COUNTERS = {
     # name in results / cost model -> node field
     "scheduler_runs": L.NI_RUNS,
@@ -106,6 +110,7 @@ class SimResult:
     run_node: np.ndarray                        # scheduler-run log (first run_log_max runs)
     run_time_s: np.ndarray
     run_cells: np.ndarray
+    run_chan_cells: np.ndarray                  # per logged run: cells onto RunConfig.run_log_chan
     raw_delays: np.ndarray                      # [5, n]: kind, circuit, delay ns, time ns, sending node
     trace: np.ndarray                           # [4, n]: time ns, outbuf, kernel unsent, unacked bytes
     cells_scheduled: int
@@ -158,7 +163,7 @@ class SimResult:
             transfer_request_bytes=meta["t_req"], transfer_response_bytes=meta["t_resp"],
             transfer_ttfb_s=rel(L.TI_TTFB), transfer_ttlb_s=rel(L.TI_TTLB),
             run_node=S.runlog[0, :rl].copy(), run_time_s=S.runlog[1, :rl] / 1e9,
-            run_cells=S.runlog[2, :rl].copy(), raw_delays=raw,
+            run_cells=S.runlog[2, :rl].copy(), run_chan_cells=S.runlog[3, :rl].copy(), raw_delays=raw,
             trace=S.trace[:, :int(S.g[L.G_TRACE_N])].copy(),
             cells_scheduled=int(S.g[L.G_CELLS_SCHEDULED]), events=int(S.g[L.G_EVENTS]),
             queue_cap_exceeded=int(S.g[L.G_QCAP_EXCEEDED]),
@@ -204,17 +209,30 @@ class SimResult:
         v = self.node_series[series][:, self.node_index(node)]
         return np.diff(v) / np.diff(self.sample_times_s)
 
-    def run_periods_ms(self, node: int | str, busy_only: bool = True) -> np.ndarray:
-        """Gaps between consecutive logged scheduler runs of a node (runs that moved cells)."""
+    def run_periods_ms(self, node: int | str, busy_only: bool = True, on_logged_chan: bool = False) -> np.ndarray:
+        """Gaps between consecutive logged scheduler runs of a node (runs that moved cells).
+
+        ``on_logged_chan``: as the fidelity harness measures real tor (``localnet.schedlog``), the
+        gaps between consecutive runs of the node that both moved cells onto the run's logged
+        channel (``RunConfig.run_log_chan``, which must be one of the node's), a run that moved
+        none breaking the chain, and gaps longer than 250 ms (idle spells) left out."""
         i = self.node_index(node)
         sel = self.run_node == i
-        if busy_only:
-            sel &= self.run_cells > 0
-        return np.diff(self.run_time_s[sel]) * 1e3
+        if not on_logged_chan:
+            if busy_only:
+                sel &= self.run_cells > 0
+            return np.diff(self.run_time_s[sel]) * 1e3
+        t = self.run_time_s[sel] * 1e3
+        busy = self.run_chan_cells[sel] > 0
+        both = busy[1:] & busy[:-1]
+        gaps = np.diff(t)[both]
+        return gaps[gaps <= MAX_BUSY_GAP_MS]
 
-    def cells_per_run(self, node: int | str) -> np.ndarray:
+    def cells_per_run(self, node: int | str, on_logged_chan: bool = False) -> np.ndarray:
+        """Cells each logged run of the node moved; ``on_logged_chan``: those it moved onto the
+        logged channel (``RunConfig.run_log_chan``), as the harness counts real tor's busiest one."""
         i = self.node_index(node)
-        return self.run_cells[self.run_node == i]
+        return (self.run_chan_cells if on_logged_chan else self.run_cells)[self.run_node == i]
 
     def to_dict(self) -> dict[str, Any]:
         done = ~np.isnan(self.transfer_ttlb_s)

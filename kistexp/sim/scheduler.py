@@ -89,7 +89,9 @@ def run_scheduler(S, node, t):
         S.runlog[0, n] = node
         S.runlog[1, n] = t
         S.runlog[2, n] = moved
+        S.runlog[3, n] = S.g[L.G_RUN_CHAN_CELLS]
         S.g[L.G_RUNLOG_N] = n + 1
+    S.g[L.G_RUN_CHAN_CELLS] = 0
     for i in range(S.g[L.G_WW_N]):
         c = S.ww[i]
         S.ci[L.CI_WW, c] = 0
