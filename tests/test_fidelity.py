@@ -271,3 +271,38 @@ def time_now() -> float:
     import time
 
     return time.process_time() + time.monotonic()  # grows between the samples of a repetition
+
+
+def test_a_cc_alg_vote_that_never_arrives_names_what_each_node_holds(monkeypatch, tmp_path) -> None:
+    """The wait for a voted cc_alg ends with a one-line LocalNetError saying which consensus
+    each authority and node holds, instead of hanging or a bare timeout."""
+    import types
+
+    from kistexp.errors import LocalNetError
+
+    class _Net:
+        authorities = [types.SimpleNamespace(nickname=f"auth{i}") for i in range(3)]
+
+        def __init__(self) -> None:
+            self.voted: dict[str, dict] = {}
+
+        def params(self, auth):
+            return [("KISTSchedRunInterval", 10)]
+
+        def set_consensus_params(self, name, params):
+            self.voted[name] = params
+
+    held = {"auth0": 0, "auth1": 0, "auth2": 0, "client": 2, "guard": 0, "middle": 0, "exit": None}
+    monkeypatch.setattr(fidelity, "_consensus_cc_alg", lambda net, name: held[name])
+    monkeypatch.setattr(fidelity, "PARAMS_TIMEOUT_S", 0.0)
+    real = fidelity.RealTor(root=tmp_path)
+    real.net = _Net()
+    for role in ("client", "guard", "middle", "exit"):
+        setattr(real, role, types.SimpleNamespace(nickname=role))
+    with pytest.raises(LocalNetError) as err:
+        real.set_cc_alg(0)
+    msg = str(err.value)
+    assert "waiting for cc_alg=0 in every node's consensus" in msg
+    assert "client 2" in msg and "exit None" in msg and "auth0 0" in msg and "\n" not in msg
+    assert real.net.voted["auth1"] == {"KISTSchedRunInterval": 10, "cc_alg": 0}
+    assert real._cc_alg == 2  # not recorded as in force
