@@ -163,6 +163,13 @@ class Transfer:
         return self.body_bytes / MB / self.seconds if self.seconds > 0 else 0.0
 
 
+#: How long a client waits for tor to attach a new stream: tor's own bound, ``SocksTimeout``
+#: (default 2 minutes), after which tor itself gives up the stream.  It must exceed the local
+#: network's fixed 60 s ``CircuitBuildTimeout``: on a loaded machine the first build for a new
+#: isolation username can time out, and tor then builds another circuit for the same stream.
+SOCKS_WAIT_S = 120.0
+
+
 def _connect_retrying(socks_port: int, host: str, port: int, username: str, timeout_s: float) -> socket.socket:
     """A new client may not yet hold descriptors for the pinned relays: retry until the bound."""
     deadline = time.monotonic() + timeout_s
@@ -208,7 +215,7 @@ def download(
     socks_port: int, host: str, port: int, size: int, username: str, timeout_s: float = 120.0
 ) -> Transfer:
     """Download ``size`` bytes from the bulk server through one new circuit."""
-    sock = _connect_retrying(socks_port, host, port, username, timeout_s=min(timeout_s, 60.0))
+    sock = _connect_retrying(socks_port, host, port, username, timeout_s=min(timeout_s, SOCKS_WAIT_S))
     try:
         sock.settimeout(timeout_s)
         return _download_on(sock, host, size, username)
@@ -245,7 +252,7 @@ def parallel_download(
     socks = []
     try:
         for name in usernames:
-            socks.append(_connect_retrying(socks_port, host, port, name, timeout_s=60.0))
+            socks.append(_connect_retrying(socks_port, host, port, name, timeout_s=SOCKS_WAIT_S))
         results: list[Transfer | BaseException | None] = [None] * len(socks)
         barrier = threading.Barrier(len(socks))
 
