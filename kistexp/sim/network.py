@@ -543,12 +543,11 @@ def _build(net: Network, rc: RunConfig):
     g[L.G_CELL_RESERVE] = cell_reserve
     g[L.G_EV_RESERVE] = ev_reserve
     g[L.G_EQ_NFREE] = ev_cap  # S.eqfree: the stack of free rows of S.evq
-    if rc.trace_chan >= n_chan:
-        raise SimConfigError(f"run.trace_chan={rc.trace_chan}: the network has {n_chan} directed channels")
-    g[L.G_TRACE_CHAN] = rc.trace_chan
-    if rc.run_log_chan >= n_chan:
-        raise SimConfigError(f"run.run_log_chan={rc.run_log_chan}: the network has {n_chan} directed channels")
-    g[L.G_RUNLOG_CHAN] = rc.run_log_chan
+    for key, field in (("trace_chan", L.G_TRACE_CHAN), ("run_log_chan", L.G_RUNLOG_CHAN)):
+        chan = getattr(rc, key)
+        if chan >= n_chan:
+            raise SimConfigError(f"run.{key}={chan}: the network has {n_chan} directed channels")
+        g[field] = chan
     cells = _cell_pool(cell_cap)
     g[L.G_NFREE] = cell_cap  # S.free: the stack of free cell ids, cell 0 on top
     g[L.G_KQ_END] = kq_len
