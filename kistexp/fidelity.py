@@ -47,7 +47,7 @@ from kistexp.localnet import procs
 from kistexp.localnet.network import LocalNetwork, free_base_port, have_tor
 from kistexp.localnet.schedlog import RunStats, log_size, read_runs
 from kistexp.localnet.spec import SERVICE_ADDRESS, NetworkSpec, scheduler_options
-from kistexp.localnet.traffic import MB, BulkServer, download, parallel_download
+from kistexp.localnet.traffic import MB, BulkServerProcess, download, parallel_download
 
 SCHEDULERS = ("kist", "kistlite", "vanilla")
 TOR_SCHEDULER = {"kist": "KIST", "kistlite": "KISTLite", "vanilla": "Vanilla"}
@@ -426,7 +426,7 @@ class RealTor:
         self._base_port = base_port
         self._progress = progress or (lambda _msg: None)
         self.net: LocalNetwork | None = None
-        self._server: BulkServer | None = None
+        self._server: BulkServerProcess | None = None
         self._cc_alg = 2  # tor's default; the fidelity network's authorities vote no cc_alg
 
     def __enter__(self) -> RealTor:
@@ -445,7 +445,7 @@ class RealTor:
         spec = fidelity_spec(base)
         self._progress(f"starting a local tor network in {self.root} (ports {base}..{spec.service_port})")
         self.net = LocalNetwork.create(self.root, spec)
-        self._server = BulkServer(spec.service_port)
+        self._server = BulkServerProcess(spec.service_port)
         self.net.start(consensus_timeout_s=timeout_s)
         self.net.wait_bootstrapped(timeout_s)
         guard, middle = self.net.by_role("relay")[:2]
@@ -522,6 +522,8 @@ class RealTor:
         sample = {n.nickname: procs.cpu_seconds(self.net.pid(n)) or 0.0 for n in self.net.nodes}
         t = os.times()
         sample["client-measurer"] = t.user + t.system
+        if self._server is not None:
+            sample["bulk-server"] = procs.cpu_seconds(self._server.pid) or 0.0
         return sample
 
     def _repetition(self, case: Case, size_bytes: int, tag: str) -> _Repetition:

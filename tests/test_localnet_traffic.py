@@ -3,6 +3,7 @@ SOCKS5 relay on loopback (tor's SocksPort speaks the same RFC 1928/1929 subset).
 
 from __future__ import annotations
 
+import os
 import socket
 import socketserver
 import struct
@@ -12,9 +13,10 @@ import pytest
 from conftest import free_port
 
 from kistexp.errors import LocalNetError
+from kistexp.localnet import procs
 from kistexp.localnet.procs import port_in_use
 from kistexp.localnet.spec import SERVICE_ADDRESS
-from kistexp.localnet.traffic import BulkServer, download, parallel_download, socks_connect
+from kistexp.localnet.traffic import BulkServer, BulkServerProcess, download, parallel_download, socks_connect
 
 
 class Socks5Relay(socketserver.ThreadingTCPServer):
@@ -120,3 +122,24 @@ def test_bulk_server_answers_only_byte_counts(bulk: BulkServer) -> None:
         BulkServer(1, address="10.0.0.1")
     with pytest.raises(LocalNetError, match=f"cannot listen on {bulk.address}:{bulk.port}"):
         BulkServer(bulk.port)
+
+
+def test_bulk_server_process_serves_from_a_process_of_its_own() -> None:
+    port = free_port(SERVICE_ADDRESS)
+    with BulkServerProcess(port) as server:
+        assert server.pid != os.getpid()
+        assert procs.cpu_seconds(server.pid) is not None
+        relay = Socks5Relay()
+        try:
+            t = download(relay.port, SERVICE_ADDRESS, port, 2_000_000, "circ-p")
+        finally:
+            relay.close()
+        assert t.body_bytes == 2_000_000
+        # a second server on the same port is refused with the child's one-line reason
+        with pytest.raises(LocalNetError, match=f"cannot listen on {SERVICE_ADDRESS}:{port}"):
+            BulkServerProcess(port)
+    # closing ends (and reaps) the child and frees the port
+    assert procs.cpu_seconds(server.pid) is None
+    assert not port_in_use(SERVICE_ADDRESS, port)
+    with pytest.raises(LocalNetError, match="is not a loopback address"):
+        BulkServerProcess(1, address="10.0.0.1")
