@@ -137,17 +137,25 @@ def test_a_growing_receive_window_acknowledges_the_first_segment_at_once() -> No
     40 ms delayed-ACK timer while Nagle holds the rest behind it, so the download takes one timer;
     growing toward 400,000 B, that segment is acknowledged one round trip after it left and the
     download ends within a millisecond."""
+    delayed_acks = {}
+
     def elapsed_ms(clamp: int) -> float:
         s = PathScenario(scheduler="vanilla", interval_ms=2, transfer_bytes=60_000,
                          receive_window_bytes=131_072, receive_window_max_bytes=clamp)
-        figures = scenarios.run_scenario("circuit", s)[0]
+        figures, res = scenarios.run_scenario("circuit", s)
         assert figures.finished
+        assert res.node_names == ("client", "guard", "middle", "exit")
+        delayed_acks[clamp] = res.node_counters["delayed_acks"]
         return figures.elapsed_s * 1e3
 
     fixed, growing = elapsed_ms(0), elapsed_ms(400_000)
     assert 40.0 <= fixed < 41.0
     assert growing < 1.0
     assert elapsed_ms(400_000) == growing  # deterministic
+    # the timer fired once more at each receiver of the download's data (middle from the exit,
+    # guard from the middle, client from the guard): the `delayed_acks` counter, Linux's
+    # TcpExt DelayedACKs, counts those firings
+    assert (delayed_acks[0] - delayed_acks[400_000]).tolist() == [1, 1, 1, 0]
 
 
 def test_receive_window_clamp_below_the_first_window_is_refused() -> None:

@@ -131,7 +131,8 @@ N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEA
                "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
                "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS",
-               "NI_TQ_IDX", "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL")
+               "NI_TQ_IDX", "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL",
+               "NI_DELACKS")
 N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC", "NF_LN_F")
 
 # congestion-control parameters (consensus values a node holds, ``S.ncc[node]``; copied to the

@@ -32,6 +32,8 @@ NODE_COUNTERS = {
     "peak_app_bytes": L.NI_PEAK_APP,
     "peak_kernel_bytes": L.NI_PEAK_KERN,
     "peak_queued_bytes": L.NI_PEAK_TOTAL,
+    # ACKs the node's sockets sent when the delayed-ACK timer fired (Linux's TcpExt DelayedACKs)
+    "delayed_acks": L.NI_DELACKS,
 }
 NODE_SERIES = {
     "scheduler_runs": L.NS_RUNS,

@@ -326,6 +326,7 @@ def on_delack(S, c, gen, t):
     S.ci[L.CI_DELACK_AT, c] = -1
     if S.ci[L.CI_ACK_BYTES, c] > 0:
         S.ci[L.CI_PINGPONG, c] = 0
+        S.ni[L.NI_DELACKS, S.ci[L.CI_PEER, c]] += 1  # Linux counts these as TcpExt DelayedACKs
         _ack(S, c, t)
 
 
