@@ -1,5 +1,6 @@
 """Control-port connections to the local network's own tors, through stem's ``Controller``
-(control-spec §3: AUTHENTICATE with the cookie, SETCONF, GETCONF, GETINFO, SIGNAL RELOAD).
+(control-spec §3: AUTHENTICATE with the cookie, SETCONF, GETCONF, GETINFO, SIGNAL RELOAD,
+CLOSECIRCUIT).
 
 One connection per use, opened and closed by the caller (``with net.control(name) as ctl``):
 stem runs a reader thread per connection, and a connection left open while its tor is stopped
@@ -88,3 +89,24 @@ class ControlPort:
 
         with self._errors("SIGNAL RELOAD"):
             self.controller.signal(stem.Signal.RELOAD)
+
+    def circuit_ids(self) -> set[str]:
+        """The ids of the circuits tor has open or is building (GETINFO circuit-status)."""
+        with self._errors("GETINFO circuit-status"):
+            return {c.id for c in self.controller.get_circuits()}
+
+    def close_circuits(self) -> int:
+        """CLOSECIRCUIT every circuit, clean preemptive ones included; returns how many were
+        closed. A circuit that closes by itself meanwhile is not an error."""
+        import stem
+
+        closed = 0
+        for cid in self.circuit_ids():
+            try:
+                self.controller.close_circuit(cid)
+                closed += 1
+            except stem.InvalidArguments:
+                continue  # "Unknown circuit": it closed on its own
+            except (stem.ControllerError, stem.SocketError) as exc:
+                raise LocalNetError(f"{self.where}: CLOSECIRCUIT {cid} failed: {exc}") from None
+        return closed
