@@ -75,12 +75,17 @@ class _QuietServer(ThreadingHTTPServer):
         return
 
 
+def _require_loopback(address: str) -> None:
+    """Servers and traffic stay on 127.0.0.0/8 (or ::1): anything else is refused before use."""
+    if not ipaddress.ip_address(address).is_loopback:
+        raise LocalNetError(f"bulk server address {address} is not a loopback address")
+
+
 class BulkServer:
     """``GET /bytes/N`` answers N bytes; runs in a background thread on 127.0.0.2:port."""
 
     def __init__(self, port: int, address: str = SERVICE_ADDRESS) -> None:
-        if not ipaddress.ip_address(address).is_loopback:
-            raise LocalNetError(f"bulk server address {address} is not a loopback address")
+        _require_loopback(address)
         try:
             self._server = _QuietServer((address, port), _BulkHandler)
         except OSError as exc:
@@ -119,8 +124,7 @@ class BulkServerProcess:
     """
 
     def __init__(self, port: int, address: str = SERVICE_ADDRESS, timeout_s: float = SERVER_START_S) -> None:
-        if not ipaddress.ip_address(address).is_loopback:
-            raise LocalNetError(f"bulk server address {address} is not a loopback address")
+        _require_loopback(address)
         self.address, self.port = address, port
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "kistexp.localnet.traffic", address, str(port)],
