@@ -90,10 +90,46 @@ def test_nagle_and_delayed_acks_slow_kist_at_10ms_and_stay_deterministic() -> No
 
 
 def test_path_scenarios_default_to_the_measured_loopback_with_nagle() -> None:
-    """tor never sets TCP_NODELAY, and ss -ti measured a 3-13 µs minimum RTT on tor's loopback
-    connections: the fidelity scenarios use both unless told otherwise."""
+    """tor never sets TCP_NODELAY, ss -ti measured a 3-13 µs minimum RTT on tor's loopback
+    connections and a window of about 800 KB on the busy ones: the fidelity scenarios use all
+    three unless told otherwise (and so Linux's full 65,483-byte mss, which a 65,535-byte window
+    would halve)."""
     link = scenarios.build_path(PathScenario()).network.default_link
     assert link.nagle and link.rtt_ms == pytest.approx(0.01)
+    assert link.receive_window_bytes == 800_000 and link.mss == 65_483
+
+
+@pytest.mark.slow
+def test_the_client_at_10ms_is_slower_than_at_2ms() -> None:
+    """The client's scheduler paces its SENDMEs, and with the client at 10 ms real tor moved 7.10
+    MB/s against 8.22 with every node at 2 ms under KIST, 5.18 against 6.69 under KISTLite
+    (docs/fidelity.md, 2026-12-02 06:10 UTC). The model used to predict more throughput with the
+    client at 10 ms: its receivers acknowledged every short segment at once (rcv_mss counted in
+    other bytes than the data it is compared with) and its 65,535-byte window halved the mss, so
+    Nagle held almost nothing, and SENDMEs waiting at the client were all the client's interval
+    could cost."""
+    def mean(scheduler: str, client_ms: int) -> float:
+        return float(np.mean([scenarios.run_scenario("circuit", PathScenario(
+            scheduler=scheduler, interval_ms=2, client_interval_ms=client_ms, seed=seed,
+            transfer_bytes=20_000_000))[0].throughput_mbytes_per_s for seed in (1, 2, 3)]))
+
+    assert mean("kist", 10) < 0.95 * mean("kist", 2)
+    assert mean("kistlite", 10) < 0.8 * mean("kistlite", 2)
+
+
+@pytest.mark.slow
+def test_crossing_segments_do_not_stall_vanilla() -> None:
+    """A pure ACK never overtakes the data its segment released (tcp_rcv_established sends that
+    data, carrying the ACK, before tcp_ack_snd_check). When the model sent the pure ACK first, the
+    peer's Nagle-held tail and the receiver's next SENDMEs crossed, each end held its next segment
+    behind its own unacknowledged one, and every hop waited for the 40 ms delayed-ACK timer: one
+    Vanilla circuit crawled at about 2 MB/s with the measured window, where real tor moves 41-53
+    (CPU-bound, docs/fidelity.md). Only the first Vegas window, below one full frame, still meets
+    the timer, a few times per receiver."""
+    figures, res = scenarios.run_scenario("circuit", PathScenario(
+        scheduler="vanilla", interval_ms=2, transfer_bytes=20_000_000))
+    assert figures.throughput_mbytes_per_s > 40.0
+    assert res.node_counters["delayed_acks"].max() <= 6
 
 
 @pytest.mark.slow
@@ -116,17 +152,21 @@ def test_vanilla_is_not_held_by_nagle_on_a_10us_loopback() -> None:
 
 
 @pytest.mark.slow
-def test_nagle_leaves_kistlite_at_2ms_as_without_it() -> None:
+def test_nagle_costs_kistlite_at_2ms_little() -> None:
     """Real tor's KISTLite at 2 ms moved 6.96 MB/s with Nagle on and 6.69 with TCP_NODELAY forced
-    (docs/fidelity.md): its 64 cells a run in two 16,448-byte writes are not held. In the model
+    (docs/fidelity.md): its 64 cells a run in two 16,448-byte writes are hardly held. In the model
     this needs one send() per TLS record (tor flushes 4 KiB outbuf chunks one SSL_write each), so
     that the second short segment draws the receiver's ACK (ICSK_ACK_PUSHED2); with one segment
-    per write the second write waited for the next SENDME and the figure halved."""
+    per write the second write waited for the next SENDME and the figure halved. With the
+    measured receive window the model's figure with Nagle is real tor's (6.99 MB/s), and Nagle
+    costs it 11 % against the model without it."""
     def figure(nagle: bool) -> float:
         s = PathScenario(scheduler="kistlite", interval_ms=2, transfer_bytes=20_000_000, nagle=nagle)
         return scenarios.run_scenario("circuit", s)[0].throughput_mbytes_per_s
 
-    assert figure(True) > 0.9 * figure(False)
+    held = figure(True)
+    assert held > 0.85 * figure(False)
+    assert held == pytest.approx(6.96, rel=0.1)
 
 
 def test_a_growing_receive_window_acknowledges_the_first_segment_at_once() -> None:
@@ -134,9 +174,11 @@ def test_a_growing_receive_window_acknowledges_the_first_segment_at_once() -> No
     it is below its clamp and grants one quick ACK each time (``icsk_ack.quick |= 1``), sent at once
     outside pingpong mode. A 60 KB Vanilla download over the loopback path with a 131,072-byte
     window: fixed, each hop's first segment (one TLS record, below a full frame) waits for the
-    40 ms delayed-ACK timer while Nagle holds the rest behind it, so the download takes one timer;
-    growing toward 400,000 B, that segment is acknowledged one round trip after it left and the
-    download ends within a millisecond."""
+    40 ms delayed-ACK timer while Nagle holds the rest behind it, and the first Vegas window (124
+    cells, below one full frame) meets that three times, so the download takes three timers (real
+    tor pauses so in a transfer's first 200 ms, docs/fidelity.md); growing toward 400,000 B, each
+    segment is acknowledged one round trip after it left and the download ends within a
+    millisecond."""
     delayed_acks = {}
 
     def elapsed_ms(clamp: int) -> float:
@@ -149,13 +191,13 @@ def test_a_growing_receive_window_acknowledges_the_first_segment_at_once() -> No
         return figures.elapsed_s * 1e3
 
     fixed, growing = elapsed_ms(0), elapsed_ms(400_000)
-    assert 40.0 <= fixed < 41.0
+    assert 120.0 <= fixed < 121.0
     assert growing < 1.0
     assert elapsed_ms(400_000) == growing  # deterministic
-    # the timer fired once more at each receiver of the download's data (middle from the exit,
+    # the timer fired more often at each receiver of the download's data (middle from the exit,
     # guard from the middle, client from the guard): the `delayed_acks` counter, Linux's
     # TcpExt DelayedACKs, counts those firings
-    assert (delayed_acks[0] - delayed_acks[400_000]).tolist() == [1, 1, 1, 0]
+    assert (delayed_acks[0] - delayed_acks[400_000]).tolist() == [3, 3, 2, 0]
 
 
 def test_receive_window_clamp_below_the_first_window_is_refused() -> None:

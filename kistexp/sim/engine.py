@@ -24,7 +24,7 @@ from kistexp.sim.events import (
 )
 from kistexp.sim.kist import kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
-from kistexp.sim.tcp import _track_peaks, on_ack, on_delack, rcv_read, rcv_segments, write_to_kernel
+from kistexp.sim.tcp import _track_peaks, on_ack, on_ack_now, on_delack, rcv_read, rcv_segments, write_to_kernel
 
 PREFETCH_AHEAD = 8
 
@@ -454,6 +454,8 @@ def _run_kernel(S):
             rcv_read(S, a, b, t)
         elif kind == L.EV_DELACK:
             on_delack(S, a, b, t)
+        elif kind == L.EV_ACK_NOW:
+            on_ack_now(S, a, t)
         elif kind == L.EV_ACK:
             on_ack(S, a, t, b, c)
         elif kind == L.EV_SCHED:

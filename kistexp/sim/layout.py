@@ -49,6 +49,9 @@ TLS_CELL_BYTES = 543      # a cell with its TLS framing on the wire (KIST's 514 
 # header of 40 B, lib/buf/buffers.c); buf_flush_to_tls writes chunk by chunk (flush_chunk_tls), each
 # SSL_write one TLS record, each record one send() on the socket
 TLS_RECORD_BYTES = 4096 - 40
+# what TLS 1.3 adds to each record on the wire: a 5-byte header, the inner content type and a
+# 16-byte AEAD tag; a one-cell record is 536 B on loopback (tcpdump, docs/fidelity.md "On the wire")
+TLS_RECORD_OVERHEAD = 22
 
 # scheduler kinds (§3)
 SCHED_KIST = 0
@@ -82,6 +85,9 @@ EV_DELACK = 10     # a = chan whose data the peer has not acknowledged, b = time
 # EV_ARRIVAL (EV_ACK) and the queue's next event takes its place in the heap (events.ev_push_chan)
 EV_ARRIVAL_REP = 11
 EV_ACK_REP = 12
+# a = chan: the receiver's ACK decision at the end of processing the segment that made it
+# (tcp_rcv_established: tcp_data_snd_check before tcp_ack_snd_check), sent unless data left first
+EV_ACK_NOW = 13
 
 # kernel-queue rings (tcp.kq_push): one event moves at most every cell of the pool into rings that
 # double when full, which takes at most 4 slots per cell at the end of S.kq

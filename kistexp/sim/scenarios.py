@@ -39,7 +39,16 @@ MB = 1e6
 #: sets ``TCP_NODELAY`` (its only ``setsockopt`` calls, in core/mainloop/connection.c, are
 #: SO_REUSEADDR, SO_EXCLUSIVEADDRUSE, IP_TRANSPARENT, IPV6_V6ONLY, IP_BIND_ADDRESS_NO_PORT and
 #: SO_SNDBUF/SO_RCVBUF), so Linux's Nagle and delayed-ACK rules apply (``LinkConfig.nagle``, tcp.py).
-LOOPBACK_LINK = LinkConfig(rtt_ms=0.01, mss=LOOPBACK_MSS, nagle=True)
+#: The receive window is the one a busy OR connection of the real network advertises once
+#: receive-buffer autotuning has grown it: the harness's downloads run over connections that
+#: have carried the earlier repetitions. ``ss -tin`` on the busy connections during 20 MB
+#: downloads (KIST at 2 and 10 ms, 2026-12-02 08:58 UTC, Linux 6.18, ``tcp_rmem`` max 32 MiB)
+#: reported ``snd_wnd`` medians of 798 and 831 KB (86 KB at a connection's start, up to 2.4 MB)
+#: and an mss of 65,483 B; the model's figures are the same for any window from 300 KB up
+#: except 8 circuits under KIST at 10 ms (docs/simulator.md).
+LOOPBACK_RECEIVE_WINDOW = 800_000
+LOOPBACK_LINK = LinkConfig(rtt_ms=0.01, mss=LOOPBACK_MSS, nagle=True,
+                           receive_window_bytes=LOOPBACK_RECEIVE_WINDOW)
 #: tor's ``cc_alg`` consensus parameter (congestion_control_common.c): 0 = fixed SENDME windows,
 #: 2 = Vegas (the default since 0.4.8.2-alpha).
 CC_ALG_FLOW_CONTROL = {0: "sendme", 2: "vegas"}

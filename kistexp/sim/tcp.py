@@ -21,7 +21,10 @@ per TLS record (``L.TLS_RECORD_BYTES``: tor flushes its 4 KiB outbuf chunks one
 
 
 * at once when more than one full frame (``rcv_mss``, the largest segment seen, starting at
-  536) is unacknowledged (``__tcp_ack_snd_check``, net/ipv4/tcp_input.c);
+  536) is unacknowledged (``__tcp_ack_snd_check``, net/ipv4/tcp_input.c), decided at the end of
+  the segment: when its own ACK field releases held data, that data leaves first and carries
+  the ACK (``tcp_rcv_established``: ``tcp_data_snd_check`` before ``tcp_ack_snd_check``), so a
+  pure ACK never overtakes it (``EV_ACK_NOW``);
 * when a read empties the receive queue after two segments shorter than ``rcv_mss``
   (``ICSK_ACK_PUSHED2``), or after one outside pingpong mode (``ICSK_ACK_PUSHED``)
   (``tcp_measure_rcv_mss``; ``tcp_cleanup_rbuf``, net/ipv4/tcp.c);
@@ -237,8 +240,13 @@ def rcv_segments(S, c, upto, t):
     if (S.ci[L.CI_ACK_BYTES, c] > S.ci[L.CI_RCV_MSS, c] or (at >= 0 and at - t <= ato // 4)
             or (S.ci[L.CI_QUICK, c] > 0 and S.ci[L.CI_PINGPONG, c] == 0)):
         # more than one full frame, the delayed ACK due anyway (tcp_send_delayed_ack), or quick
-        # ACK mode outside pingpong mode (tcp_in_quickack_mode, __tcp_ack_snd_check)
-        _ack(S, c, t)
+        # ACK mode outside pingpong mode (tcp_in_quickack_mode, __tcp_ack_snd_check). Linux
+        # decides this after the segment's own ACK field has been processed and the data it
+        # released has been sent (tcp_rcv_established: tcp_ack, tcp_data_queue,
+        # tcp_data_snd_check, then tcp_ack_snd_check), so that data carries this ACK and no
+        # pure ACK goes ahead of it: the ACK of the peer's flight, which the model delivers as
+        # an event of its own at this instant, runs first (it was scheduled earlier)
+        ev_push(S, t, L.EV_ACK_NOW, c, 0, 0)
         return
     if at < 0:
         S.ci[L.CI_DELACK_AT, c] = t + ato
@@ -273,23 +281,26 @@ def _grow_window(S, c, nbytes, mss):
 def _measure_rcv_mss(S, c, nbytes, mss):
     """tcp_measure_rcv_mss (net/ipv4/tcp_input.c) over a flight: full segments raise ``rcv_mss``
     to the mss; a shorter one raises it to its length if at least ``rcv_mss``, and two equal
-    shorter ones in a row (each at least 536 B with headers) set it to theirs. The kernel queue
-    holds 514-byte cells; on the wire each carries TLS framing, so lengths count 543 B a cell.
-    True when the tail was a short segment that marks the ACK pushed (the ``else`` branch
-    that does not return early)."""
+    shorter ones in a row (each at least 536 B with headers) set it to theirs. ``rcv_mss`` is
+    kept in the same bytes as the unacknowledged count it is compared with (``__tcp_ack_snd_check``:
+    more than one full frame), the socket's stream; only the 536-byte floor looks at the
+    segment as the wire carries it, each TLS record ``L.TLS_RECORD_OVERHEAD`` longer (a lone
+    SENDME is 536 B there, 514 B of cell). True when the tail was a short segment that marks the
+    ACK pushed (the ``else`` branch that does not return early)."""
     if nbytes >= mss:
         S.ci[L.CI_RCV_MSS, c] = mss
         S.ci[L.CI_LSS, c] = 0
     tail = nbytes % mss
     if tail == 0:
         return False
-    seg = min(tail // L.CELL_SIZE * L.TLS_CELL_BYTES, mss)
+    seg = tail
     lss = S.ci[L.CI_LSS, c]
     S.ci[L.CI_LSS, c] = 0
     if seg >= S.ci[L.CI_RCV_MSS, c]:
         S.ci[L.CI_RCV_MSS, c] = seg
         return False
-    if seg + L.TCP_HEADER_BYTES >= L.TCP_MSS_DEFAULT + 20:
+    records = (seg + L.TLS_RECORD_BYTES - 1) // L.TLS_RECORD_BYTES
+    if seg + records * L.TLS_RECORD_OVERHEAD + L.TCP_HEADER_BYTES >= L.TCP_MSS_DEFAULT + 20:
         S.ci[L.CI_LSS, c] = seg
         if seg == lss:
             S.ci[L.CI_RCV_MSS, c] = seg
@@ -315,6 +326,14 @@ def rcv_read(S, c, upto, t):
     if drained and (pushed == 2 or (pushed == 1 and S.ci[L.CI_PINGPONG, c] == 0)):
         _ack(S, c, t)
     elif 2 * acked >= S.ci[L.CI_RWND, c]:
+        _ack(S, c, t)
+
+
+@njit(cache=True)
+def on_ack_now(S, c, t):
+    """``tcp_ack_snd_check`` at the end of a segment: the ACK decided on, unless data sent since
+    has carried it."""
+    if S.ci[L.CI_ACK_BYTES, c] > 0:
         _ack(S, c, t)
 
 

@@ -318,11 +318,27 @@ def open_db(path: Path) -> sqlite3.Connection:
         raise StoreError(f"{path}: cannot open the experiment database: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(f"{path}: the database refused WAL mode (journal_mode is {mode})")
-        conn.execute("PRAGMA foreign_keys = ON")
-        _migrate(conn, path)
+        for attempt in range(LOCKED_RETRIES + 1):
+            try:
+                _prepare(conn, path)
+                break
+            except sqlite3.OperationalError as exc:
+                # Processes creating one new database at once: while one switches it to WAL and
+                # migrates it, SQLite can answer another's statement with SQLITE_BUSY without
+                # calling the busy handler (seen once under load in the four-process test). Wait
+                # for that writer through the busy handler, then run the steps again: each is
+                # idempotent (a migration another process applied is skipped).
+                if not _is_locked(exc) or attempt == LOCKED_RETRIES:
+                    raise
+                conn.execute("BEGIN IMMEDIATE")
+                conn.rollback()
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if _is_locked(exc):
+            raise StoreError(f"{path}: the experiment database stayed locked by another process "
+                             f"({exc})") from None
+        _check_header(path)
+        raise StoreError(f"{path}: corrupt experiment database: {exc}") from None
     except sqlite3.DatabaseError as exc:
         conn.close()
         _check_header(path)
@@ -331,6 +347,24 @@ def open_db(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+#: how often open_db starts its set-up again after SQLite reported the database locked
+LOCKED_RETRIES = 5
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _prepare(conn: sqlite3.Connection, path: Path) -> None:
+    """WAL mode, foreign keys and the schema migrations of one opened connection."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"{path}: the database refused WAL mode (journal_mode is {mode})")
+    conn.execute("PRAGMA foreign_keys = ON")
+    _migrate(conn, path)
 
 
 def _version(conn: sqlite3.Connection) -> int:
@@ -354,4 +388,6 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
                 conn.rollback()
             if _version(conn) >= number:
                 continue  # another process applied it while this one waited for the lock
+            if isinstance(exc, sqlite3.OperationalError) and _is_locked(exc):
+                raise  # open_db waits for the other writer and starts again
             raise StoreError(f"{path}: schema migration {number} failed: {exc}") from None
