@@ -101,9 +101,8 @@ class ControlPort:
         import stem
 
         for cid in self.circuit_ids():
-            try:
-                self.controller.close_circuit(cid)
-            except stem.InvalidArguments:
-                continue  # "Unknown circuit": it closed on its own
-            except (stem.ControllerError, stem.SocketError) as exc:
-                raise LocalNetError(f"{self.where}: CLOSECIRCUIT {cid} failed: {exc}") from None
+            with self._errors(f"CLOSECIRCUIT {cid}"):
+                try:
+                    self.controller.close_circuit(cid)
+                except stem.InvalidArguments:
+                    pass  # "Unknown circuit": it closed on its own

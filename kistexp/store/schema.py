@@ -332,15 +332,11 @@ def open_db(path: Path) -> sqlite3.Connection:
                     raise
                 conn.execute("BEGIN IMMEDIATE")
                 conn.rollback()
-    except sqlite3.OperationalError as exc:
+    except sqlite3.DatabaseError as exc:
         conn.close()
         if _is_locked(exc):
             raise StoreError(f"{path}: the experiment database stayed locked by another process "
                              f"({exc})") from None
-        _check_header(path)
-        raise StoreError(f"{path}: corrupt experiment database: {exc}") from None
-    except sqlite3.DatabaseError as exc:
-        conn.close()
         _check_header(path)
         raise StoreError(f"{path}: corrupt experiment database: {exc}") from None
     except BaseException:
@@ -353,7 +349,8 @@ def open_db(path: Path) -> sqlite3.Connection:
 LOCKED_RETRIES = 5
 
 
-def _is_locked(exc: sqlite3.OperationalError) -> bool:
+def _is_locked(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED, which sqlite3 reports only in the message."""
     text = str(exc).lower()
     return "locked" in text or "busy" in text
 
