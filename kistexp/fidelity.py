@@ -47,6 +47,7 @@ from kistexp.localnet import procs
 from kistexp.localnet.network import LocalNetwork, free_base_port, have_tor
 from kistexp.localnet.schedlog import RunStats, log_size, read_runs
 from kistexp.localnet.spec import SERVICE_ADDRESS, NetworkSpec, scheduler_options
+from kistexp.localnet.torrc import Node
 from kistexp.localnet.traffic import MB, BulkServerProcess, download, parallel_download
 
 SCHEDULERS = ("kist", "kistlite", "vanilla")
@@ -100,6 +101,9 @@ WARMUP_BYTES = 200_000
 #: 10 s voting periods, then the nodes' fetch (real-tor.md problem 6), and on a loaded machine
 #: a round or two whose consensus the authorities fail to sign in time (problem 5's noise).
 PARAMS_TIMEOUT_S = 180.0
+#: A client restarted without its consensus fetches one and its microdescriptors and builds
+#: its first circuits: seconds here, more on a loaded machine.
+CLIENT_RESTART_TIMEOUT_S = 90.0
 
 Progress = Callable[[str], None]
 
@@ -452,7 +456,7 @@ class RealTor:
         self.exit = self.net.by_role("exit")[0]
         self.guard, self.middle = guard, middle
         self.client = self.net.by_role("client")[0]
-        self.net.pin_path(self.client.nickname, guard.nickname, middle.nickname, self.exit.nickname)
+        self._pin_path()
         # One small transfer proves the pinned path works before any case is timed.
         self._progress("checking the pinned path guard -> middle -> exit")
         download(self.client.socks_port, SERVICE_ADDRESS, spec.service_port, WARMUP_BYTES, f"warmup-{uuid.uuid4().hex}")
@@ -467,41 +471,52 @@ class RealTor:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def configure(self, case: Case) -> None:
-        """Scheduler and run interval on every node: the relays' interval on the relays, the
-        client's on the client (the torrc option overrides KISTSchedRunInterval[Client] of the
-        consensus, kist-ewma.md §5.1); then the case's cc_alg in every node's consensus."""
+        """The case's cc_alg in every node's consensus; then scheduler and run interval on every
+        node: the relays' interval on the relays, the client's on the client (the torrc option
+        overrides KISTSchedRunInterval[Client] of the consensus, kist-ewma.md §5.1). In this
+        order because a cc_alg change may restart the client, which forgets options set over
+        its control port."""
         assert self.net is not None
+        self.set_cc_alg(case.spec.cc_alg)
         for node in self.net.nodes:
             iv = case.client_interval_ms if node.role == "client" else case.interval_ms
             lines = scheduler_options(TOR_SCHEDULER[case.scheduler], iv)
             self.net.set_conf(node.nickname, dict(line.split(" ", 1) for line in lines))
-        self.set_cc_alg(case.spec.cc_alg)
+
+    def _pin_path(self) -> None:
+        assert self.net is not None
+        self.net.pin_path(self.client.nickname, self.guard.nickname, self.middle.nickname, self.exit.nickname)
 
     def set_cc_alg(self, cc_alg: int) -> None:
         """Vote ``cc_alg`` on every authority (ConsensusParams, SIGHUP) and wait until the client
         and every relay of the path hold a consensus carrying it: the client negotiates
         congestion control per new circuit from its consensus (congestion_control_enabled(),
-        congestion_control_common.c), the exit accepts it by its own."""
+        congestion_control_common.c), the exit accepts it by its own.
+
+        The client does not wait for its own fetch: tor 0.4.9 strands a client whose consensus
+        still has congestion control on once relays hold cc_alg=0. Its ntor-v3 handshakes ask
+        for congestion control and the v1 relay cell format together, and a relay without
+        congestion control refuses that pair ("The V1 cell format is incompatible with pre-CC
+        circuits", negotiate_v3_ntor_server_circ_params(), onion_crypto.c), its one-hop
+        directory circuits included, so it cannot fetch the consensus that would free it
+        (docs/localnet.md, Pitfalls). Once the authorities publish
+        the new value the client restarts without its cached consensus and bootstraps from
+        them again, as a new client would."""
         assert self.net is not None
         if self._cc_alg == cc_alg:
             return
-        self._progress(f"voting cc_alg={cc_alg} and waiting for every node's consensus")
+        self._progress(f"voting cc_alg={cc_alg} and waiting for the authorities' consensus")
         for auth in self.net.authorities:
             params = {k: v for k, v in self.net.params(auth) if k != "cc_alg"}
             params["cc_alg"] = cc_alg
             self.net.set_consensus_params(auth.nickname, params)
-        nodes = (self.client, self.guard, self.middle, self.exit)
-
-        def everyone() -> bool:
-            return all(_consensus_cc_alg(self.net, n.nickname) == cc_alg for n in nodes)
-
-        try:
-            procs.poll(f"cc_alg={cc_alg} in every node's consensus", everyone, PARAMS_TIMEOUT_S, interval_s=1.0)
-        except LocalNetError as exc:
-            # say who holds what: a node that never fetched, or authorities that never agreed
-            held = ", ".join(f"{n.nickname} {_consensus_cc_alg(self.net, n.nickname)}"
-                             for n in (*self.net.authorities, *nodes))
-            raise LocalNetError(f"{exc} (cc_alg in each consensus now: {held})") from None
+        self._poll_cc_alg(cc_alg, self.net.authorities)
+        if _consensus_cc_alg(self.net, self.client.nickname) != cc_alg:
+            self._progress(f"restarting {self.client.nickname} without its cached consensus")
+            self.net.restart_client(self.client.nickname, timeout_s=CLIENT_RESTART_TIMEOUT_S)
+            self._pin_path()
+        self._progress(f"waiting for cc_alg={cc_alg} in every node's consensus")
+        self._poll_cc_alg(cc_alg, (self.client, self.guard, self.middle, self.exit))
         # Circuits built before the change keep the flow control they negotiated, and a clean
         # preemptive one takes the next new SOCKS username (NEWNYM would not retire it: a circuit
         # no stream has used is compatible with every isolation). Both runs of 2026-12-02 showed
@@ -509,6 +524,19 @@ class RealTor:
         with self.net.control(self.client.nickname) as ctl:
             ctl.close_circuits()
         self._cc_alg = cc_alg
+
+    def _poll_cc_alg(self, cc_alg: int, nodes: Sequence[Node]) -> None:
+        assert self.net is not None
+        net = self.net
+        names = ", ".join(n.nickname for n in nodes)
+        try:
+            procs.poll(f"cc_alg={cc_alg} in the consensus of {names}",
+                       lambda: all(_consensus_cc_alg(net, n.nickname) == cc_alg for n in nodes),
+                       PARAMS_TIMEOUT_S, interval_s=1.0)
+        except LocalNetError as exc:
+            # say who holds what: a node that never fetched, or authorities that never agreed
+            held = ", ".join(f"{n.nickname} {_consensus_cc_alg(net, n.nickname)}" for n in net.nodes)
+            raise LocalNetError(f"{exc} (cc_alg in each consensus now: {held})") from None
 
     def _transfer(self, case: Case, size: int, tag: str) -> float:
         assert self.net is not None

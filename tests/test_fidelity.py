@@ -273,36 +273,99 @@ def time_now() -> float:
     return time.process_time() + time.monotonic()  # grows between the samples of a repetition
 
 
+class _VotingNet:
+    """The part of LocalNetwork that RealTor.set_cc_alg uses, recording what it is asked."""
+
+    def __init__(self, held: dict) -> None:
+        import types
+
+        self.held = held
+        self.authorities = [types.SimpleNamespace(nickname=f"auth{i}") for i in range(3)]
+        path = ("client", "guard", "middle", "exit")
+        self.nodes = [*self.authorities, *(types.SimpleNamespace(nickname=n) for n in path)]
+        self.voted: dict[str, dict] = {}
+        self.calls: list[str] = []
+
+    def params(self, auth):
+        return [("KISTSchedRunInterval", 10)]
+
+    def set_consensus_params(self, name, params):
+        self.voted[name] = params
+
+    def restart_client(self, name, timeout_s):
+        self.calls.append(f"restart {name}")
+        self.held[name] = self.held["auth0"]  # a new client bootstraps from the authorities
+
+    def fingerprint(self, name):
+        return name.upper()
+
+    def pin_path(self, client, guard, middle, exit_):
+        self.calls.append(f"pin {client} {guard} {middle} {exit_}")
+
+    def control(self, name):
+        net = self
+
+        class _Ctl:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def close_circuits(self):
+                net.calls.append(f"close circuits of {name}")
+
+        return _Ctl()
+
+
+def _voting_realtor(monkeypatch, tmp_path, held: dict) -> tuple[fidelity.RealTor, _VotingNet]:
+    import types
+
+    net = _VotingNet(held)
+    monkeypatch.setattr(fidelity, "_consensus_cc_alg", lambda _net, name: net.held[name])
+    real = fidelity.RealTor(root=tmp_path)
+    real.net = net
+    for role in ("client", "guard", "middle", "exit"):
+        setattr(real, role, types.SimpleNamespace(nickname=role))
+    return real, net
+
+
 def test_a_cc_alg_vote_that_never_arrives_names_what_each_node_holds(monkeypatch, tmp_path) -> None:
     """The wait for a voted cc_alg ends with a one-line LocalNetError saying which consensus
     each authority and node holds, instead of hanging or a bare timeout."""
-    import types
-
     from kistexp.errors import LocalNetError
 
-    class _Net:
-        authorities = [types.SimpleNamespace(nickname=f"auth{i}") for i in range(3)]
-
-        def __init__(self) -> None:
-            self.voted: dict[str, dict] = {}
-
-        def params(self, auth):
-            return [("KISTSchedRunInterval", 10)]
-
-        def set_consensus_params(self, name, params):
-            self.voted[name] = params
-
-    held = {"auth0": 0, "auth1": 0, "auth2": 0, "client": 2, "guard": 0, "middle": 0, "exit": None}
-    monkeypatch.setattr(fidelity, "_consensus_cc_alg", lambda net, name: held[name])
+    held = {"auth0": 0, "auth1": 0, "auth2": 0, "client": 0, "guard": 0, "middle": 0, "exit": None}
+    real, net = _voting_realtor(monkeypatch, tmp_path, held)
     monkeypatch.setattr(fidelity, "PARAMS_TIMEOUT_S", 0.0)
-    real = fidelity.RealTor(root=tmp_path)
-    real.net = _Net()
-    for role in ("client", "guard", "middle", "exit"):
-        setattr(real, role, types.SimpleNamespace(nickname=role))
     with pytest.raises(LocalNetError) as err:
         real.set_cc_alg(0)
     msg = str(err.value)
-    assert "waiting for cc_alg=0 in every node's consensus" in msg
-    assert "client 2" in msg and "exit None" in msg and "auth0 0" in msg and "\n" not in msg
-    assert real.net.voted["auth1"] == {"KISTSchedRunInterval": 10, "cc_alg": 0}
+    assert "waiting for cc_alg=0 in the consensus of client, guard, middle, exit" in msg
+    assert "client 0" in msg and "exit None" in msg and "auth0 0" in msg and "\n" not in msg
+    assert net.voted["auth1"] == {"KISTSchedRunInterval": 10, "cc_alg": 0}
     assert real._cc_alg == 2  # not recorded as in force
+
+
+def test_a_cc_alg_vote_restarts_a_client_still_on_the_old_value(monkeypatch, tmp_path) -> None:
+    """tor 0.4.9 refuses a client that asks for congestion control and the v1 cell format at
+    a relay whose consensus has cc_alg=0, its directory fetches included: once the
+    authorities publish the new value, the client restarts without its cached consensus, its
+    pinned path is set again, and circuits from before the vote are closed."""
+    held = {"auth0": 0, "auth1": 0, "auth2": 0, "client": 2, "guard": 0, "middle": 0, "exit": 0}
+    real, net = _voting_realtor(monkeypatch, tmp_path, held)
+    real.set_cc_alg(0)
+    assert net.calls == ["restart client", "pin client guard middle exit", "close circuits of client"]
+    assert real._cc_alg == 0
+    # a client that already holds the value keeps running; only its old circuits go
+    net.calls.clear()
+    net.held.update(auth0=2, auth1=2, auth2=2, client=2, guard=2, middle=2, exit=2)
+    real.set_cc_alg(2)
+    assert net.calls == ["close circuits of client"]
+    # the authorities must hold it first: a client restarted earlier would bootstrap the old value
+    net.calls.clear()
+    net.held.update(auth0=2, auth1=2, auth2=2)
+    monkeypatch.setattr(fidelity, "PARAMS_TIMEOUT_S", 0.0)
+    with pytest.raises(fidelity.LocalNetError, match="consensus of auth0, auth1, auth2"):
+        real.set_cc_alg(0)
+    assert net.calls == []

@@ -65,23 +65,19 @@ def test_kistlite_8_circuit_ceiling_matches_the_simulated_path(real) -> None:
     assert 0.75 <= sim.mean_mbytes_per_s / side.mean_mbytes_per_s <= 1.25, side.throughputs_mbytes_per_s
 
 
+@pytest.mark.timeout(600)  # two bounded waits of PARAMS_TIMEOUT_S and a client restart at worst
 def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> None:
     """cc_alg=0 voted by the authorities reaches every node's consensus (the harness waits for
-    it), new circuits then use the fixed SENDME windows, and with KISTLite at 10 ms the shared
-    channel still moves 64 cells per run about 12 ms apart. The simulator's cc_alg=0 twin is
-    that channel's ceiling (64 cells per 12 ms): real tor stays below it, by 15-30 % in the
-    runs of docs/fidelity.md (more under load), so the check is the ceiling and a floor, not
-    the 25 % target. Runs last: it leaves cc_alg=0 in the consensus."""
+    it, restarting the client that tor 0.4.9 would otherwise strand), new circuits then use
+    the fixed SENDME windows, and with KISTLite at 10 ms the shared channel still moves 64
+    cells per run about 12 ms apart. The simulator's cc_alg=0 twin is that channel's ceiling
+    (64 cells per 12 ms): real tor stays below it, by 15-30 % in the runs of docs/fidelity.md
+    (more under load), so the check is the ceiling and a floor, not the 25 % target. Runs
+    last: it leaves cc_alg=0 in the consensus."""
     from kistexp.fidelity import _consensus_cc_alg
 
     case = Case("cc-off", "kistlite", 10)
-    with real.net.control(real.client.nickname) as ctl:
-        built_before = ctl.circuit_ids()
-    assert built_before  # the harness's warm-up download built at least one
     side = real.measure(case, repetitions=2, size_bytes=4_000_000)
-    with real.net.control(real.client.nickname) as ctl:
-        # no download ran on a circuit that negotiated Vegas before the vote: all were closed
-        assert not built_before & ctl.circuit_ids()
     for node in (real.client, real.guard, real.middle, real.exit):
         assert _consensus_cc_alg(real.net, node.nickname) == 0
     assert side.run_period is not None and side.run_period.cells_per_run_median == 64

@@ -176,7 +176,7 @@ def test_kx203_switchback_aliased_with_time_of_day(tmp_path):
 
 
 def test_every_rule_is_tested():
-    tested = set(CASES) | {"KX202", "KX203", "KX302", "KX401", "KX105"}  # KX105: tests/test_input_limits.py
+    tested = set(CASES) | {"KX202", "KX203", "KX302", "KX401", "KX105", "KX107"}  # KX105: tests/test_input_limits.py
     assert tested == set(RULES)
 
 
@@ -209,3 +209,25 @@ def test_cli_lint_exit_codes_and_json(tmp_path):
     warn.write_text(VALID_PLAN.replace("KISTSchedRunInterval = 8 }", "KISTSchedRunInterval = 2 }"))
     result = runner.invoke(app, ["lint", str(warn), "--now", "2029-12-01T00:00:00Z"])
     assert result.exit_code == 0 and "KX104" in result.output
+
+
+def _cc_plan(tor_versions: str, stage_value: int) -> str:
+    return (VALID_PLAN.replace('tor_versions = ">=0.4.8.2"', f'tor_versions = "{tor_versions}"')
+            .replace('parameters = ["KISTSchedRunInterval"]', 'parameters = ["cc_alg"]')
+            .replace("values = { KISTSchedRunInterval = 10 }", "values = { cc_alg = 2 }")
+            .replace("values = { KISTSchedRunInterval = 2 }", f"values = {{ cc_alg = {stage_value} }}")
+            .replace("values = { KISTSchedRunInterval = 8 }", "values = { cc_alg = 2 }"))
+
+
+def test_kx107_cc_alg_off_strands_049_clients(tmp_path):
+    """docs/localnet.md, Pitfalls: a 0.4.9 client still holding cc_alg=2 cannot build circuits
+    through relays that hold cc_alg=0, directory fetches included."""
+    report = _lint(tmp_path, _cc_plan(">=0.4.8.2", 0))
+    found = [f for f in report.findings if f.code == "KX107"]
+    assert len(found) == 1, [str(f) for f in report.findings]
+    assert found[0].severity == "warning" and found[0].key == "stages[0].values.cc_alg"
+    assert found[0].line is not None and "directory fetches" in found[0].message
+    assert report.exit_code == 0
+    # only the 0.4.9 series asks for the v1 cell format; turning Vegas back on is harmless
+    assert _codes(_lint(tmp_path, _cc_plan(">=0.4.8.2, <0.4.9", 0))) == set()
+    assert _codes(_lint(tmp_path, _cc_plan(">=0.4.8.2", 2))) == {"KX104"}  # stage 2 repeats stage 1

@@ -58,6 +58,10 @@ VOTE_PATH = "/tor/status-vote/current/authority"
 NEXT_VOTE_PATH = "/tor/status-vote/next/authority"
 HTTP_TIMEOUT_S = 3.0
 KEYGEN_TIMEOUT_S = 60.0
+#: What a client caches of the consensus in its data directory (both flavours, and one
+#: still waiting for certificates).
+CLIENT_CONSENSUS_CACHE = ("cached-microdesc-consensus", "cached-consensus",
+                          "unverified-microdesc-consensus", "unverified-consensus")
 #: Flags every relay and exit needs before clients start (guard sampling wants all of them).
 USABLE_FLAGS = frozenset({"Fast", "Guard", "Running", "Stable", "Valid"})
 LAUNCH_TIMEOUT_S = 30.0
@@ -382,6 +386,34 @@ class LocalNetwork:
         self._state["pids"].pop(node.nickname, None)
         self._save()
         return outcome
+
+    def restart_client(self, name: str, forget_consensus: bool = True,
+                       timeout_s: float = LAUNCH_TIMEOUT_S) -> None:
+        """Stop a client and start it again, optionally without the consensus it cached, and
+        wait until it has bootstrapped anew. Options set over the control port are lost.
+
+        A client holding no consensus bootstraps from the authorities over one-hop circuits
+        made with CREATE_FAST (it knows no onion key for them), which negotiate nothing; that
+        is the one way back for a client stranded by a ``cc_alg`` change (docs/localnet.md,
+        Pitfalls)."""
+        node = self.node(name)
+        if node.is_server:
+            raise LocalNetError(f"{node.nickname} is a {node.role}, not a client")
+        self.stop_node(node.nickname)
+        if forget_consensus:
+            for cached in CLIENT_CONSENSUS_CACHE:
+                (Path(node.data_dir) / cached).unlink(missing_ok=True)
+        log = Path(node.data_dir) / "notice.log"
+        offset = log.stat().st_size if log.exists() else 0
+        self._launch([node], timeout_s)
+
+        def bootstrapped() -> bool:
+            self.check_alive()
+            with log.open("rb") as fh:
+                fh.seek(offset)
+                return b"Bootstrapped 100%" in fh.read()
+
+        procs.poll(f"{node.nickname} to bootstrap again", bootstrapped, timeout_s)
 
     def check_alive(self) -> None:
         """LocalNetError for the first started node that has exited, with its last log line,

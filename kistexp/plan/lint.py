@@ -49,6 +49,7 @@ RULES = {
     "KX104": "stage repeats the previous values",
     "KX105": "values tor cannot vote with",
     "KX106": "compared values run alike on most kernels",
+    "KX107": "congestion control voted off strands clients still using it",
     "KX201": "stage too short for propagation and samples",
     "KX202": "switchback washout shorter than propagation",
     "KX203": "switchback arms aliased with the time of day",
@@ -133,6 +134,7 @@ def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
     _check_start(plan, out, now)
     _check_authorities(plan, out)
     _check_votable(plan, out)
+    _check_cc_off(plan, out)
 
 
 def _value_sets(plan: Plan):
@@ -203,6 +205,30 @@ def _check_votable(plan: Plan, out: _Collector) -> None:
             own_vote_params(line)
         except VoteRejected as exc:
             out.add("KX105", path, str(exc))
+
+
+#: tor versions whose clients ask for the v1 relay cell format (CGO) together with congestion
+#: control, which a relay without congestion control refuses (seen with 0.4.9.11).
+CGO_VERSIONS = catalogue.VersionRange(catalogue.TorVersion(0, 4, 9, 1))
+
+
+def _check_cc_off(plan: Plan, out: _Collector) -> None:
+    """cc_alg=0 entering the consensus: a 0.4.9 client whose consensus still has congestion
+    control on asks for it and for the v1 cell format in every ntor-v3 handshake, and a relay
+    that already holds cc_alg=0 refuses the pair (onion_crypto.c,
+    negotiate_v3_ntor_server_circ_params: "The V1 cell format is incompatible with pre-CC
+    circuits"), directory fetches included; docs/localnet.md, Pitfalls, shows it on a local
+    network. Relays fetch the consensus before clients, so for hours most clients could not
+    build a circuit through the relays that have it."""
+    if not plan.tor_versions.overlaps(CGO_VERSIONS):
+        return
+    for path, values in _value_sets(plan):
+        if dict(values).get("cc_alg") == 0:
+            out.add("KX107", f"{path}.cc_alg",
+                    f"cc_alg=0 in the consensus cuts tor {CGO_VERSIONS} clients still holding a consensus with "
+                    "congestion control on off every relay that already has this one: such relays refuse their "
+                    "circuit handshakes, directory fetches included, until the client's own consensus changes",
+                    "warning")
 
 
 # KX106 warns when at least this share of relays runs two compared values at the same interval
