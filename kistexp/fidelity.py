@@ -715,9 +715,13 @@ def load_real_sides(path: Path | str) -> dict[Case, RealSide]:
 # ---- both -------------------------------------------------------------------------------
 
 
+#: Real runs and simulator seeds per case unless told otherwise.
+DEFAULT_REPETITIONS = 3
+
+
 def run_fidelity(
     cases: Sequence[Case],
-    repetitions: int = 3,
+    repetitions: int | None = None,
     size_mb: float = 20.0,
     real: bool = True,
     sim: bool = True,
@@ -729,7 +733,13 @@ def run_fidelity(
 ) -> Report:
     """Run every case on real tor (``repetitions`` times; in rounds over the cases unless
     ``interleaved`` is False, see ``RealTor.measure_interleaved``) and in the simulator (seeds
-    1..repetitions). A side that cannot run is skipped with its reason in the report."""
+    1..repetitions). A side that cannot run is skipped with its reason in the report. With
+    ``real_from`` and no ``repetitions``, the simulator runs as many seeds as the earlier real
+    run had repetitions, so that both means are over the same count."""
+    loaded = load_real_sides(real_from) if real_from is not None else None
+    if repetitions is None:
+        runs = [len(side.throughputs_mbytes_per_s) for side in (loaded or {}).values()]
+        repetitions = max(runs) if runs else DEFAULT_REPETITIONS
     if repetitions < 1:
         raise SimConfigError(f"--repetitions must be >= 1, got {repetitions}")
     if not 0 < size_mb <= 1000:
@@ -739,8 +749,7 @@ def run_fidelity(
     real_sides: dict[Case, RealSide] = {}
     real_notes: dict[Case, str] = {}
     real_skipped = ""
-    if real_from is not None:
-        loaded = load_real_sides(real_from)
+    if loaded is not None:
         real_sides = {c: loaded[c] for c in cases if c in loaded}
         real_skipped = "" if real_sides else f"real tor: {real_from} has none of these cases"
     elif real and not have_tor():

@@ -113,6 +113,10 @@ def test_real_figures_reload_from_a_json_report(recorded_runs: list[tuple], tmp_
     three = run_fidelity(parse_cases("circuit", "kist", "10"), repetitions=3, size_mb=1, real_from=path)
     assert three.real_runs() == (2,) and three.as_json()["real_repetitions"] == [2]
     assert three.means_over() == "real tor: mean of 2 runs; simulator: mean of 3 seeds"
+    # without --repetitions the simulator runs as many seeds as the real run had repetitions
+    same = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path)
+    assert same.means_over() == "real tor: mean of 2 runs; simulator: mean of 2 seeds"
+    assert [c[1].seed for c in recorded_runs[-2:]] == [1, 2]
     human = CliRunner().invoke(app, ["fidelity", "--scenarios", "circuit", "--schedulers", "kist",
                                      "--intervals", "10", "--real-from", str(path), "--repetitions", "3"])
     assert human.exit_code == 0, human.output

@@ -59,7 +59,8 @@ def fidelity(
                                           "scenario's own: all three for circuit and ceiling, else KIST, KISTLite)."),
     intervals: str | None = typer.Option(None, "--intervals", help="KISTSchedRunInterval values in ms (default: "
                                          "each scenario's own, 2,10; client-10ms: 2)."),
-    repetitions: int = typer.Option(3, "--repetitions", help="Real runs and simulator seeds per case."),
+    repetitions: int | None = typer.Option(None, "--repetitions", help="Real runs and simulator seeds per case "
+                                           "(default: 3; with --real-from, as many seeds as that run's repetitions)."),
     size_mb: float = typer.Option(20.0, "--size-mb", help="MB moved per repetition (split over 8 circuits "
                                                             "for the ceiling)."),
     real: bool = typer.Option(True, "--real/--no-real", help="Run the real-tor side."),
