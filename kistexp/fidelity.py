@@ -499,9 +499,9 @@ class RealTor:
         congestion control refuses that pair ("The V1 cell format is incompatible with pre-CC
         circuits", negotiate_v3_ntor_server_circ_params(), onion_crypto.c), its one-hop
         directory circuits included, so it cannot fetch the consensus that would free it
-        (docs/localnet.md, Pitfalls). Once the authorities publish
-        the new value the client restarts without its cached consensus and bootstraps from
-        them again, as a new client would."""
+        (docs/localnet.md, Pitfalls). Once the authorities publish the new value, the client
+        restarts without its cached consensus and bootstraps from them again, as a new client
+        would."""
         assert self.net is not None
         if self._cc_alg == cc_alg:
             return

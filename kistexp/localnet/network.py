@@ -393,7 +393,8 @@ class LocalNetwork:
         wait until it has bootstrapped anew. Options set over the control port are lost.
 
         A client holding no consensus bootstraps from the authorities over one-hop circuits
-        made with CREATE_FAST (it knows no onion key for them), which negotiate nothing; that
+        made with CREATE_FAST (without a consensus it knows no onion key for them:
+        should_use_create_fast_for_circuit(), circuitbuild.c), which negotiate nothing; that
         is the one way back for a client stranded by a ``cc_alg`` change (docs/localnet.md,
         Pitfalls)."""
         node = self.node(name)
