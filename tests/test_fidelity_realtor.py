@@ -77,7 +77,16 @@ def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> Non
     from kistexp.fidelity import _consensus_cc_alg
 
     case = Case("cc-off", "kistlite", 10)
+    pid_before = real.net.pid(real.client)
+    with real.net.control(real.client.nickname) as ctl:
+        built_before = ctl.circuit_ids()
+    assert built_before  # the harness's warm-up download built at least one
     side = real.measure(case, repetitions=2, size_bytes=4_000_000)
+    # no download ran on a circuit that negotiated Vegas before the vote: the client was
+    # restarted (a new process numbers its circuits anew), or its old circuits were all closed
+    if real.net.pid(real.client) == pid_before:
+        with real.net.control(real.client.nickname) as ctl:
+            assert not built_before & ctl.circuit_ids()
     for node in (real.client, real.guard, real.middle, real.exit):
         assert _consensus_cc_alg(real.net, node.nickname) == 0
     assert side.run_period is not None and side.run_period.cells_per_run_median == 64

@@ -407,14 +407,7 @@ class LocalNetwork:
         log = Path(node.data_dir) / "notice.log"
         offset = log.stat().st_size if log.exists() else 0
         self._launch([node], timeout_s)
-
-        def bootstrapped() -> bool:
-            self.check_alive()
-            with log.open("rb") as fh:
-                fh.seek(offset)
-                return b"Bootstrapped 100%" in fh.read()
-
-        procs.poll(f"{node.nickname} to bootstrap again", bootstrapped, timeout_s)
+        self.wait_bootstrapped(timeout_s, [node], log_offsets={node.nickname: offset})
 
     def check_alive(self) -> None:
         """LocalNetError for the first started node that has exited, with its last log line,
@@ -660,17 +653,21 @@ class LocalNetwork:
             f"a consensus listing all {len(servers)} relays as usable", check, timeout_s
         )
 
-    def wait_bootstrapped(self, timeout_s: float = 60.0, clients: Iterable[Node] | None = None) -> None:
-        """Poll the clients' notice logs for ``Bootstrapped 100%``."""
+    def wait_bootstrapped(self, timeout_s: float = 60.0, clients: Iterable[Node] | None = None,
+                          log_offsets: Mapping[str, int] | None = None) -> None:
+        """Poll the clients' notice logs for ``Bootstrapped 100%``, each read from its byte
+        offset in ``log_offsets`` (a restarted client's earlier bootstrap does not count)."""
         targets = list(clients if clients is not None else self.by_role("client"))
+        offsets = log_offsets or {}
 
         def check() -> bool:
             self.check_alive()
             for node in targets:
-                log = Path(node.data_dir) / "notice.log"
                 try:
-                    if "Bootstrapped 100%" not in log.read_text(errors="replace"):
-                        return False
+                    with (Path(node.data_dir) / "notice.log").open("rb") as fh:
+                        fh.seek(offsets.get(node.nickname, 0))
+                        if b"Bootstrapped 100%" not in fh.read():
+                            return False
                 except FileNotFoundError:
                     return False
             return True
