@@ -106,6 +106,50 @@ def test_an_exit_packages_32_cells_per_read_and_its_first_run_takes_only_the_fir
     assert first_off[first_off > 0][0] == high  # without the share the first run takes a full queue
 
 
+def _loopback_path(fc: str, *, read_share: bool, edge_write_cells: int = 0):
+    """The fidelity harness's path (loopback links with Nagle, KIST at 2 ms), one 5 MB download."""
+    from kistexp.sim import scenarios
+
+    sc = scenarios.PathScenario(scheduler="kist", interval_ms=2, cc_alg=0 if fc == "sendme" else 2,
+                                transfer_bytes=5_000_000, read_share=read_share,
+                                edge_write_cells=edge_write_cells)
+    built = scenarios.get("circuit").build(sc)
+    return built.network, built.run_config, built.topology.clients[0]
+
+
+def test_a_read_callback_takes_at_most_one_share_and_the_rest_of_its_tls_record():
+    # connection_bucket_read_limit: 16448 B a read on a rate-limited connection, plus the rest of
+    # the TLS record it ends in (connection_buf_read_from_socket reads the pending bytes too): at
+    # most 40 cells. Loopback segments carry up to 127 cells, which one read takes whole without it.
+    net, rc, client = _loopback_path("vegas", read_share=True)
+    res = run(net, rc)
+    reads = res.node_counters["read_callbacks"][client]
+    assert np.isfinite(res.transfer_ttlb_s).all()
+    assert res.node_counters["cells_received"][client] / reads <= 40
+    net, rc, client = _loopback_path("vegas", read_share=False)
+    whole = run(net, rc)
+    assert whole.node_counters["cells_received"][client] / whole.node_counters["read_callbacks"][client] > 40
+    assert whole.node_counters["stream_sendmes_held"][client] == 0
+
+
+def test_stream_sendmes_wait_while_the_edge_outbuf_holds_more_than_ten_cells():
+    # sendme_connection_edge_consider_sending: no stream SENDME while the edge connection's outbuf
+    # holds more than 10 * 509 B; the ones owed go once a write has brought it down. In a read of
+    # up to 40 cells, the cell that makes one due mostly has more than 10 before it. The download
+    # completes (a held SENDME lost would stall it at the 500-cell stream window). Vegas circuits
+    # send no stream SENDMEs; without the edge outbuf nothing is held.
+    owed = 5_000_000 // 498 // 50
+    net, rc, client = _loopback_path("sendme", read_share=True, edge_write_cells=32)
+    res = run(net, rc)
+    assert np.isfinite(res.transfer_ttlb_s).all()
+    assert res.node_counters["stream_sendmes_held"][client] >= owed // 2
+    for fc, cells in (("vegas", 32), ("sendme", 0)):
+        net, rc, client = _loopback_path(fc, read_share=True, edge_write_cells=cells)
+        other = run(net, rc)
+        assert np.isfinite(other.transfer_ttlb_s).all()
+        assert other.node_counters["stream_sendmes_held"][client] == 0
+
+
 def test_ewma_quiet_circuit_wins_every_pick_until_its_count_passes_the_decayed_bulk_count():
     # §15: one circuit busy for 60 s, a quiet one then starts; H = 30 s
     net, client, ex, (bulk, quiet) = _pair("kistlite", 10, circuits=2)

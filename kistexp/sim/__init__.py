@@ -91,7 +91,9 @@ Result (``kistexp.sim.result.SimResult``)::
     node_counters[name][node], names: scheduler_runs, socket_info_syscalls, kernel_writes,
         cells_sent, cells_received, crypto_layers, digests, bytes_written,
         peak_app_bytes, peak_kernel_bytes, peak_queued_bytes, delayed_acks (ACKs the node's
-        sockets sent when the delayed-ACK timer fired, Linux's TcpExt DelayedACKs; Nagle links)
+        sockets sent when the delayed-ACK timer fired, Linux's TcpExt DelayedACKs; Nagle links),
+        read_callbacks (reads of OR connections), stream_sendmes_held (checks that held an owed
+        stream SENDME behind a full edge outbuf; FlowControlConfig.edge_write_cells > 0)
     node_counts(node) -> dict of the above (cost-model inputs); node_series[name][sample, node]
         (cumulative: scheduler_runs, socket_info_syscalls, cells_sent, kernel_writes, app_bytes,
         kernel_bytes); node_rate_per_s(series, node)

@@ -243,6 +243,15 @@ class FlowControlConfig:
     cellq_high: int = 256
     cellq_low: int = 10
     exit_read_cells: int = 32
+    edge_write_cells: int = 0
+    """0 (the default): a stream SENDME leaves the moment it is owed.  N > 0 models tor's rule:
+    a DATA cell's payload waits in its edge connection's outbuf toward the application, which
+    each write callback empties by at most N cells' payload (32 on a rate-limited connection,
+    ``connection_bucket_write_limit``; every loopback connection of a ``TestingTorNetwork``, with
+    ``CountPrivateBandwidth``), and a stream SENDME owed waits while that outbuf holds more than
+    10 cells (``sendme_connection_edge_consider_sending``, core/or/sendme.c).  Fixed SENDME
+    windows only: Vegas circuits send no stream SENDMEs.  Off by default: docs/simulator.md,
+    change 8, says why."""
     sendme_inc: int = 31
     cwnd_init: int = 124
     cwnd_min: int = 124
@@ -274,6 +283,7 @@ class FlowControlConfig:
         if self.cellq_low >= self.cellq_high:
             _fail(where, "cellq_low", self.cellq_low, "must be below cellq_high")
         _int(where, "exit_read_cells", self.exit_read_cells, 0, 10000)
+        _int(where, "edge_write_cells", self.edge_write_cells, 0, 10000)
         _int(where, "sendme_inc", self.sendme_inc, 1, 254)
         _int(where, "cwnd_init", self.cwnd_init, 31, 10000)
         _int(where, "cwnd_min", self.cwnd_min, 31, 1000)
@@ -318,6 +328,13 @@ class RunConfig:
     run_log_chan: int = -1
     trace_chan: int = -1
     trace_max: int = 100_000
+    read_share: bool = False
+    """Model tor's read share on rate-limited connections (``LinkConfig.rate_limited``): a read
+    callback takes at most 16,448 B (``connection_bucket_read_limit``) and the rest of the TLS
+    record that ends in, and the rest of an arriving flight waits for the event loop's next
+    pass, after the scheduler run and writes this read set going.  Without it a node's relay
+    layer takes a whole flight (on loopback up to 127 cells) at once.  Off by default:
+    docs/simulator.md, change 3, says why."""
 
     def validate(self, where: str = "run") -> None:
         _finite(where, "duration_s", self.duration_s, minimum=0.0, strict=True)
@@ -331,5 +348,7 @@ class RunConfig:
         _int(where, "run_log_chan", self.run_log_chan, -1)
         _int(where, "trace_chan", self.trace_chan, -1)
         _int(where, "trace_max", self.trace_max, 0, 100_000_000)
+        if not isinstance(self.read_share, bool):
+            _fail(where, "read_share", self.read_share, "must be true or false")
         self.flow_control.validate(f"{where}.flow_control")
         self.ewma.validate(f"{where}.ewma")

@@ -185,6 +185,18 @@ def deliver_edge(S, k, q, node, t):
             _send_sendme(S, cd, L.K_SENDME_CIRC, -1, node, t)
         if emit & fc.EMIT_STREAM:
             _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+        if S.pi[L.P_EDGE_WRITE] > 0 and S.di[L.DI_FC, cd] == fc.FC_SENDME:
+            # the payload waits in the edge connection's outbuf for the next pass's write
+            # (connection_buf_add); the stream SENDME owed goes now only if that outbuf is short
+            S.si[s].ob += fc.RELAY_PAYLOAD_BYTES
+            n = fc.stream_sendmes_due(S, s)
+            if n < 0:
+                S.ni[L.NI_SENDMES_HELD, node] += 1
+            for _ in range(n):
+                _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+            if S.si[s].wev == 0:
+                S.si[s].wev = 1
+                _edge_write_later(S, s, node, t, False)
         if S.di[L.DI_DIR, cd] == 1 and d == S.si[s].total:
             _pair_done(S, s >> 1)
     else:
@@ -194,6 +206,41 @@ def deliver_edge(S, k, q, node, t):
         if kind == L.K_SENDME_STREAM and S.si[s].topkg > 0:
             _ready_add(S, dcd, s)
         _resume(S, dcd, t)
+
+
+@njit(cache=True, inline="always")
+def _edge_write_later(S, s, node, t, again):
+    """Queue the edge connection's write callback.  The first after a read runs in the same
+    pass, right after that read's cells (``again`` False: connection_start_writing, and the
+    socket toward a local application is writable at once); one for what a write left behind
+    runs in a later pass, after the reads the node's CPU is already busy with."""
+    when = t
+    if again and S.ni[L.NI_CPU_FREE, node] > t:
+        when = S.ni[L.NI_CPU_FREE, node]
+    ev_push(S, when, L.EV_EDGE_WRITE, s, node, 0)
+
+
+@njit(cache=True)
+def on_edge_write(S, s, node, t):
+    """An edge connection's write callback toward its application: at most the write share
+    (``connection_bucket_write_limit``: 32 * RELAY_PAYLOAD_SIZE a callback on a rate-limited
+    connection, and CountPrivateBandwidth makes loopback ones so), then
+    ``connection_edge_flushed_some`` -> ``sendme_connection_edge_consider_sending``."""
+    S.si[s].wev = 0
+    ob = S.si[s].ob
+    w = S.pi[L.P_EDGE_WRITE] * fc.RELAY_PAYLOAD_BYTES
+    ob = ob - w if ob > w else 0
+    S.si[s].ob = ob
+    n = fc.stream_sendmes_due(S, s)
+    if n < 0:
+        S.ni[L.NI_SENDMES_HELD, node] += 1
+    if n > 0:
+        cd = S.si[s].cd
+        for _ in range(n):
+            _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+    if ob > 0:
+        S.si[s].wev = 1
+        _edge_write_later(S, s, node, t, True)
 
 
 @njit(cache=True)
@@ -284,6 +331,7 @@ def _start_transfer(S, tr, p, flow, t):
             r.deliv_win = S.pi[L.P_STREAM_WINDOW]
             r.next = -1
             r.inready = 0
+            r.ob = 0  # a write still pending (wev) finds nothing left to write
     s = 2 * p
     cd = S.si[s].cd
     if S.di[L.DI_BUILT, cd] == 0:
@@ -441,19 +489,41 @@ def _run_kernel(S):
             if cost > 0:
                 # the node's event loop reads and processes the flight when its CPU is free
                 # cells end at multiples of 514 in the socket's byte stream
-                ncells = b // L.CELL_SIZE - S.ci[L.CI_ARR_SEQ, a] // L.CELL_SIZE
+                first = S.ci[L.CI_ARR_SEQ, a] // L.CELL_SIZE
+                ncells = b // L.CELL_SIZE - first
                 S.ci[L.CI_ARR_SEQ, a] = b
-                done = max(t, S.ni[L.NI_CPU_FREE, node]) + ncells * cost
+                start = max(t, S.ni[L.NI_CPU_FREE, node])
+                share = S.pi[L.P_READ_SHARE]
+                if share > 0 and S.ci[L.CI_RATE_LIMITED, a] == 1:
+                    # RunConfig.read_share: one read callback takes at most a bucket share
+                    # (connection_bucket_read_limit, 32 cells) ...; the rest waits for the loop's
+                    # next pass, after what this one set going
+                    pos = first * L.CELL_SIZE
+                    while True:
+                        # ... and the rest of the TLS record that share ends in ("This *can* take
+                        # us over our read allotment", connection_buf_read_from_socket): records
+                        # taken as TLS_RECORD_BYTES pieces of the byte stream
+                        lim = pos + share * L.CELL_SIZE
+                        lim = (lim + L.TLS_RECORD_BYTES - 1) // L.TLS_RECORD_BYTES * L.TLS_RECORD_BYTES
+                        k = lim // L.CELL_SIZE - first
+                        if k >= ncells:
+                            break
+                        pos = (first + k) * L.CELL_SIZE
+                        ev_push(S, start + k * cost, L.EV_DELIVER, a, pos, c)
+                done = start + ncells * cost
                 S.ni[L.NI_CPU_FREE, node] = done
                 ev_push(S, done, L.EV_DELIVER, a, b, c)
             else:
                 on_arrival(S, a, b, c, t)
                 rcv_read(S, a, b, t)
         elif kind == L.EV_DELIVER:
+            S.ni[L.NI_READS, S.ci[L.CI_PEER, a]] += 1
             on_arrival(S, a, b, c, t)
             rcv_read(S, a, b, t)
         elif kind == L.EV_DELACK:
             on_delack(S, a, b, t)
+        elif kind == L.EV_EDGE_WRITE:
+            on_edge_write(S, a, b, t)
         elif kind == L.EV_ACK_NOW:
             on_ack_now(S, a, t)
         elif kind == L.EV_ACK:

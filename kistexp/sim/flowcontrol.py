@@ -28,6 +28,10 @@ FC_SENDME = 0
 FC_VEGAS = 1
 
 EMIT_CIRC = 1
+#: ``connection_outbuf_too_full``: 10 * CELL_PAYLOAD_SIZE (509) bytes
+OUTBUF_FULL_BYTES = 10 * 509
+#: RELAY_PAYLOAD_SIZE: the payload a full DATA cell hands its edge connection
+RELAY_PAYLOAD_BYTES = 498
 EMIT_STREAM = 2
 
 
@@ -83,7 +87,7 @@ def on_deliver(S, cd, s):
             emit |= EMIT_CIRC
         S.di[L.DI_DELIV_WIN, cd] = w
         sw = S.si[s].deliv_win - 1
-        if sw <= S.pi[L.P_STREAM_WINDOW] - S.pi[L.P_STREAM_INC]:
+        if S.pi[L.P_EDGE_WRITE] == 0 and sw <= S.pi[L.P_STREAM_WINDOW] - S.pi[L.P_STREAM_INC]:
             sw += S.pi[L.P_STREAM_INC]
             emit |= EMIT_STREAM
         S.si[s].deliv_win = sw
@@ -94,6 +98,23 @@ def on_deliver(S, cd, s):
             emit |= EMIT_CIRC
         S.di[L.DI_RECV, cd] = r
     return emit
+
+
+@njit(cache=True, inline="always")
+def stream_sendmes_due(S, s):
+    """``sendme_connection_edge_consider_sending`` (core/or/sendme.c): nothing while the edge's
+    outbuf toward its application holds more than 10 cells' payload ("Don't send it if we still
+    have data to deliver", ``connection_outbuf_too_full``: > 10 * CELL_PAYLOAD_SIZE), else one
+    stream SENDME per increment owed (its ``while`` loop).  Returns how many to send, -1 when
+    one is owed and held."""
+    low = S.pi[L.P_STREAM_WINDOW] - S.pi[L.P_STREAM_INC]
+    if S.si[s].ob > OUTBUF_FULL_BYTES:
+        return -1 if S.si[s].deliv_win <= low else 0
+    n = 0
+    while S.si[s].deliv_win <= low:
+        S.si[s].deliv_win += S.pi[L.P_STREAM_INC]
+        n += 1
+    return n
 
 
 @njit(cache=True)

@@ -498,7 +498,8 @@ def _build(net: Network, rc: RunConfig):
     for key, val in (("P_CIRCWINDOW", fcc.circwindow), ("P_CIRC_INC", fcc.circ_increment),
                      ("P_STREAM_WINDOW", fcc.stream_window), ("P_STREAM_INC", fcc.stream_increment),
                      ("P_CELLQ_HIGH", fcc.cellq_high), ("P_CELLQ_LOW", fcc.cellq_low),
-                     ("P_EXIT_READ", fcc.exit_read_cells),
+                     ("P_EXIT_READ", fcc.exit_read_cells), ("P_EDGE_WRITE", fcc.edge_write_cells),
+                     ("P_READ_SHARE", L.WRITE_SHARE_BYTES // L.CELL_SIZE if rc.read_share else 0),
                      ("P_SENDME_INC", fcc.sendme_inc), ("P_CWND_INIT", fcc.cwnd_init),
                      ("P_CWND_MIN", fcc.cwnd_min), ("P_CWND_INC", fcc.cwnd_inc),
                      ("P_CWND_INC_PCT_SS", fcc.cwnd_inc_pct_ss), ("P_CWND_INC_RATE", fcc.cwnd_inc_rate),
@@ -517,7 +518,7 @@ def _build(net: Network, rc: RunConfig):
     n_samples = int(math.floor(rc.duration_s / rc.sample_interval_s + 1e-9)) + 1
     max_flight_cells = max_sndbuf // L.CELL_SIZE + 1
     cell_reserve = 2 * max_flight_cells + fcc.cellq_high + 1024
-    ev_reserve = 3 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
+    ev_reserve = 4 * max_flight_cells + 4 * int(per_node.max() if n_nodes else 0) + 1024
     # a first guess (a full edge queue per circuit-direction); the pool doubles when it runs short
     est_cells = int(min(n_cd * fcc.cellq_high, stream_cells + 64 * n_cd))
     cell_cap = max(2 * cell_reserve, min(est_cells, 1 << 20) + cell_reserve)

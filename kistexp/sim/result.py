@@ -34,6 +34,10 @@ NODE_COUNTERS = {
     "peak_queued_bytes": L.NI_PEAK_TOTAL,
     # ACKs the node's sockets sent when the delayed-ACK timer fired (Linux's TcpExt DelayedACKs)
     "delayed_acks": L.NI_DELACKS,
+    # read callbacks on OR connections: at most one bucket share each (engine.py, EV_ARRIVAL)
+    "read_callbacks": L.NI_READS,
+    # DATA cells after which a stream SENDME was owed but held by a full edge outbuf (fc.stream_sendmes_due)
+    "stream_sendmes_held": L.NI_SENDMES_HELD,
 }
 NODE_SERIES = {
     "scheduler_runs": L.NS_RUNS,

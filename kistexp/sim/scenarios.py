@@ -81,6 +81,11 @@ class PathScenario:
     """Every receiver's first window (``LinkConfig.receive_window_bytes``)."""
     receive_window_max_bytes: int = LOOPBACK_LINK.receive_window_max_bytes
     """The clamp up to which ``tcp_grow_window`` raises it (``LinkConfig``; 0: fixed)."""
+    read_share: bool = False
+    """Tor's read share on every connection (``RunConfig.read_share``; off by default)."""
+    edge_write_cells: int = 0
+    """The edges' outbufs toward their applications and stream SENDMEs held while they are full
+    (``FlowControlConfig.edge_write_cells``; 32 is tor's share under CountPrivateBandwidth; 0: off)."""
 
     @property
     def client_interval(self) -> int:
@@ -173,8 +178,9 @@ def build_path(s: PathScenario) -> BuiltScenario:
     # the middle relay's runs are logged with the cells they move toward the guard: the download's
     # data, the channel the harness counts on real tor (its busiest, localnet.schedlog)
     guard, middle = topo.relays[0], topo.relays[1]
-    rc = RunConfig(duration_s=s.max_duration_s, seed=s.seed, flow_control=FlowControlConfig(kind=s.flow_control),
-                   sample_interval_s=s.max_duration_s / 100,
+    fcc = FlowControlConfig(kind=s.flow_control, edge_write_cells=s.edge_write_cells)
+    rc = RunConfig(duration_s=s.max_duration_s, seed=s.seed, flow_control=fcc,
+                   sample_interval_s=s.max_duration_s / 100, read_share=s.read_share,
                    run_log_chan=topo.network.directed_channel(middle, guard))
     rc.validate()
     return BuiltScenario(topo.network, rc, topo, s, per_stream * s.circuits * s.streams)
