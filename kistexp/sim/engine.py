@@ -514,6 +514,7 @@ def _run_kernel(S):
                 S.ni[L.NI_CPU_FREE, node] = done
                 ev_push(S, done, L.EV_DELIVER, a, b, c)
             else:
+                S.ni[L.NI_READS, node] += 1
                 on_arrival(S, a, b, c, t)
                 rcv_read(S, a, b, t)
         elif kind == L.EV_DELIVER:
