@@ -188,12 +188,8 @@ def deliver_edge(S, k, q, node, t):
         if S.pi[L.P_EDGE_WRITE] > 0 and S.di[L.DI_FC, cd] == fc.FC_SENDME:
             # the payload waits in the edge connection's outbuf for the next pass's write
             # (connection_buf_add); the stream SENDME owed goes now only if that outbuf is short
-            S.si[s].ob += fc.RELAY_PAYLOAD_BYTES
-            n = fc.stream_sendmes_due(S, s)
-            if n < 0:
-                S.ni[L.NI_SENDMES_HELD, node] += 1
-            for _ in range(n):
-                _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+            S.si[s].ob += L.RELAY_PAYLOAD
+            _consider_stream_sendmes(S, s, node, t)
             if S.si[s].wev == 0:
                 S.si[s].wev = 1
                 _edge_write_later(S, s, node, t, False)
@@ -206,6 +202,17 @@ def deliver_edge(S, k, q, node, t):
         if kind == L.K_SENDME_STREAM and S.si[s].topkg > 0:
             _ready_add(S, dcd, s)
         _resume(S, dcd, t)
+
+
+@njit(cache=True, inline="always")
+def _consider_stream_sendmes(S, s, node, t):
+    """Send the stream SENDMEs ``s`` owes unless its edge outbuf is full (fc.stream_sendmes_due),
+    counting a check that holds one."""
+    n = fc.stream_sendmes_due(S, s)
+    if n < 0:
+        S.ni[L.NI_SENDMES_HELD, node] += 1
+    for _ in range(n):
+        _send_sendme(S, S.si[s].cd, L.K_SENDME_STREAM, s, node, t)
 
 
 @njit(cache=True, inline="always")
@@ -228,16 +235,10 @@ def on_edge_write(S, s, node, t):
     ``connection_edge_flushed_some`` -> ``sendme_connection_edge_consider_sending``."""
     S.si[s].wev = 0
     ob = S.si[s].ob
-    w = S.pi[L.P_EDGE_WRITE] * fc.RELAY_PAYLOAD_BYTES
+    w = S.pi[L.P_EDGE_WRITE] * L.RELAY_PAYLOAD
     ob = ob - w if ob > w else 0
     S.si[s].ob = ob
-    n = fc.stream_sendmes_due(S, s)
-    if n < 0:
-        S.ni[L.NI_SENDMES_HELD, node] += 1
-    if n > 0:
-        cd = S.si[s].cd
-        for _ in range(n):
-            _send_sendme(S, cd, L.K_SENDME_STREAM, s, node, t)
+    _consider_stream_sendmes(S, s, node, t)
     if ob > 0:
         S.si[s].wev = 1
         _edge_write_later(S, s, node, t, True)

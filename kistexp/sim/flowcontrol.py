@@ -28,11 +28,9 @@ FC_SENDME = 0
 FC_VEGAS = 1
 
 EMIT_CIRC = 1
+EMIT_STREAM = 2
 #: ``connection_outbuf_too_full``: 10 * CELL_PAYLOAD_SIZE (509) bytes
 OUTBUF_FULL_BYTES = 10 * 509
-#: RELAY_PAYLOAD_SIZE: the payload a full DATA cell hands its edge connection
-RELAY_PAYLOAD_BYTES = 498
-EMIT_STREAM = 2
 
 
 @njit(cache=True, inline="always")

@@ -36,7 +36,7 @@ NODE_COUNTERS = {
     "delayed_acks": L.NI_DELACKS,
     # read callbacks on OR connections: at most one bucket share each (engine.py, EV_ARRIVAL)
     "read_callbacks": L.NI_READS,
-    # DATA cells after which a stream SENDME was owed but held by a full edge outbuf (fc.stream_sendmes_due)
+    # checks (after a DATA cell, after a write) that held an owed stream SENDME behind a full edge outbuf
     "stream_sendmes_held": L.NI_SENDMES_HELD,
 }
 NODE_SERIES = {

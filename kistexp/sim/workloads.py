@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import attrs
 
 from kistexp.errors import SimConfigError
+from kistexp.sim import layout as L
 from kistexp.sim.config import LinkConfig, NodeConfig
 from kistexp.sim.network import Network
 
@@ -42,7 +43,7 @@ ONIONPERF_WEIGHTS = (12.0, 2.0, 1.0)
 ONIONPERF_PAUSE_S = 60.0
 ONIONPERF_REQUEST_BYTES = 1000
 INTERACTIVE_PERIOD_S = 0.1
-RELAY_DATA_BYTES = 498
+RELAY_DATA_BYTES = L.RELAY_PAYLOAD
 """Payload of one DATA cell (kist-ewma.md §1, v0 relay header)."""
 
 KINDS = ("bulk", "web", "onionperf", "interactive")
