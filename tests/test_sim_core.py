@@ -61,11 +61,12 @@ def test_timer_fires_where_libevent_wakes_in_the_millisecond_after_the_tick():
     # §5.2: epoll_wait sleeps interval - 1 ms from the end of the pass, then deadline - coarse now
     # until the coarse clock has reached the deadline: every run lands within 1 ms after a 4 ms
     # tick, p later in it than the run before (p = pass + cells moved * send CPU), until the
-    # phase passes 1 ms and falls back
+    # phase passes 1 ms and falls back.  Without the loop's other wake-ups (RunConfig.wake_rebase,
+    # tested in test_sim_scenarios), which would move that phase, the chain is seen alone.
     net, client, ex, circs = _pair("kistlite", 2, circuits=8)
     for c in circs:
         net.add_transfer(Transfer(c, 498, BIG, 0.0))
-    res = run(net, RunConfig(duration_s=1.0))
+    res = run(net, RunConfig(duration_s=1.0, wake_rebase=False))
     times, cells = _busy(res, ex)
     ns = np.round(times * 1e9).astype(np.int64)
     assert np.all(ns % 4_000_000 < 1_000_000)
@@ -264,7 +265,8 @@ def test_interval_change_mid_run_takes_effect_at_the_next_schedule():
     for c in circs:
         net.add_transfer(Transfer(c, 498, BIG, 0.0))
     net.change_interval(IntervalChange(time_s=1.0, node=ex, interval_ms=2))
-    res = run(net, RunConfig(duration_s=2.0))
+    # wake_rebase off: the gaps are then whole periods, not moved by the phase of other wake-ups
+    res = run(net, RunConfig(duration_s=2.0, wake_rebase=False))
     times, _ = _busy(res, ex, skip=0)
     gaps = np.diff(times) * 1e3
     before, after = gaps[times[1:] < 0.99], gaps[times[1:] > 1.02]

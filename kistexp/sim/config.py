@@ -243,15 +243,15 @@ class FlowControlConfig:
     cellq_high: int = 256
     cellq_low: int = 10
     exit_read_cells: int = 32
-    edge_write_cells: int = 0
-    """0 (the default): a stream SENDME leaves the moment it is owed.  N > 0 models tor's rule:
-    a DATA cell's payload waits in its edge connection's outbuf toward the application, which
-    each write callback empties by at most N cells' payload (32 on a rate-limited connection,
-    ``connection_bucket_write_limit``; every loopback connection of a ``TestingTorNetwork``, with
+    edge_write_cells: int = 32
+    """A DATA cell's payload waits in its edge connection's outbuf toward the application, which
+    each write callback empties by at most this many cells' payload (32 on a rate-limited
+    connection, ``connection_bucket_write_limit``: every connection of a relay on the live
+    network, and every loopback connection of a ``TestingTorNetwork``, with
     ``CountPrivateBandwidth``), and a stream SENDME owed waits while that outbuf holds more than
     10 cells (``sendme_connection_edge_consider_sending``, core/or/sendme.c).  Fixed SENDME
-    windows only: Vegas circuits send no stream SENDMEs.  Off by default: docs/simulator.md,
-    change 8, says why."""
+    windows only: Vegas circuits send no stream SENDMEs.  0: the older model, in which a stream
+    SENDME leaves the moment it is owed (docs/simulator.md, change 8)."""
     sendme_inc: int = 31
     cwnd_init: int = 124
     cwnd_min: int = 124
@@ -328,13 +328,20 @@ class RunConfig:
     run_log_chan: int = -1
     trace_chan: int = -1
     trace_max: int = 100_000
-    read_share: bool = False
+    read_share: bool = True
     """Model tor's read share on rate-limited connections (``LinkConfig.rate_limited``): a read
     callback takes at most 16,448 B (``connection_bucket_read_limit``) and the rest of the TLS
     record that ends in, and the rest of an arriving flight waits for the event loop's next
-    pass, after the scheduler run and writes this read set going.  Without it a node's relay
-    layer takes a whole flight (on loopback up to 127 cells) at once.  Off by default:
-    docs/simulator.md, change 3, says why."""
+    pass, after the scheduler run and writes this read set going.  False gives the older model in
+    which a node's relay layer takes a whole flight (on loopback up to 127 cells) at once
+    (docs/simulator.md, change 3)."""
+    wake_rebase: bool = True
+    """Model libevent's timeout on every wake-up of a node's event loop: while a KIST run timer
+    is armed, each pass that reads or writes measures the next ``epoll_wait`` timeout from its
+    own cached time, so the run lands at the phase of the loop's last wake-up before the coarse
+    deadline (``event_base_loop``: ``timeout_next`` before ``clear_time_cache``), and a wake-up
+    once the coarse clock has reached the deadline runs it in that pass.  False: the run's phase
+    is the pass that armed the timer's (docs/simulator.md, change 9)."""
 
     def validate(self, where: str = "run") -> None:
         _finite(where, "duration_s", self.duration_s, minimum=0.0, strict=True)
@@ -348,7 +355,8 @@ class RunConfig:
         _int(where, "run_log_chan", self.run_log_chan, -1)
         _int(where, "trace_chan", self.trace_chan, -1)
         _int(where, "trace_max", self.trace_max, 0, 100_000_000)
-        if not isinstance(self.read_share, bool):
-            _fail(where, "read_share", self.read_share, "must be true or false")
+        for key in ("read_share", "wake_rebase"):
+            if not isinstance(getattr(self, key), bool):
+                _fail(where, key, getattr(self, key), "must be true or false")
         self.flow_control.validate(f"{where}.flow_control")
         self.ewma.validate(f"{where}.ewma")

@@ -22,7 +22,7 @@ from kistexp.sim.events import (
     prefetch_row,
     record_delay,
 )
-from kistexp.sim.kist import kist_on_new_consensus
+from kistexp.sim.kist import kist_loop_woke, kist_on_new_consensus
 from kistexp.sim.scheduler import has_waiting_cells, run_scheduler, wants_writes
 from kistexp.sim.tcp import _track_peaks, on_ack, on_ack_now, on_delack, rcv_read, rcv_segments, write_to_kernel
 
@@ -518,14 +518,21 @@ def _run_kernel(S):
                 S.ni[L.NI_READS, node] += 1
                 on_arrival(S, a, b, c, t)
                 rcv_read(S, a, b, t)
+                if S.pi[L.P_WAKE_REBASE] == 1:
+                    kist_loop_woke(S, node, t)
         elif kind == L.EV_DELIVER:
-            S.ni[L.NI_READS, S.ci[L.CI_PEER, a]] += 1
+            node = S.ci[L.CI_PEER, a]
+            S.ni[L.NI_READS, node] += 1
             on_arrival(S, a, b, c, t)
             rcv_read(S, a, b, t)
+            if S.pi[L.P_WAKE_REBASE] == 1:
+                kist_loop_woke(S, node, t)
         elif kind == L.EV_DELACK:
             on_delack(S, a, b, t)
         elif kind == L.EV_EDGE_WRITE:
             on_edge_write(S, a, b, t)
+            if S.pi[L.P_WAKE_REBASE] == 1:
+                kist_loop_woke(S, b, t)
         elif kind == L.EV_ACK_NOW:
             on_ack_now(S, a, t)
         elif kind == L.EV_ACK:
@@ -534,6 +541,8 @@ def _run_kernel(S):
             run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
             on_write_ready(S, a, t)
+            if S.pi[L.P_WAKE_REBASE] == 1:
+                kist_loop_woke(S, S.ci[L.CI_NODE, a], t)
         elif kind == L.EV_RESUME:
             S.di[L.DI_RESUME_EV, a] = 0
             package(S, a, t)

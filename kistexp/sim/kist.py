@@ -158,17 +158,49 @@ def kist_schedule(S, node, t, after_run):
         diff = 1
     if diff >= interval:
         fire = t + p  # event_active: later in this pass
+        S.ni[L.NI_DEADLINE, node] = -1
     else:
         x = (interval - diff) * L.MS
         j = S.ni[L.NI_TICK_NS, node]
         deadline = (t // j) * j + x  # cached, coarse loop time + timeout
+        S.ni[L.NI_DEADLINE, node] = deadline
         # epoll_wait sleeps the timeout computed from the stale cached time, i.e. the full x from
         # the end of this pass; on each wake-up libevent refreshes its coarse clock and, while it
         # is short of the deadline, sleeps again for deadline - coarse now (whole ms)
-        fire = t + p + x
-        while (fire // j) * j < deadline:
-            fire += deadline - (fire // j) * j
+        fire = _wake_chain(t, t + p, deadline, j)
     timer_arm(S, node, fire)
+
+
+@njit(cache=True, inline="always")
+def _wake_chain(w, end, deadline, j):
+    """When the run fires if the loop woke at ``w`` (cached coarse time ``C(w)``) and calls
+    ``epoll_wait`` again at ``end``: ``timeout_next`` measures the timeout against the stale cached
+    time, whole ms; each later wake-up refreshes the coarse clock and sleeps again while it is
+    short of the deadline (kist-ewma.md §5.2)."""
+    fire = end + (deadline - (w // j) * j)
+    while (fire // j) * j < deadline:
+        fire += deadline - (fire // j) * j
+    return fire
+
+
+@njit(cache=True)
+def kist_loop_woke(S, node, t):
+    """The node's event loop woke at ``t`` for I/O while its run timer is armed: the next
+    ``epoll_wait`` timeout is measured from this pass's cached time, so the run's phase within the
+    millisecond becomes this wake-up's, not the last run's (libevent ``event_base_loop``:
+    ``timeout_next`` before ``clear_time_cache``; ``epoll_dispatch`` rounds to whole ms).  A
+    wake-up at or after the coarse deadline runs the timer in this pass."""
+    deadline = S.ni[L.NI_DEADLINE, node]
+    fire = S.ni[L.NI_TIMER_AT, node]
+    if deadline < 0 or fire <= t or t < S.ni[L.NI_LAST_RUN, node]:
+        return  # no timer armed, it is due, or this is still the pass that armed it
+    j = S.ni[L.NI_TICK_NS, node]
+    if (t // j) * j >= deadline:
+        new = t
+    else:
+        new = _wake_chain(t, t, deadline, j)
+    if new != fire:
+        timer_arm(S, node, new)
 
 
 @njit(cache=True)

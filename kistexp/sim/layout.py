@@ -128,7 +128,7 @@ N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", 
                "P_CWND_INC_PCT_SS", "P_CWND_INC_RATE", "P_SS_MAX", "P_SSCAP", "P_ALPHA", "P_BETA",
                "P_GAMMA", "P_DELTA", "P_FULL_GAP", "P_FULL_MINPCT", "P_FULL_PER_CWND",
                "P_EWMA_CWND_PCT", "P_EWMA_MAX", "P_EWMA_SS", "P_EWMA_TICK_MS", "P_QCAP", "P_TS_CAP",
-               "P_EXIT_READ", "P_EDGE_WRITE", "P_READ_SHARE")
+               "P_EXIT_READ", "P_EDGE_WRITE", "P_READ_SHARE", "P_WAKE_REBASE")
 N_PF = _fields("PF_EWMA_F", "PF_LN_F")
 
 # nodes (NI_PEAK_APP/KERN/TOTAL and NI_WPEAK_APP/KERN/TOTAL must stay consecutive: tcp._track_peaks)
@@ -139,7 +139,7 @@ N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEA
                "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
                "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS",
                "NI_TQ_IDX", "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL",
-               "NI_DELACKS", "NI_READS", "NI_SENDMES_HELD")
+               "NI_DELACKS", "NI_READS", "NI_SENDMES_HELD", "NI_DEADLINE")
 N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC", "NF_LN_F")
 
 # congestion-control parameters (consensus values a node holds, ``S.ncc[node]``; copied to the

@@ -325,6 +325,7 @@ def _build(net: Network, rc: RunConfig):
         ni[L.NI_TICK_NS, i] = max(1, int(round(n.kernel_tick_ms * L.MS)))
         ni[L.NI_PASS_NS, i] = max(1, int(round(n.pass_time_us * 1000)))
         ni[L.NI_TIMER_AT, i] = -1
+        ni[L.NI_DEADLINE, i] = -1
         ni[L.NI_TQ_IDX, i] = -1
         ni[L.NI_XMIT_T, i] = -1
         ni[L.NI_CELL_CPU_NS, i] = int(round(n.cell_cpu_us * 1000))
@@ -500,6 +501,7 @@ def _build(net: Network, rc: RunConfig):
                      ("P_CELLQ_HIGH", fcc.cellq_high), ("P_CELLQ_LOW", fcc.cellq_low),
                      ("P_EXIT_READ", fcc.exit_read_cells), ("P_EDGE_WRITE", fcc.edge_write_cells),
                      ("P_READ_SHARE", L.WRITE_SHARE_BYTES // L.CELL_SIZE if rc.read_share else 0),
+                     ("P_WAKE_REBASE", 1 if rc.wake_rebase else 0),
                      ("P_SENDME_INC", fcc.sendme_inc), ("P_CWND_INIT", fcc.cwnd_init),
                      ("P_CWND_MIN", fcc.cwnd_min), ("P_CWND_INC", fcc.cwnd_inc),
                      ("P_CWND_INC_PCT_SS", fcc.cwnd_inc_pct_ss), ("P_CWND_INC_RATE", fcc.cwnd_inc_rate),

@@ -81,11 +81,13 @@ class PathScenario:
     """Every receiver's first window (``LinkConfig.receive_window_bytes``)."""
     receive_window_max_bytes: int = LOOPBACK_LINK.receive_window_max_bytes
     """The clamp up to which ``tcp_grow_window`` raises it (``LinkConfig``; 0: fixed)."""
-    read_share: bool = False
-    """Tor's read share on every connection (``RunConfig.read_share``; off by default)."""
-    edge_write_cells: int = 0
+    read_share: bool = True
+    """Tor's read share on every connection (``RunConfig.read_share``)."""
+    wake_rebase: bool = True
+    """libevent's timeout measured from each pass of the loop (``RunConfig.wake_rebase``)."""
+    edge_write_cells: int = 32
     """The edges' outbufs toward their applications and stream SENDMEs held while they are full
-    (``FlowControlConfig.edge_write_cells``; 32 is tor's share under CountPrivateBandwidth; 0: off)."""
+    (``FlowControlConfig.edge_write_cells``; 32 is tor's share on a rate-limited connection; 0: off)."""
 
     @property
     def client_interval(self) -> int:
@@ -180,7 +182,7 @@ def build_path(s: PathScenario) -> BuiltScenario:
     guard, middle = topo.relays[0], topo.relays[1]
     fcc = FlowControlConfig(kind=s.flow_control, edge_write_cells=s.edge_write_cells)
     rc = RunConfig(duration_s=s.max_duration_s, seed=s.seed, flow_control=fcc,
-                   sample_interval_s=s.max_duration_s / 100, read_share=s.read_share,
+                   sample_interval_s=s.max_duration_s / 100, read_share=s.read_share, wake_rebase=s.wake_rebase,
                    run_log_chan=topo.network.directed_channel(middle, guard))
     rc.validate()
     return BuiltScenario(topo.network, rc, topo, s, per_stream * s.circuits * s.streams)

@@ -69,6 +69,7 @@ def wants_writes(S, c, t):
 def run_scheduler(S, node, t):
     """The scheduler event callback: ``run()`` then ``schedule()`` (§2)."""
     S.ni[L.NI_TIMER_AT, node] = -1
+    S.ni[L.NI_DEADLINE, node] = -1
     S.ni[L.NI_RUNS, node] += 1
     kind = S.ni[L.NI_SCHED, node]
     S.g[L.G_WW_N] = 0
