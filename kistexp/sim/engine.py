@@ -224,6 +224,14 @@ def _edge_write_later(S, s, node, t, again):
     when = t
     if again and S.ni[L.NI_CPU_FREE, node] > t:
         when = S.ni[L.NI_CPU_FREE, node]
+    g = S.g
+    if (not again and g[L.G_EW_STREAM] < 0 and g[L.G_NQ_N] == 0 and (g[L.G_EVN] == 0 or S.ev[0, L.E_T] > t)
+            and (g[L.G_TQ_N] == 0 or S.ni[L.NI_TIMER_AT, S.tq[0]] > t)):
+        # nothing else is due at t: the write would be the very next event, so it runs at the end
+        # of this one (_run_kernel) without a trip through the event queue; same order, same result
+        g[L.G_EW_STREAM] = s
+        g[L.G_EW_NODE] = node
+        return
     ev_push(S, when, L.EV_EDGE_WRITE, s, node, 0)
 
 
@@ -532,7 +540,7 @@ def _run_kernel(S):
         elif kind == L.EV_EDGE_WRITE:
             on_edge_write(S, a, b, t)
             if S.pi[L.P_WAKE_REBASE] == 1:
-                kist_loop_woke(S, b, t)
+                kist_loop_woke(S, b, t)  # a no-op for a write in the pass of the read before it
         elif kind == L.EV_ACK_NOW:
             on_ack_now(S, a, t)
         elif kind == L.EV_ACK:
@@ -560,4 +568,11 @@ def _run_kernel(S):
             g[L.G_NEXT_CHG] = i + 1
             if i + 1 < S.chg.shape[1]:
                 ev_push(S, S.chg[0, i + 1], L.EV_INTERVAL, S.chg[1, i + 1], S.chg[2, i + 1], 0)
+        while g[L.G_EW_STREAM] >= 0:  # an edge write due next (_edge_write_later), as its EV_EDGE_WRITE
+            s = g[L.G_EW_STREAM]
+            g[L.G_EW_STREAM] = -1
+            g[L.G_EVENTS] += 1
+            on_edge_write(S, s, g[L.G_EW_NODE], t)
+            if S.pi[L.P_WAKE_REBASE] == 1:
+                kist_loop_woke(S, g[L.G_EW_NODE], t)
     return L.RS_DONE

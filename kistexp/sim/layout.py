@@ -117,7 +117,7 @@ N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR
               "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
               "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END",
               "G_HB_BIN", "G_HB_BIN1", "G_TQ_N",
-              "G_PFREE_N", "G_FLH_N", "G_NREG", "G_EQ_NFREE",
+              "G_PFREE_N", "G_FLH_N", "G_NREG", "G_EQ_NFREE", "G_EW_STREAM", "G_EW_NODE",
               # the directed channel whose cells each logged run also counts (RunConfig.run_log_chan),
               # and the cells the current run has moved onto it
               "G_RUNLOG_CHAN", "G_RUN_CHAN_CELLS")

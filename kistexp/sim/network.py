@@ -541,6 +541,7 @@ def _build(net: Network, rc: RunConfig):
     g = np.zeros(L.N_G, np.int64)
     g[L.G_END] = int(round(rc.duration_s * 1e9))
     g[L.G_RNG] = int(rng.integers(1, 2**62))
+    g[L.G_EW_STREAM] = -1  # no edge write waiting for the end of the current event
     g[L.G_SAMPLE_NS] = int(round(rc.sample_interval_s * 1e9))
     g[L.G_NSAMPLES] = n_samples
     g[L.G_CELL_RESERVE] = cell_reserve
