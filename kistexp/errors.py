@@ -17,8 +17,18 @@ class PlanError(KistexpError):
 
     def __init__(self, message: str, *, file: str = "", line: int | None = None, key: str = "",
                  problem: str = "") -> None:
+        # a plan's own strings (parameter names, values) may hold escaped control characters:
+        # shown escaped, so the error stays one line
+        message, problem = _one_line(message), _one_line(problem)
         super().__init__(message)
         self.file, self.line, self.key, self.problem = file, line, key, problem or message
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in range(32) if c != 9} | {10: "\\n", 13: "\\r", 127: "\\x7f"}
+
+
+def _one_line(text: str) -> str:
+    return text.translate(_CONTROL)
 
 
 class DocumentError(KistexpError):

@@ -70,10 +70,12 @@ def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> Non
     """cc_alg=0 voted by the authorities reaches every node's consensus (the harness waits for
     it, restarting the client that tor 0.4.9 would otherwise strand), new circuits then use
     the fixed SENDME windows, and with KISTLite at 10 ms the shared channel still moves 64
-    cells per run about 12 ms apart. The simulator's cc_alg=0 twin is that channel's ceiling
-    (64 cells per 12 ms): real tor stays below it, by 15-30 % in the runs of docs/fidelity.md
-    (more under load), so the check is the ceiling and a floor, not the 25 % target. Runs
-    last: it leaves cc_alg=0 in the consensus."""
+    cells per run about 12 ms apart. The simulator's cc_alg=0 twin stays below that channel's
+    ceiling (64 cells per 12 ms, 2.74 MB/s of payload) and, with tor's read share and the stream
+    SENDMEs held behind the edge's outbuf, within a few % of real tor (2.31 against 2.22-2.29
+    MB/s at 20 MB, docs/fidelity.md; 2.21 against 2.29-2.36 here at 4 MB): the check is the
+    25 % target above and a floor below (real tor falls further under load). Runs last: it
+    leaves cc_alg=0 in the consensus."""
     from kistexp.fidelity import _consensus_cc_alg
 
     case = Case("cc-off", "kistlite", 10)
@@ -92,5 +94,6 @@ def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> Non
     assert side.run_period is not None and side.run_period.cells_per_run_median == 64
     assert 9.0 <= side.run_period.period_ms_median <= 16.0
     sim = simulate(case, seed=1, size_bytes=4_000_000)
-    assert 0.6 * sim.mean_mbytes_per_s <= side.mean_mbytes_per_s <= 1.05 * sim.mean_mbytes_per_s, \
+    assert sim.mean_mbytes_per_s <= 64 * 498 / 0.012 / 1e6
+    assert 0.6 * sim.mean_mbytes_per_s <= side.mean_mbytes_per_s <= 1.25 * sim.mean_mbytes_per_s, \
         side.throughputs_mbytes_per_s
