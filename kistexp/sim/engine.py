@@ -252,6 +252,14 @@ def on_edge_write(S, s, node, t):
         _edge_write_later(S, s, node, t, True)
 
 
+@njit(cache=True, inline="always")
+def _edge_write_event(S, s, node, t):
+    """``EV_EDGE_WRITE``, queued or run at the end of the event that made it: the write, then the
+    loop's wake-up (a no-op for a write in the pass of the read before it)."""
+    on_edge_write(S, s, node, t)
+    kist_loop_woke(S, node, t)
+
+
 @njit(cache=True)
 def on_arrival(S, c, upto, leave, t):
     """A flight reached the peer: hand every complete cell to the relay layer (§4 steps 1-2)."""
@@ -526,21 +534,17 @@ def _run_kernel(S):
                 S.ni[L.NI_READS, node] += 1
                 on_arrival(S, a, b, c, t)
                 rcv_read(S, a, b, t)
-                if S.pi[L.P_WAKE_REBASE] == 1:
-                    kist_loop_woke(S, node, t)
+                kist_loop_woke(S, node, t)
         elif kind == L.EV_DELIVER:
             node = S.ci[L.CI_PEER, a]
             S.ni[L.NI_READS, node] += 1
             on_arrival(S, a, b, c, t)
             rcv_read(S, a, b, t)
-            if S.pi[L.P_WAKE_REBASE] == 1:
-                kist_loop_woke(S, node, t)
+            kist_loop_woke(S, node, t)
         elif kind == L.EV_DELACK:
             on_delack(S, a, b, t)
         elif kind == L.EV_EDGE_WRITE:
-            on_edge_write(S, a, b, t)
-            if S.pi[L.P_WAKE_REBASE] == 1:
-                kist_loop_woke(S, b, t)  # a no-op for a write in the pass of the read before it
+            _edge_write_event(S, a, b, t)
         elif kind == L.EV_ACK_NOW:
             on_ack_now(S, a, t)
         elif kind == L.EV_ACK:
@@ -549,8 +553,7 @@ def _run_kernel(S):
             run_scheduler(S, a, t)
         elif kind == L.EV_WRITE:
             on_write_ready(S, a, t)
-            if S.pi[L.P_WAKE_REBASE] == 1:
-                kist_loop_woke(S, S.ci[L.CI_NODE, a], t)
+            kist_loop_woke(S, S.ci[L.CI_NODE, a], t)
         elif kind == L.EV_RESUME:
             S.di[L.DI_RESUME_EV, a] = 0
             package(S, a, t)
@@ -572,7 +575,5 @@ def _run_kernel(S):
             s = g[L.G_EW_STREAM]
             g[L.G_EW_STREAM] = -1
             g[L.G_EVENTS] += 1
-            on_edge_write(S, s, g[L.G_EW_NODE], t)
-            if S.pi[L.P_WAKE_REBASE] == 1:
-                kist_loop_woke(S, g[L.G_EW_NODE], t)
+            _edge_write_event(S, s, g[L.G_EW_NODE], t)
     return L.RS_DONE

@@ -189,7 +189,10 @@ def kist_loop_woke(S, node, t):
     ``epoll_wait`` timeout is measured from this pass's cached time, so the run's phase within the
     millisecond becomes this wake-up's, not the last run's (libevent ``event_base_loop``:
     ``timeout_next`` before ``clear_time_cache``; ``epoll_dispatch`` rounds to whole ms).  A
-    wake-up at or after the coarse deadline runs the timer in this pass."""
+    wake-up at or after the coarse deadline runs the timer in this pass.  Only with
+    ``RunConfig.wake_rebase``."""
+    if S.pi[L.P_WAKE_REBASE] == 0:
+        return
     deadline = S.ni[L.NI_DEADLINE, node]
     fire = S.ni[L.NI_TIMER_AT, node]
     if deadline < 0 or fire <= t or t < S.ni[L.NI_LAST_RUN, node]:
