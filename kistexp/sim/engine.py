@@ -17,7 +17,6 @@ from kistexp.sim.events import (
     cell_free,
     cell_list_push,
     ev_next,
-    ev_peek_time,
     ev_push,
     prefetch_row,
     record_delay,
@@ -489,10 +488,10 @@ def _run_kernel(S):
         # (tcp.kq_push), taking at most four slots per cell at the end of S.kq
         if g[L.G_KQ_END] + L.KQ_SLOTS_PER_CELL * S.free.shape[0] + L.KQ_SLACK > S.kq.shape[0]:
             return L.RS_GROW_KQ
-        t = ev_peek_time(S)
-        if t < 0 or t > g[L.G_END]:
-            break
         arr, row = ev_next(S)
+        if row < 0:
+            break
+        t = arr[row, L.E_T]
         kind = arr[row, L.E_KIND]
         a = arr[row, L.E_A]
         b = arr[row, L.E_B]

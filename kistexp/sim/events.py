@@ -40,8 +40,9 @@ def ev_push(S, t, kind, a, b, c):
     g[L.G_SEQ] = seq + 1
     if t == g[L.G_NOW]:
         nq = S.nq
-        cap = nq.shape[0]
-        j = (g[L.G_NQ_HEAD] + g[L.G_NQ_N]) % cap
+        j = g[L.G_NQ_HEAD] + g[L.G_NQ_N]
+        if j >= nq.shape[0]:
+            j -= nq.shape[0]
         g[L.G_NQ_N] += 1
         _set_event(nq, j, t, seq, kind, a, b, c)
         return
@@ -258,9 +259,11 @@ def _before(t, seq, arr, row):
 
 @njit(cache=True)
 def ev_next(S):
-    """Remove the next event; returns the array and row holding its fields (-1 row: none left)."""
+    """Remove the next event unless it lies past ``G_END``; returns the array and row holding its
+    fields (row -1: no event left at or before ``G_END``, and none was removed)."""
     g = S.g
     ev = S.ev
+    end = g[L.G_END]
     scratch = ev.shape[0] - 1
     if g[L.G_TQ_N] > 0:
         node = S.tq[0]
@@ -268,6 +271,8 @@ def ev_next(S):
         seq = S.ni[L.NI_TIMER_SEQ, node]
         if ((g[L.G_NQ_N] == 0 or _before(t, seq, S.nq, g[L.G_NQ_HEAD]))
                 and (g[L.G_EVN] == 0 or _before(t, seq, ev, 0))):
+            if t > end:
+                return ev, -1
             _timer_pop(S)
             ev[scratch, L.E_T] = t
             ev[scratch, L.E_SEQ] = seq
@@ -278,14 +283,20 @@ def ev_next(S):
         h = g[L.G_NQ_HEAD]
         nq = S.nq
         if g[L.G_EVN] == 0 or _before(nq[h, L.E_T], nq[h, L.E_SEQ], ev, 0):
-            g[L.G_NQ_HEAD] = (h + 1) % nq.shape[0]
-            g[L.G_NQ_N] -= 1
+            if nq[h, L.E_T] > end:
+                return ev, -1
+            n = g[L.G_NQ_N] - 1
+            g[L.G_NQ_N] = n
+            # an emptied ring starts again at its first row: the instant's events then stay in a
+            # few cache lines instead of walking the whole ring
+            g[L.G_NQ_HEAD] = 0 if n == 0 else (h + 1 if h + 1 < nq.shape[0] else 0)
             return nq, h
-    if g[L.G_EVN] == 0:
+    if g[L.G_EVN] == 0 or ev[0, L.E_T] > end:
         return ev, -1
     k = ev[0, L.E_KIND]
     if k != L.EV_ARRIVAL_REP and k != L.EV_ACK_REP:
         ev_pop(S)
+        _prefetch_root_queue(S)
         return ev, scratch
     # a chan queue's representative: it runs as the plain event, and the queue's next event
     # (if any) takes its place in the heap, replacing the root in one sift-down (events have
@@ -302,22 +313,28 @@ def ev_next(S):
         S.ci[L.CI_EQ_ON + stride, c] = 0
         ev_pop(S)
     ev[scratch, L.E_KIND] = L.EV_ACK if acks else L.EV_ARRIVAL
+    _prefetch_root_queue(S)
     return ev, scratch
 
 
-@njit(cache=True)
-def ev_peek_time(S):
-    """Time of the next event, or -1 when there is none."""
-    t = -1
-    if S.g[L.G_NQ_N] > 0:
-        t = S.nq[S.g[L.G_NQ_HEAD], L.E_T]
-    elif S.g[L.G_EVN] > 0:
-        t = S.ev[0, L.E_T]
-    if S.g[L.G_TQ_N] > 0:
-        tt = S.ni[L.NI_TIMER_AT, S.tq[0]]
-        if t < 0 or tt < t:
-            t = tt
-    return t
+@njit(cache=True, inline="always")
+def _prefetch_root_queue(S):
+    """Ask for what the heap's new root will read first, while this event runs: the next row of the
+    chan queue it represents (written a flight's delay ago, long out of the cache), or the first
+    cell of the flight a delivery hands on."""
+    if S.g[L.G_EVN] == 0:
+        return
+    k = S.ev[0, L.E_KIND]
+    if k == L.EV_ARRIVAL_REP or k == L.EV_ACK_REP:
+        r = S.ci[L.CI_EQ_HEAD + (L.CI_EQ_STRIDE if k == L.EV_ACK_REP else 0), S.ev[0, L.E_A]]
+        if r >= 0:
+            prefetch_row(S.evq, r)
+    elif k == L.EV_DELIVER:
+        # the first cells of the flight, whose delays on_arrival reads first
+        c = S.ev[0, L.E_A]
+        if S.ci[L.CI_KQ_N, c] > 0:
+            j = S.ci[L.CI_KQ_BASE, c] + S.ci[L.CI_KQ_POS, c]
+            prefetch_row(S.cells, S.kq[j])
 
 
 @intrinsic

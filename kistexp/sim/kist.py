@@ -22,7 +22,8 @@ from numba import njit
 from kistexp.sim import layout as L
 from kistexp.sim.chanheap import pend_pop, pend_push
 from kistexp.sim.channel import flush_cells
-from kistexp.sim.events import timer_arm
+from kistexp.sim.cmux_ewma import cmux_head
+from kistexp.sim.events import prefetch_row, timer_arm
 from kistexp.sim.kistlite import kistlite_limit
 from kistexp.sim.tcp import write_to_kernel
 
@@ -78,6 +79,10 @@ def kist_run(S, node, t, lite):
         else:
             S.ci[L.CI_KS_LIMIT, c] = kist_limit(S, c)
             S.ni[L.NI_SYSCALLS, node] += 2
+        if S.ci[L.CI_CMUX_N, c] > 0:
+            # the head cell of the chan's best circuit, which its first flush reads: queued a
+            # while ago, it is out of the cache; asked for now, it arrives while the loop runs
+            prefetch_row(S.cells, S.qi[L.QI_HEAD, cmux_head(S, c)])
     S.g[L.G_TOUCHED_N] = 0
     nreadd = 0
     moved = 0
