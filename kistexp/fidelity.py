@@ -319,6 +319,12 @@ class Report:
     size_mb: float
     real_skipped: str = ""
     sim_skipped: str = ""
+    seeds: int | None = None
+    """Simulator seeds per case (None: as many as ``repetitions``)."""
+
+    @property
+    def sim_seeds(self) -> int:
+        return self.repetitions if self.seeds is None else self.seeds
 
     def _compared(self) -> list[Row]:
         return [r for r in self.rows if r.real and r.sim and r.real.throughputs_mbytes_per_s
@@ -354,7 +360,7 @@ class Report:
         """What each mean is over, for the report's title."""
         runs = self.real_runs()
         real = "/".join(map(str, runs)) if runs else "-"
-        return f"real tor: mean of {real} runs; simulator: mean of {self.repetitions} seeds"
+        return f"real tor: mean of {real} runs; simulator: mean of {self.sim_seeds} seeds"
 
     def within_target_count(self) -> tuple[int, int]:
         """(rows within 25 % of real tor, rows compared)."""
@@ -381,6 +387,7 @@ class Report:
         return {
             "repetitions": self.repetitions,
             "real_repetitions": list(self.real_runs()),
+            "seeds": self.sim_seeds,
             "size_mb": self.size_mb,
             "real_skipped": self.real_skipped,
             "sim_skipped": self.sim_skipped,
@@ -715,8 +722,15 @@ def load_real_sides(path: Path | str) -> dict[Case, RealSide]:
 # ---- both -------------------------------------------------------------------------------
 
 
-#: Real runs and simulator seeds per case unless told otherwise.
+#: Real runs per case unless told otherwise.
 DEFAULT_REPETITIONS = 3
+#: Simulator seeds per case unless told otherwise. Each seed starts the downloads at its own
+#: phase within the kernel tick (scenarios.start_phase_ms), and on some rows the simulator's
+#: figure varies more from seed to seed than real tor's from run to run (4 streams under KISTLite
+#: at 2 ms: 0.33 MB/s standard deviation over seeds, 0.12 over real runs, 2026-12-03), so a mean
+#: over as few seeds as real repetitions would carry +-3 % of start-phase noise into every ratio
+#: and order; 20 seeds bring it to about +-1.5 %.
+DEFAULT_SEEDS = 20
 
 
 def run_fidelity(
@@ -730,18 +744,22 @@ def run_fidelity(
     progress: Progress | None = None,
     real_from: Path | str | None = None,
     interleaved: bool = True,
+    seeds: int | None = None,
 ) -> Report:
-    """Run every case on real tor (``repetitions`` times; in rounds over the cases unless
-    ``interleaved`` is False, see ``RealTor.measure_interleaved``) and in the simulator (seeds
-    1..repetitions). A side that cannot run is skipped with its reason in the report. With
-    ``real_from`` and no ``repetitions``, the simulator runs as many seeds as the earlier real
-    run had repetitions, so that both means are over the same count."""
+    """Run every case on real tor (``repetitions`` times, default 3; in rounds over the cases
+    unless ``interleaved`` is False, see ``RealTor.measure_interleaved``) and in the simulator
+    (seeds 1..``seeds``, default ``DEFAULT_SEEDS``). A side that cannot run is skipped with its
+    reason in the report. With ``real_from`` the real figures are that run's, over its own
+    repetitions."""
     loaded = load_real_sides(real_from) if real_from is not None else None
     if repetitions is None:
         runs = [len(side.throughputs_mbytes_per_s) for side in (loaded or {}).values()]
         repetitions = max(runs) if runs else DEFAULT_REPETITIONS
     if repetitions < 1:
         raise SimConfigError(f"--repetitions must be >= 1, got {repetitions}")
+    seeds = DEFAULT_SEEDS if seeds is None else seeds
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= 1000:
+        raise SimConfigError(f"--seeds must be an integer in [1, 1000], got {seeds!r}")
     if not 0 < size_mb <= 1000:
         raise SimConfigError(f"--size-mb must be within (0, 1000], got {size_mb}")
     size = int(size_mb * MB)
@@ -770,7 +788,7 @@ def run_fidelity(
         for case in cases:
             say(f"simulator {case.label}")
             try:
-                sim_sides[case] = simulate_case(case, range(1, repetitions + 1), size)
+                sim_sides[case] = simulate_case(case, range(1, seeds + 1), size)
             except SimUnavailable as exc:
                 sim_notes[case] = str(exc)
             except KistexpError as exc:
@@ -792,5 +810,5 @@ def run_fidelity(
                     f"at real tor's {real_side.cpu_seconds_per_mbyte * 1e3:.0f} ms of CPU per MB "
                     f"(all processes; {os.cpu_count()} cores here): not compared")
         rows.append(attrs.evolve(row, real_note=note))
-    return Report(tuple(rows), repetitions, size_mb, real_skipped, sim_skipped)
+    return Report(tuple(rows), repetitions, size_mb, real_skipped, sim_skipped, seeds)
 

@@ -90,7 +90,7 @@ def test_simulator_adapter_builds_the_registry_scenario(recorded_runs: list[tupl
 
 def test_real_side_skipped_cleanly_without_tor(recorded_runs: list[tuple], monkeypatch) -> None:
     monkeypatch.setattr(fidelity, "have_tor", lambda: False)
-    report = run_fidelity(parse_cases("circuit", "kist", "2,10"), repetitions=3, size_mb=1)
+    report = run_fidelity(parse_cases("circuit", "kist", "2,10"), repetitions=3, size_mb=1, seeds=3)
     assert "tor and tor-gencert are not installed" in report.real_skipped
     assert [r.real for r in report.rows] == [None, None]
     assert [r.sim.throughputs_mbytes_per_s for r in report.rows] == [(15.01, 15.02, 15.03), (3.01, 3.02, 3.03)]
@@ -106,22 +106,27 @@ def test_real_figures_reload_from_a_json_report(recorded_runs: list[tuple], tmp_
     path.write_text(json.dumps(report.as_json()))
     loaded = fidelity.load_real_sides(path)
     assert loaded == {Case("circuit", "kist", 10): real}
-    again = run_fidelity(parse_cases("circuit", "kist", "10"), repetitions=2, size_mb=1, real_from=path)
+    again = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path, seeds=2)
     (row,) = again.rows
     assert row.real == real and row.ratio == pytest.approx(3.015 / 3.1)
     # the real run's repetitions are its own, not the simulator's seeds
-    three = run_fidelity(parse_cases("circuit", "kist", "10"), repetitions=3, size_mb=1, real_from=path)
+    three = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path, seeds=3)
     assert three.real_runs() == (2,) and three.as_json()["real_repetitions"] == [2]
+    assert three.as_json()["seeds"] == 3
     assert three.means_over() == "real tor: mean of 2 runs; simulator: mean of 3 seeds"
-    # without --repetitions the simulator runs as many seeds as the real run had repetitions
-    same = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path)
-    assert same.means_over() == "real tor: mean of 2 runs; simulator: mean of 2 seeds"
-    assert [c[1].seed for c in recorded_runs[-2:]] == [1, 2]
+    # without --seeds the simulator runs DEFAULT_SEEDS seeds, whatever the real run's repetitions
+    n = len(recorded_runs)
+    default = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path)
+    assert default.means_over() == f"real tor: mean of 2 runs; simulator: mean of {fidelity.DEFAULT_SEEDS} seeds"
+    assert [c[1].seed for c in recorded_runs[n:]] == list(range(1, fidelity.DEFAULT_SEEDS + 1))
     human = CliRunner().invoke(app, ["fidelity", "--scenarios", "circuit", "--schedulers", "kist",
-                                     "--intervals", "10", "--real-from", str(path), "--repetitions", "3"])
+                                     "--intervals", "10", "--real-from", str(path), "--seeds", "3"])
     assert human.exit_code == 0, human.output
     title = " ".join(human.output.split())  # the title may wrap at the terminal's width
     assert "mean of 2 runs" in title and "mean of 3 seeds" in title
+    bad = CliRunner().invoke(app, ["fidelity", "--real-from", str(path), "--seeds", "0"])
+    assert isinstance(bad.exception, SimConfigError)  # main() prints it as one line, exit code 1
+    assert "--seeds must be an integer in [1, 1000], got 0" in str(bad.exception)
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(SimConfigError, match="no real tor rows"):
         fidelity.load_real_sides(tmp_path / "bad.json")
@@ -147,7 +152,7 @@ def test_bad_run_settings() -> None:
 
 def test_cli_json_without_real_side(recorded_runs: list[tuple]) -> None:
     result = CliRunner().invoke(app, ["fidelity", "--scenarios", "ceiling", "--schedulers", "kistlite",
-                                      "--intervals", "10", "--repetitions", "2", "--no-real", "--json"])
+                                      "--intervals", "10", "--seeds", "2", "--no-real", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["real_skipped"] == "real tor not requested"
@@ -156,7 +161,7 @@ def test_cli_json_without_real_side(recorded_runs: list[tuple]) -> None:
     assert row["circuits"] == 8 and row["streams"] == 1 and row["cc_alg"] == 2
     assert row["real_mean_mbytes_per_s"] is None and row["sim_run_period_ms"] == 12.0
     human = CliRunner().invoke(app, ["fidelity", "--scenarios", "circuit", "--schedulers", "kist",
-                                     "--no-real", "--repetitions", "1"])
+                                     "--no-real", "--seeds", "1"])
     assert human.exit_code == 0 and "real tor not requested" in human.output
 
 

@@ -59,8 +59,9 @@ def fidelity(
                                           "scenario's own: all three for circuit and ceiling, else KIST, KISTLite)."),
     intervals: str | None = typer.Option(None, "--intervals", help="KISTSchedRunInterval values in ms (default: "
                                          "each scenario's own, 2,10; client-10ms: 2)."),
-    repetitions: int | None = typer.Option(None, "--repetitions", help="Real runs and simulator seeds per case "
-                                           "(default: 3; with --real-from, as many seeds as that run's repetitions)."),
+    repetitions: int | None = typer.Option(None, "--repetitions", help="Real runs per case (default: 3)."),
+    seeds: int | None = typer.Option(None, "--seeds", help="Simulator seeds per case, each starting the downloads "
+                                     "at its own phase of the kernel tick (default: 20)."),
     size_mb: float = typer.Option(20.0, "--size-mb", help="MB moved per repetition (split over 8 circuits "
                                                             "for the ceiling)."),
     real: bool = typer.Option(True, "--real/--no-real", help="Run the real-tor side."),
@@ -77,7 +78,7 @@ def fidelity(
     cases = parse_cases(scenarios, schedulers, intervals)
     if json_out:
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port, real_from=real_from,
-                              interleaved=rounds)
+                              interleaved=rounds, seeds=seeds)
         emit_json(report.as_json())
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
@@ -85,7 +86,7 @@ def fidelity(
         task = bar.add_task("fidelity", total=None)
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port,
                               progress=lambda msg: bar.update(task, description=visible(msg)), real_from=real_from,
-                              interleaved=rounds)
+                              interleaved=rounds, seeds=seeds)
     _print_report(report)
 
 

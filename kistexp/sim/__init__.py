@@ -24,8 +24,9 @@ Configuration (``kistexp.sim.config``, frozen attrs; ``validate()`` raises ``Sim
     EwmaConfig(halflife_ms=30000, tick_s=10)
     FlowControlConfig(kind="sendme"|"vegas", circwindow=1000, circ_increment=100, stream_window=500,
                stream_increment=50, cellq_high=256, cellq_low=10, exit_read_cells=32 (an exit's read
-               share per stream per pass), edge_write_cells=32 (an edge's write share toward its
-               application; stream SENDMEs held while > 10 cells wait), sendme_inc=31, cwnd_init=124, ...§14)
+               share per stream per pass, into the stream's inbuf), edge_write_cells=32 (an edge's
+               write share toward its application; stream SENDMEs held while > 10 cells wait),
+               sendme_inc=31, cwnd_init=124, ...§14)
     RunConfig(duration_s=10.0, seed=1, sample_interval_s=1.0, memory_limit_bytes=4 GiB,
               flow_control=FlowControlConfig(), ewma=EwmaConfig(), cell_delays_max=0 (raw samples),
               run_log_max=100_000 (scheduler runs logged), run_log_chan=-1 (a directed channel whose

@@ -228,11 +228,14 @@ class FlowControlConfig:
     """§13: legacy SENDME windows (``kind="sendme"``) or Vegas (``kind="vegas"``, cc_alg=2, exit path).
 
     Defaults are tor 0.4.8.2+'s (§14).  ``cellq_high``/``cellq_low`` are the edge read
-    watermarks of §4.  ``exit_read_cells``: the cells an exit packages from one read callback of
-    a stream's connection to its server, tor's per-read share for exit connections
+    watermarks of §4.  ``exit_read_cells``: the cells' payload an exit reads in one read
+    callback of a stream's connection to its server, tor's per-read share for exit connections
     (``connection_bucket_read_limit`` -> ``connection_bucket_get_share``, core/mainloop/
-    connection.c: at most 32 * RELAY_PAYLOAD_SIZE = 15,936 bytes); the rest waits for the next
-    pass of the exit's event loop.  0: no share, everything the windows allow at once.
+    connection.c: at most 32 * RELAY_PAYLOAD_SIZE = 15,936 bytes), into the connection's inbuf,
+    from which it packages what the windows allow; the rest of the server's data waits for the
+    next pass of the exit's event loop, the rest of the inbuf for the next SENDME, which packages
+    it in its own pass (``circuit_resume_edge_reading_helper``, core/or/relay.c; engine.package).
+    0: no share and no inbuf, everything the windows allow at once.
     """
 
     kind: str = "sendme"

@@ -93,53 +93,161 @@ def _resume(S, cd, t):
         ev_push(S, t, L.EV_RESUME, cd, 0, 0)
 
 
+@njit(cache=True, inline="always")
+def _package_cell(S, cd, s, q, node, t):
+    """One DATA cell of stream ``s`` packaged onto its circuit's queue ``q`` at the source edge."""
+    k = cell_alloc(S)
+    S.cells[k].kind = L.K_DATA
+    S.cells[k].stream = s
+    fc.on_package(S, cd, s, t)
+    S.si[s].topkg -= 1
+    _originate(S, cd, node)
+    S.di[L.DI_PACKAGED, cd] += 1
+    unacked = fc.unacked(S, cd)
+    if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
+        S.di[L.DI_MAX_INFLIGHT, cd] = unacked
+    append_cell(S, q, k, t)
+
+
+@njit(cache=True, inline="always")
+def _ready_count(S, cd):
+    """Streams in ``cd``'s ready list."""
+    n = 0
+    s = S.di[L.DI_READY_HEAD, cd]
+    while s >= 0:
+        n += 1
+        s = S.si[s].next
+    return n
+
+
+@njit(cache=True, inline="always")
+def _package_inbuf(S, cd, s, q, node, high, most, t):
+    """Package up to ``most`` cells from stream ``s``'s inbuf while the windows allow and the
+    circuit queue is below ``high`` (``connection_edge_package_raw_inbuf``); returns how many."""
+    r = S.si[s]
+    m = 0
+    while (m < most and r.inbuf > 0 and S.qi[L.QI_N, q] < high and fc.circ_window(S, cd) > 0
+           and fc.stream_window(S, s) > 0):
+        _package_cell(S, cd, s, q, node, t)
+        r.inbuf -= 1
+        m += 1
+    return m
+
+
+@njit(cache=True, inline="always")
+def _packaged(S, cd, q, node):
+    """After packaging: the node's peaks, and the streams blocked at ``cellq_high`` (§4)."""
+    _track_peaks(S, node)
+    if S.qi[L.QI_N, q] >= S.pi[L.P_CELLQ_HIGH]:
+        S.di[L.DI_BLOCKED, cd] = 1
+
+
+@njit(cache=True, inline="always")
+def _exit_reads(S, cd):
+    """Whether ``cd``'s source edge is an exit reading its streams' servers by bucket shares
+    (``FlowControlConfig.exit_read_cells``), with inbufs between the reads and the packaging."""
+    return S.di[L.DI_DIR, cd] == 1 and S.pi[L.P_EXIT_READ] > 0
+
+
 @njit(cache=True)
 def package(S, cd, t):
-    """Edge packaging (§4): at most min(window, cellq_high - queue) cells, round-robin over streams."""
+    """Edge packaging (§4): one pass of the source's event loop over the ready streams.
+
+    At an exit (``_exit_reads``) each ready stream's connection gets one read callback in the
+    pass (``connection_handle_read``): it reads at most ``P_EXIT_READ`` cells' payload from its
+    server into the connection's inbuf (``connection_bucket_read_limit``: 32 * RELAY_PAYLOAD_SIZE,
+    core/mainloop/connection.c), then packages from the inbuf while the windows allow and the
+    circuit queue is below ``cellq_high`` (``connection_edge_package_raw_inbuf``, core/or/relay.c);
+    what the windows leave stays in the inbuf for the next SENDME (``_package_inbufs``).  Once the
+    circuit's window is empty, reading stops on all its streams (``circuit_consider_stop_edge_
+    reading``) and the callbacks still due in this pass do not run.  Streams with data left read
+    again in the next pass, after what this one set going (a scheduler run the first cells made
+    active runs before it, §5.2).  Elsewhere (requests from the client): everything the windows
+    allow at once.
+    """
     if S.di[L.DI_BLOCKED, cd] == 1:
         return
     q = S.di[L.DI_SRC_CQ, cd]
     node = S.di[L.DI_SRC_NODE, cd]
     high = S.pi[L.P_CELLQ_HIGH]
-    # An exit reads at most P_EXIT_READ cells' payload per read callback of a stream's
-    # connection (FlowControlConfig.exit_read_cells): one callback per ready stream in this
-    # pass, the rest in the next pass, after what this pass has already set going (a
-    # scheduler run the first cells made active runs before it, §5.2).
-    share = -1
-    if S.di[L.DI_DIR, cd] == 1 and S.pi[L.P_EXIT_READ] > 0:
-        share = 0
+    if _exit_reads(S, cd):
+        share = S.pi[L.P_EXIT_READ]
+        for _ in range(_ready_count(S, cd)):
+            if S.qi[L.QI_N, q] >= high or fc.circ_window(S, cd) <= 0:
+                break
+            s = _ready_pop(S, cd)
+            if fc.stream_window(S, s) <= 0:
+                continue  # reading stopped; back in the ready list when its stream SENDME arrives
+            r = S.si[s]
+            r.inbuf = min(r.topkg, r.inbuf + share)
+            _package_inbuf(S, cd, s, q, node, high, r.inbuf, t)
+            if r.topkg > 0:
+                _ready_add(S, cd, s)
+        if S.di[L.DI_READY_HEAD, cd] >= 0 and S.qi[L.QI_N, q] < high and fc.circ_window(S, cd) > 0:
+            _resume(S, cd, t)
+    else:
+        while S.di[L.DI_READY_HEAD, cd] >= 0:
+            if S.qi[L.QI_N, q] >= high:
+                break
+            if fc.circ_window(S, cd) <= 0:
+                break
+            s = _ready_pop(S, cd)
+            if fc.stream_window(S, s) <= 0:
+                continue  # back in the ready list when its stream SENDME arrives
+            _package_cell(S, cd, s, q, node, t)
+            if S.si[s].topkg > 0:
+                _ready_add(S, cd, s)
+    _packaged(S, cd, q, node)
+
+
+@njit(cache=True)
+def _package_inbufs(S, cd, only, t):
+    """A SENDME opened ``cd``'s window at an exit: package what the streams' inbufs already hold,
+    in this pass, before any new read.  A circuit SENDME (``only`` < 0): ``circuit_resume_edge_
+    reading_helper`` (core/or/relay.c), unless the queue is blocked: up to min(window,
+    cellq_high - queue) cells, shared out as ceil(max / n) per stream with inbuf data, again over
+    the streams that used their whole share.  A stream SENDME: that stream's inbuf
+    (``connection_edge_package_raw_inbuf`` from ``sendme_process_stream_level``)."""
+    if S.di[L.DI_BLOCKED, cd] == 1:
+        return
+    q = S.di[L.DI_SRC_CQ, cd]
+    node = S.di[L.DI_SRC_NODE, cd]
+    high = S.pi[L.P_CELLQ_HIGH]
+    most = min(fc.circ_window(S, cd), high - S.qi[L.QI_N, q])
+    moved = False
+    while most > 0:
+        npk = 0
         s = S.di[L.DI_READY_HEAD, cd]
         while s >= 0:
-            share += S.pi[L.P_EXIT_READ]
+            if (only < 0 or s == only) and S.si[s].inbuf > 0 and fc.stream_window(S, s) > 0:
+                npk += 1
             s = S.si[s].next
-    while S.di[L.DI_READY_HEAD, cd] >= 0:
-        if S.qi[L.QI_N, q] >= high:
+        if npk == 0:
             break
-        if fc.circ_window(S, cd) <= 0:
+        per = (most + npk - 1) // npk
+        done = 0
+        left = 0
+        s = S.di[L.DI_READY_HEAD, cd]
+        while s >= 0:
+            if (only < 0 or s == only) and S.si[s].inbuf > 0 and fc.stream_window(S, s) > 0:
+                m = _package_inbuf(S, cd, s, q, node, high, per, t)
+                done += m
+                if m == per:
+                    left += 1
+            s = S.si[s].next
+        if done > 0:
+            moved = True
+        if done == 0 or done >= most or left == 0:
             break
-        if share == 0:
-            _resume(S, cd, t)
-            break
+        most -= done
+    if not moved:
+        return
+    # a stream whose last cells came from its inbuf leaves the ready list
+    for _ in range(_ready_count(S, cd)):
         s = _ready_pop(S, cd)
-        if fc.stream_window(S, s) <= 0:
-            continue  # back in the ready list when its stream SENDME arrives
-        share -= 1
-        k = cell_alloc(S)
-        S.cells[k].kind = L.K_DATA
-        S.cells[k].stream = s
-        fc.on_package(S, cd, s, t)
-        S.si[s].topkg -= 1
-        _originate(S, cd, node)
-        S.di[L.DI_PACKAGED, cd] += 1
-        unacked = fc.unacked(S, cd)
-        if unacked > S.di[L.DI_MAX_INFLIGHT, cd]:
-            S.di[L.DI_MAX_INFLIGHT, cd] = unacked
-        append_cell(S, q, k, t)
         if S.si[s].topkg > 0:
             _ready_add(S, cd, s)
-    _track_peaks(S, node)
-    if S.qi[L.QI_N, q] >= high:
-        S.di[L.DI_BLOCKED, cd] = 1
+    _packaged(S, cd, q, node)
 
 
 @njit(cache=True)
@@ -200,6 +308,8 @@ def deliver_edge(S, k, q, node, t):
         fc.on_sendme(S, dcd, kind, s, t)
         if kind == L.K_SENDME_STREAM and S.si[s].topkg > 0:
             _ready_add(S, dcd, s)
+        if _exit_reads(S, dcd):
+            _package_inbufs(S, dcd, s if kind == L.K_SENDME_STREAM else -1, t)
         _resume(S, dcd, t)
 
 
@@ -348,6 +458,7 @@ def _start_transfer(S, tr, p, flow, t):
             r.next = -1
             r.inready = 0
             r.ob = 0  # a write still pending (wev) finds nothing left to write
+            r.inbuf = 0
     s = 2 * p
     cd = S.si[s].cd
     if S.di[L.DI_BUILT, cd] == 0:
@@ -554,8 +665,18 @@ def _run_kernel(S):
             on_write_ready(S, a, t)
             kist_loop_woke(S, S.ci[L.CI_NODE, a], t)
         elif kind == L.EV_RESUME:
-            S.di[L.DI_RESUME_EV, a] = 0
-            package(S, a, t)
+            node = S.di[L.DI_SRC_NODE, a]
+            if (b == 0 and _exit_reads(S, a) and S.ni[L.NI_TQ_IDX, node] >= 0
+                    and S.ni[L.NI_TIMER_AT, node] <= t):
+                # an exit's reads from its servers belong to the event loop's next pass: a
+                # scheduler run due in this one (armed by this pass's wake-up, kist_loop_woke)
+                # runs first, as libevent runs the timers that expired with this pass's I/O
+                # callbacks before it polls again (event_base_loop: timeout_process, then
+                # event_process_active); the SENDME's pass packaged only the inbufs
+                ev_push(S, t, L.EV_RESUME, a, 1, 0)
+            else:
+                S.di[L.DI_RESUME_EV, a] = 0
+                package(S, a, t)
         elif kind == L.EV_START:
             _start_transfer(S, a, b, c, t)
             push_next_start(S)

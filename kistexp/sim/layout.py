@@ -3,7 +3,8 @@
 Every entity kind is a 2-D array ``[field, entity]`` (int64 or float64; events are
 ``[entity, field]`` so that one event's fields share a cache line: there are many of
 them and they are touched at random); the constants below name the fields.  Cells and streams are
-record arrays (``CELL_DTYPE``, ``STREAM_DTYPE``, 32 bytes each).  Times are int64 nanoseconds.  The whole state is one
+record arrays (``CELL_DTYPE``, 32 bytes, and ``STREAM_DTYPE``, 44 bytes).  Times are int64
+nanoseconds.  The whole state is one
 :class:`State` namedtuple so the compiled kernel can be stopped and resumed (to grow the cell
 pool, the event heap or the kernel-queue rings) without losing anything.
 
@@ -191,10 +192,13 @@ N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
 # transfer: regular transfers hold pairs 0 .. G_NREG - 1 for the whole run, interactive exchanges
 # take one from the pool above), one 32-byte record each: its
 # circuit-direction, cells still to package, cells in all, cells delivered, package and deliver
-# windows, next stream in the circuit-direction's ready list, whether it is in that list
+# windows, next stream in the circuit-direction's ready list, whether it is in that list, the
+# edge outbuf toward the application and its pending write, and the cells' payload an exit has
+# read from its server but not yet packaged (the edge connection's inbuf, engine.package)
 STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int32), ("delivered", np.int32),
                          ("pkg_win", np.int32), ("deliv_win", np.int32), ("next", np.int32),
-                         ("inready", np.int32), ("ob", np.int32), ("wev", np.int32)], align=True)
+                         ("inready", np.int32), ("ob", np.int32), ("wev", np.int32), ("inbuf", np.int32)],
+                        align=True)
 
 # transfers
 N_TI = _fields("TI_START", "TI_TTFB", "TI_TTLB")
