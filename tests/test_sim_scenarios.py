@@ -291,7 +291,8 @@ def test_a_wake_up_of_the_loop_moves_the_next_runs_phase_out_of_lockstep() -> No
     before ``clear_time_cache``), so a KIST run lands at the phase of the loop's last wake-up
     before the coarse deadline, not at the phase of the pass that armed it. Without that rule the
     three relays of one circuit at 10 ms can fall into a lockstep in which each run moves a whole
-    window hop after hop (seed 14: 8.6 MB/s, the middle moving 264 cells a run); real tor, whose
+    window hop after hop (seed 14 did before 2026-12-03: 8.6 MB/s, the middle moving 264 cells a
+    run); real tor, whose
     loops wake for every read and write, stays at 2.4-3.2 MB/s (docs/fidelity.md). Since the exit
     reads its server in the pass after a SENDME's (2026-12-03) the lockstep is rarer: seed 25, 5.3
     MB/s and 187 cells a run, against 3.1 MB/s and 67 with the rule."""

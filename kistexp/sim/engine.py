@@ -200,6 +200,12 @@ def package(S, cd, t):
     _packaged(S, cd, q, node)
 
 
+@njit(cache=True, inline="always")
+def _inbuf_ready(S, s, only):
+    """Stream ``s`` has inbuf cells a SENDME may package (``only``: that stream alone, if >= 0)."""
+    return (only < 0 or s == only) and S.si[s].inbuf > 0 and fc.stream_window(S, s) > 0
+
+
 @njit(cache=True)
 def _package_inbufs(S, cd, only, t):
     """A SENDME opened ``cd``'s window at an exit: package what the streams' inbufs already hold,
@@ -219,7 +225,7 @@ def _package_inbufs(S, cd, only, t):
         npk = 0
         s = S.di[L.DI_READY_HEAD, cd]
         while s >= 0:
-            if (only < 0 or s == only) and S.si[s].inbuf > 0 and fc.stream_window(S, s) > 0:
+            if _inbuf_ready(S, s, only):
                 npk += 1
             s = S.si[s].next
         if npk == 0:
@@ -229,7 +235,7 @@ def _package_inbufs(S, cd, only, t):
         left = 0
         s = S.di[L.DI_READY_HEAD, cd]
         while s >= 0:
-            if (only < 0 or s == only) and S.si[s].inbuf > 0 and fc.stream_window(S, s) > 0:
+            if _inbuf_ready(S, s, only):
                 m = _package_inbuf(S, cd, s, q, node, high, per, t)
                 done += m
                 if m == per:
