@@ -6,6 +6,7 @@ import csv
 import io
 import re
 import stat
+import time
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
@@ -265,7 +266,7 @@ def test_report_renders_in_headless_chromium(rolled_back, tmp_path):
         pytest.skip("chromium not installed (.ci/run installs it)")
     out = tmp_path / "r.html"
     assert _cli("report", str(rolled_back), "-o", str(out)).exit_code == 0
-    shot = render(out, tmp_path / "shot.png", width=1200, height=2400, timeout_s=180)
+    shot = render(out, tmp_path / "shot.png", width=1200, height=2400, timeout_s=90)
     assert shot.console == (), shot.console  # no errors, no refused loads, nothing logged at all
     img = np.asarray(Image.open(shot.screenshot).convert("RGB"), dtype=float)
     assert img.shape[:2] == (2400, 1200)
@@ -278,6 +279,34 @@ def test_report_renders_in_headless_chromium(rolled_back, tmp_path):
     assert page.images
     for tag in page.images:
         _decode_svg(tag["src"])
+
+
+def test_a_hung_chromium_is_killed_and_the_page_rendered_again(tmp_path, monkeypatch):
+    """A browser that never exits costs one attempt, not the render; one that always hangs is a
+    clear error naming the page."""
+    import kistexp.report.browser as browser
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "chromium"
+    # the first run hangs (in a child, as chromium's helpers do); later ones write the screenshot
+    fake.write_text(f"""#!/bin/sh
+echo x >> {calls}
+if [ "$(wc -l < {calls})" -le "${{HANG_RUNS:-1}}" ]; then sleep 60 & wait; fi
+for a in "$@"; do case "$a" in --screenshot=*) printf png > "${{a#--screenshot=}}";; esac; done
+echo ':INFO:CONSOLE(1)] "hello", source: x' >&2
+""")
+    fake.chmod(0o755)
+    monkeypatch.setattr(browser, "find_chromium", lambda: str(fake))
+    page = tmp_path / "p.html"
+    page.write_text("<p>x</p>")
+    started = time.monotonic()
+    shot = browser.render(page, tmp_path / "s.png", timeout_s=1.0)
+    assert shot.screenshot.read_bytes() == b"png" and shot.console == ('"hello", source: x',)
+    assert len(calls.read_text().splitlines()) == 2 and time.monotonic() - started < 10
+    calls.unlink()
+    monkeypatch.setenv("HANG_RUNS", "9")
+    with pytest.raises(browser.BrowserError, match=r"p.html: chromium did not finish within 1 s \(2 attempts\)"):
+        browser.render(page, tmp_path / "t.png", timeout_s=1.0)
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@
 import pytest
 
 from kistexp.clock import RealClock
-from kistexp.rollout.runs import open_run
+from kistexp.dirauth.schedule import AcceleratedSchedule
+from kistexp.rollout.runs import embedded_delay_s, open_run
 from kistexp.rollout.spec import LIVE_CADENCE, RolloutError
 from tests.plan_helpers import VALID_PLAN
 
@@ -44,3 +45,12 @@ def test_another_experiment_or_mode_on_the_same_directory_is_refused(tmp_path):
     with pytest.raises(RolloutError, match="started with --authorities instructions, not fake"):
         setup = open_run(plan, tmp_path / "exp", "fake", LIVE_CADENCE, RealClock())
         setup.lock.release()
+
+
+@pytest.mark.parametrize(("interval_s", "delay_s"), [(2, 0.5), (4, 1.0), (10, 1.0), (60, 5.0), (3600, 300.0)])
+def test_embedded_authorities_get_at_least_a_second_to_vote_within_tors_quarter_rule(interval_s, delay_s):
+    # the embedded authorities share the run's process: the live 300 s of 3600 scaled, but at least 1 s
+    # each, and tor's rule (Vote + Dist > Interval/2: both Interval/4) still bounds them
+    d = embedded_delay_s(interval_s)
+    timing = AcceleratedSchedule.scaled(interval_s, d, d)
+    assert (timing.vote_delay_s, timing.dist_delay_s) == (pytest.approx(delay_s), pytest.approx(delay_s))

@@ -43,18 +43,40 @@ def find_chromium() -> str | None:
     return None
 
 
-def render(html: Path, screenshot: Path, *, width: int = 1200, height: int = 3000, timeout_s: float = 120.0
-           ) -> Rendered:
+def render(html: Path, screenshot: Path, *, width: int = 1200, height: int = 3000, timeout_s: float = 120.0,
+           attempts: int = 2) -> Rendered:
+    """Screenshot ``html``; each attempt is bounded by ``timeout_s``. Headless Chromium now and then
+    never exits after a screenshot that normally takes two seconds, so a timed-out attempt is
+    killed with its process group and the page rendered again with a fresh profile, up to
+    ``attempts`` times."""
     binary = find_chromium()
     if binary is None:
         raise BrowserError("chromium not found (Debian: apt-get install chromium)")
     url = Path(html).resolve().as_uri()
+    for attempt in range(1, attempts + 1):
+        done = _render_once(binary, url, Path(screenshot).resolve(), width, height, timeout_s)
+        if done is not None:
+            break
+        if attempt == attempts:
+            raise BrowserError(f"{url}: chromium did not finish within {timeout_s:g} s "
+                               f"({attempts} attempt{'s' if attempts > 1 else ''})")
+    returncode, log = done
+    if returncode != 0 or not Path(screenshot).is_file():
+        last = log.strip().splitlines()[-1:] or [f"exit {returncode}"]
+        raise BrowserError(f"{url}: chromium failed: {last[0]}")
+    console = tuple(m.group(1) for m in map(_CONSOLE.search, log.splitlines()) if m)
+    return Rendered(Path(screenshot), console, log)
+
+
+def _render_once(binary: str, url: str, screenshot: Path, width: int, height: int,
+                 timeout_s: float) -> tuple[int, str] | None:
+    """(exit code, log) of one Chromium run; None if it was killed at ``timeout_s``."""
     with tempfile.TemporaryDirectory(prefix="kistexp-chromium-") as profile:
         args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
                 f"--user-data-dir={profile}", "--no-first-run", "--disable-extensions", "--disable-sync",
                 "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
                 "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
-                f"--window-size={width},{height}", f"--screenshot={Path(screenshot).resolve()}", url]
+                f"--window-size={width},{height}", f"--screenshot={screenshot}", url]
         env = {**os.environ, "HOME": profile}  # nothing of the user's profile or caches is read or written
         # its own process group, so a hung renderer or GPU helper is ended with it
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
@@ -64,9 +86,5 @@ def render(html: Path, screenshot: Path, *, width: int = 1200, height: int = 300
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            raise BrowserError(f"{url}: chromium did not finish within {timeout_s:g} s") from None
-    if proc.returncode != 0 or not Path(screenshot).is_file():
-        last = log.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        raise BrowserError(f"{url}: chromium failed: {last[0]}")
-    console = tuple(m.group(1) for m in map(_CONSOLE.search, log.splitlines()) if m)
-    return Rendered(Path(screenshot), console, log)
+            return None
+    return proc.returncode, log

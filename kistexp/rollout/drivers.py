@@ -10,6 +10,7 @@ late run as EVENT_JOB_MISSED and would stall the engine after a suspend.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -41,6 +42,20 @@ class VirtualDriver:
                 on_step(self.engine)
 
 
+class _SkipWhileRunning(logging.Filter):
+    """Drops APScheduler's warning that a wakeup was skipped because the previous one still runs:
+    the poll and the armed wakeup share one step under a lock, so a step longer than the poll
+    period skips polls by design (the next one catches up); a user's terminal should not fill
+    with that. Errors and every other message pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.WARNING and "maximum number of running instances" in record.msg)
+
+
+_SCHEDULER_LOG = logging.getLogger("kistexp.rollout.wakeup")
+_SCHEDULER_LOG.addFilter(_SkipWhileRunning())
+
+
 class LiveDriver:
     """Steps the engine in real time. Each step compares how far the wall clock and the monotonic
     clock moved since the last one: a difference over ``JUMP_S`` is a clock jump (NTP step, suspend
@@ -59,7 +74,7 @@ class LiveDriver:
         self.done = threading.Event()
         self.error: BaseException | None = None
         self._lock = threading.Lock()
-        self._sched = BackgroundScheduler(timezone=UTC)
+        self._sched = BackgroundScheduler(timezone=UTC, logger=_SCHEDULER_LOG)
         self._last: tuple[dt.datetime, float] | None = None
         self.jumps: list[float] = []
 
