@@ -53,6 +53,7 @@ def render(html: Path, screenshot: Path, *, width: int = 1200, height: int = 300
     if binary is None:
         raise BrowserError("chromium not found (Debian: apt-get install chromium)")
     url = Path(html).resolve().as_uri()
+    attempts = max(1, attempts)
     for attempt in range(1, attempts + 1):
         done = _render_once(binary, url, Path(screenshot).resolve(), width, height, timeout_s)
         if done is not None:
