@@ -12,6 +12,7 @@ import hashlib
 import json
 import lzma
 import os
+import random
 import re
 import signal
 import socket
@@ -24,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 import zstandard
-from conftest import free_port, have_real_tor
+from conftest import have_real_tor
 from typer.testing import CliRunner
 
 from fake_authorities.dirport import DirPortServer
@@ -392,9 +393,15 @@ def test_population_records_adoption_in_tors_windows(net):
 
 
 def _free_port_block(n: int) -> int:
-    for _ in range(50):
-        base = free_port()
-        if base + n < 65535 and all(_free(base + i) for i in range(n + 1)):
+    """A base port with ``n`` free ports after it, below the kernel's ephemeral range: every
+    connection and every ``port=0`` listener of the tests running beside this one (the crash
+    test's embedded authorities, for one) takes its ports from that range, so a block found free
+    there can be taken before the process under test binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, low - n - 1)
+        if all(_free(base + i) for i in range(n + 1)):
             return base
     raise RuntimeError("no free port block")
 
@@ -422,7 +429,8 @@ def test_python_m_fake_authorities_runs_and_stops(tmp_path, keys):
                              "--interval", "2s", "--token", "T", "--state-dir", str(state)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
-        assert "3 fake authorities" in proc.stdout.readline()
+        line = proc.stdout.readline()  # empty only if it exited: then its one-line error says why
+        assert "3 fake authorities" in line, line or proc.stderr.read()
         deadline = time.monotonic() + 10
         while True:
             r = httpx.get(f"http://127.0.0.1:{base}/kistexp/operator/status",
