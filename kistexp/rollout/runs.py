@@ -272,10 +272,11 @@ EMBEDDED_MIN_DELAY_S = 1.0
 
 def embedded_delay_s(interval_s: int) -> float:
     """The vote and distribution delay of the embedded fake authorities at ``interval_s`` real
-    seconds per hour: the live 300 s scaled, but at least EMBEDDED_MIN_DELAY_S."""
-    from kistexp.dirauth.schedule import LIVE_DELAY_S, LIVE_INTERVAL_S
+    seconds per hour: the live 300 s scaled (``AcceleratedSchedule.scaled``'s default), but at least
+    EMBEDDED_MIN_DELAY_S."""
+    from kistexp.dirauth.schedule import AcceleratedSchedule
 
-    return max(EMBEDDED_MIN_DELAY_S, interval_s * LIVE_DELAY_S / LIVE_INTERVAL_S)
+    return max(EMBEDDED_MIN_DELAY_S, AcceleratedSchedule.scaled(interval_s).vote_delay_s)
 
 
 def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
