@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,21 @@ _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER.startswith("gw") and _WORKER[2:].isdecimal():
     os.environ.setdefault("KISTEXP_LOCALNET_BASE_PORT", str(15000 + 6000 * int(_WORKER[2:])))
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under `make test`'s two workers, when the collected tests import the simulator, worker gw0
+    compiles its lean kernel and gw1 the one that keeps raw delays, side by side before their first
+    test. Otherwise one worker meets both in turn in its tests (one to two minutes each on a slow
+    machine) while the other compiles one of them again. From numba's cache this is a second."""
+    if not (_WORKER.startswith("gw") and _WORKER[2:].isdecimal()) or "kistexp.sim" not in sys.modules:
+        return
+    from kistexp.sim import Network, NodeConfig, RunConfig, run
+
+    net = Network()
+    client, exit_ = net.add_node(NodeConfig(role="client")), net.add_node(NodeConfig(role="exit"))
+    net.add_transfers([net.add_circuit([client, exit_])], [498], [100_000], [0.0])
+    run(net, RunConfig(duration_s=0.2, cell_delays_max=100 * (int(_WORKER[2:]) % 2)))
 
 
 @pytest.fixture(scope="session")

@@ -117,7 +117,7 @@ Result (``kistexp.sim.result.SimResult``)::
     to_dict()   (keys carry units)
 
 Speed: the event loop is compiled with numba (``cache=True``): the first run on a machine compiles
-for about 40-60 s, later processes load the cache in about a second.  The cache lives in a
+for one to two minutes, later processes load the cache in about a second.  The cache lives in a
 directory keyed by a hash of the compiled modules' sources (``numbacache.py``), so processes
 compiling and loading at once never see another version's files and nothing is deleted.  The
 compiled code uses documented numba APIs only (``layout.py``: the state is one unreferenced
