@@ -20,15 +20,6 @@ if _WORKER.startswith("gw") and _WORKER[2:].isdecimal():
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding a slow-marked test run first, each file's tests in their order. `make test`'s
-    two workers take whole files in collection order, so the long ones now start early instead of
-    leaving one worker alone at the end: replayed on the suite's measured durations (2026-12-03),
-    the two workers finish after about 540 s of tests instead of 620 s."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under `make test`'s two workers, when the collected tests import the simulator, worker gw0
     compiles its lean kernel and gw1 the one that keeps raw delays, side by side before their first
