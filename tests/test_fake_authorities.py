@@ -102,6 +102,25 @@ def raw_get(port: int, path: str, headers: str = "") -> tuple[str, dict[str, str
 # --- voting ----------------------------------------------------------------------------------
 
 
+def _one_rounds_documents(net: FakeAuthorityNetwork, in_process: bool, since: float):
+    """Both consensus flavours and every vote of one round at or after ``since``. With 3 s rounds
+    three fetches can straddle a round, and an authority that missed a round's signatures on a
+    loaded machine serves its last consensus a round longer, as tor's do: ask again then."""
+    seen = []
+    for _ in range(6):
+        with client(net, in_process) as c:
+            md = c.fetch_consensus("microdesc")
+            ns = c.fetch_consensus("ns")
+            votes = c.fetch_votes("current")
+        rounds = {md.valid_after, ns.valid_after, *(v.valid_after for v in votes.values()
+                                                    if not isinstance(v, Exception))}
+        whole = not any(isinstance(v, Exception) for v in votes.values())
+        if whole and len(rounds) == 1 and md.valid_after.timestamp() >= since:
+            return md, ns, votes
+        seen.append(sorted(r.isoformat() for r in rounds))
+    pytest.fail(f"no fetch gave one round's documents at or after {since}: {seen}")
+
+
 @pytest.mark.slow
 def test_consensus_is_tors_rule_over_the_votes_and_verifies(net):
     set_all(net, {"moria1": f"{KIST}=2", "tor26": f"{KIST}=2", "dizum": f"{KIST}=2",
@@ -110,11 +129,7 @@ def test_consensus_is_tors_rule_over_the_votes_and_verifies(net):
                                  and dict(p.params).get(KIST) == 2
                                  and dict(p.params).get("AuthDirMaxServersPerAddr") == 2)
     for in_process in (False, True):
-        with client(net, in_process) as c:
-            md = c.fetch_consensus("microdesc")
-            ns = c.fetch_consensus("ns")
-            votes = c.fetch_votes("current")
-        assert md.valid_after == ns.valid_after and md.valid_after.timestamp() >= pub.valid_after
+        md, ns, votes = _one_rounds_documents(net, in_process, pub.valid_after)
         assert md.params == ns.params == (("AuthDirMaxServersPerAddr", 2), (KIST, 2))
         # Every authority signs, but as in tor a detached signature that misses the distribution
         # window (a loaded machine) is simply absent; the client verified each one it counted.
