@@ -112,10 +112,9 @@ def _one_rounds_documents(net: FakeAuthorityNetwork, in_process: bool, since: fl
             md = c.fetch_consensus("microdesc")
             ns = c.fetch_consensus("ns")
             votes = c.fetch_votes("current")
-        rounds = {md.valid_after, ns.valid_after, *(v.valid_after for v in votes.values()
-                                                    if not isinstance(v, Exception))}
-        whole = not any(isinstance(v, Exception) for v in votes.values())
-        if whole and len(rounds) == 1 and md.valid_after.timestamp() >= since:
+        held = [v for v in votes.values() if not isinstance(v, Exception)]  # an unreachable one: its error
+        rounds = {md.valid_after, ns.valid_after, *(v.valid_after for v in held)}
+        if len(held) == len(votes) and len(rounds) == 1 and md.valid_after.timestamp() >= since:
             return md, ns, votes
         seen.append(sorted(r.isoformat() for r in rounds))
     pytest.fail(f"no fetch gave one round's documents at or after {since}: {seen}")
