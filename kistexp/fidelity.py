@@ -43,7 +43,7 @@ import attrs
 
 from kistexp.asciinum import ascii_uint
 from kistexp.errors import KistexpError, LocalNetError, SimConfigError
-from kistexp.localnet import procs
+from kistexp.localnet import machine, procs
 from kistexp.localnet.network import LocalNetwork, free_base_port, have_tor
 from kistexp.localnet.schedlog import RunStats, log_size, read_runs
 from kistexp.localnet.spec import SERVICE_ADDRESS, NetworkSpec, scheduler_options
@@ -97,6 +97,8 @@ ORDER_MARGIN = 0.10
 PERIOD_PROBE_SHARE = 0.25
 PERIOD_PROBE_MIN_BYTES = 4_000_000
 WARMUP_BYTES = 200_000
+#: Seconds of timer probing (``machine.probe_timers``) after the warm-up, before any case.
+MACHINE_PROBE_S = 2.0
 #: How long a ConsensusParams change may take to reach every node's consensus: one or two
 #: 10 s voting periods, then the nodes' fetch (real-tor.md problem 6), and on a loaded machine
 #: a round or two whose consensus the authorities fail to sign in time (problem 5's noise).
@@ -186,13 +188,17 @@ class RealSide:
     #: the machine's 1-minute load average when the case's repetitions started, their mean
     #: (os.getloadavg, as uptime prints it): the machine may be shared, and load lowers real figures
     load_1min: float | None = None
+    #: per repetition, the share of the machine's CPU time its hypervisor took during the
+    #: transfer (``machine.stolen_fraction``): while it lasts no tor runs, so a latency-bound
+    #: figure falls with it; empty where /proc/stat gives none or the report predates it
+    stolen_fractions: tuple[float, ...] = ()
 
     def as_json(self) -> dict:
         return {"throughputs_mbytes_per_s": list(self.throughputs_mbytes_per_s),
                 "cpu_busiest_fraction": self.cpu_busiest_fraction,
                 "run_period": self.run_period.as_json() if self.run_period else None,
                 "cpu_total_cores": self.cpu_total_cores, "cpu_seconds_per_mbyte": self.cpu_seconds_per_mbyte,
-                "load_1min": self.load_1min}
+                "load_1min": self.load_1min, "stolen_fractions": list(self.stolen_fractions)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RealSide:
@@ -200,13 +206,18 @@ class RealSide:
             rp = data.get("run_period")
             return cls(tuple(float(x) for x in data["throughputs_mbytes_per_s"]), float(data["cpu_busiest_fraction"]),
                        RunStats(**rp) if rp else None, float(data["cpu_total_cores"]),
-                       float(data["cpu_seconds_per_mbyte"]), data.get("load_1min"))
+                       float(data["cpu_seconds_per_mbyte"]), data.get("load_1min"),
+                       tuple(float(x) for x in data.get("stolen_fractions") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise SimConfigError(f"{where}: not a real-side record of a fidelity report ({exc})") from None
 
     @property
     def mean_mbytes_per_s(self) -> float | None:
         return _mean(self.throughputs_mbytes_per_s)
+
+    @property
+    def stolen_mean(self) -> float | None:
+        return _mean(self.stolen_fractions)
 
     def cores_needed(self, mbytes_per_s: float) -> float:
         """Cores this machine would need to move `mbytes_per_s` through the same processes, at
@@ -295,6 +306,7 @@ class Row:
             "real_cells_per_run_mean": rp.cells_per_run_mean if rp else None,
             "real_cpu_busiest_fraction": real.cpu_busiest_fraction if real else None,
             "real_load_1min": real.load_1min if real else None,
+            "real_stolen_fraction_mean": real.stolen_mean if real else None,
             "real": real.as_json() if real else None,
             "real_cpu_total_cores": real.cpu_total_cores if real else None,
             "real_cpu_bound": real.cpu_bound if real else None,
@@ -321,6 +333,8 @@ class Report:
     sim_skipped: str = ""
     seeds: int | None = None
     """Simulator seeds per case (None: as many as ``repetitions``)."""
+    timers: machine.TimerLateness | None = None
+    """How late the machine's timers woke while the tors idled before the real runs."""
 
     @property
     def sim_seeds(self) -> int:
@@ -381,6 +395,32 @@ class Report:
             lines.append(f"ordering: {len(pairs) - len(wrong)} of {len(pairs)} pairs that real tor orders clearly "
                          "are ordered the same way by the simulator")
             lines.extend(f"  wrong: {w}" for w in wrong)
+        lines.extend(self.machine_lines())
+        return lines
+
+    def stolen_range(self) -> tuple[float, float, float] | None:
+        """(lowest case mean, mean over every repetition, highest case mean) of the CPU time the
+        hypervisor took during real tor's repetitions, or None where none was measured."""
+        means = [r.real.stolen_mean for r in self.rows if r.real and r.real.stolen_fractions]
+        every = [x for r in self.rows if r.real for x in r.real.stolen_fractions]
+        if not every:
+            return None
+        return min(means), statistics.fmean(every), max(means)
+
+    def machine_lines(self) -> list[str]:
+        """What the machine did to real tor's timing, and a warning when it stalls."""
+        lines = []
+        if self.timers is not None:
+            lines.append(machine.describe(self.timers))
+        stolen = self.stolen_range()
+        if stolen is not None:
+            lo, mean, hi = stolen
+            lines.append(f"during real tor's repetitions the hypervisor took {100 * mean:.1f} % of this machine's "
+                         f"CPU time (case means {100 * lo:.1f}-{100 * hi:.1f} %)")
+        if (self.timers is not None and self.timers.stalls) or (stolen and stolen[1] >= machine.STALL_WARN_FRACTION):
+            lines.append("warning: this machine's cores are held off by its host: real tor runs slower here than on "
+                         "cores of its own, most on the latency-bound rows (KIST, KISTLite at 2 ms), while the "
+                         "simulator gives every node a core that nothing holds off (docs/fidelity.md)")
         return lines
 
     def as_json(self) -> dict:
@@ -396,6 +436,8 @@ class Report:
             "clearly_ordered_pairs": len(self.clear_pairs()),
             "sim_within_25pct_count": self.within_target_count()[0],
             "compared_count": self.within_target_count()[1],
+            "machine": self.timers.as_json() if self.timers else None,
+            "real_stolen_fraction_mean": stolen[1] if (stolen := self.stolen_range()) else None,
         }
 
 
@@ -416,12 +458,14 @@ class _Repetition:
     total: float  # all processes, in cores
     cpu_per_mb: float
     load_1min: float
+    stolen: float | None = None  # share of the machine's CPU time its hypervisor took
 
 
 def _real_side(reps: Sequence[_Repetition], probe: RunStats | None) -> RealSide:
     return RealSide(tuple(r.mbytes_per_s for r in reps), max(r.busiest for r in reps), probe,
                     max(r.total for r in reps), statistics.fmean(r.cpu_per_mb for r in reps),
-                    statistics.fmean(r.load_1min for r in reps))
+                    statistics.fmean(r.load_1min for r in reps),
+                    tuple(r.stolen for r in reps if r.stolen is not None))
 
 
 class RealTor:
@@ -439,6 +483,7 @@ class RealTor:
         self.net: LocalNetwork | None = None
         self._server: BulkServerProcess | None = None
         self._cc_alg = 2  # tor's default; the fidelity network's authorities vote no cc_alg
+        self.timers: machine.TimerLateness | None = None
 
     def __enter__(self) -> RealTor:
         try:
@@ -467,6 +512,8 @@ class RealTor:
         # One small transfer proves the pinned path works before any case is timed.
         self._progress("checking the pinned path guard -> middle -> exit")
         download(self.client.socks_port, SERVICE_ADDRESS, spec.service_port, WARMUP_BYTES, f"warmup-{uuid.uuid4().hex}")
+        self._progress(f"timing this machine's timers for {MACHINE_PROBE_S:g} s")
+        self.timers = machine.probe_timers(MACHINE_PROBE_S)
 
     def close(self) -> None:
         if self.net is not None:
@@ -570,12 +617,13 @@ class RealTor:
     def _repetition(self, case: Case, size_bytes: int, tag: str) -> _Repetition:
         """One timed transfer of ``case`` (already configured), with every process's CPU."""
         load = os.getloadavg()[0]
+        ticks = machine.cpu_ticks()
         before, t0 = self._cpu_sample(), time.monotonic()
         value = self._transfer(case, size_bytes, tag)
         after, wall = self._cpu_sample(), time.monotonic() - t0
         spent = [after[k] - before.get(k, 0.0) for k in after]
         return _Repetition(value, max(x / wall for x in spent), sum(spent) / wall,
-                           sum(spent) / (size_bytes / MB), load)
+                           sum(spent) / (size_bytes / MB), load, machine.stolen_fraction(ticks, machine.cpu_ticks()))
 
     def _probe(self, case: Case, size_bytes: int) -> RunStats:
         probe = max(PERIOD_PROBE_MIN_BYTES, int(size_bytes * PERIOD_PROBE_SHARE))
@@ -699,16 +747,26 @@ def simulate_case(case: Case, seeds: Iterable[int], size_bytes: int) -> SimSide:
     return SimSide(tuple(v for r in runs for v in r.throughputs_mbytes_per_s), _mean(periods), _mean(cells))
 
 
+def _read_report(path: Path | str) -> Any:
+    import json
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SimConfigError(f"{path}: cannot read a fidelity report ({exc})") from None
+
+
+def load_machine(path: Path | str) -> machine.TimerLateness | None:
+    """The machine record of an earlier ``--json`` report (None where it has none)."""
+    data = _read_report(path)
+    return machine.TimerLateness.from_json(data.get("machine")) if isinstance(data, dict) else None
+
+
 def load_real_sides(path: Path | str) -> dict[Case, RealSide]:
     """Real tor's figures from an earlier ``kistexp fidelity --json`` report, so the simulator
     side can be recomputed against the same real run."""
-    import json
-
     where = str(path)
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise SimConfigError(f"{where}: cannot read a fidelity report ({exc})") from None
+    data = _read_report(path)
     out = {}
     for i, row in enumerate(data.get("rows", []) if isinstance(data, dict) else []):
         if row.get("real") and row.get("scenario") in FIDELITY_SCENARIOS:
@@ -752,6 +810,7 @@ def run_fidelity(
     reason in the report. With ``real_from`` the real figures are that run's, over its own
     repetitions."""
     loaded = load_real_sides(real_from) if real_from is not None else None
+    timers = load_machine(real_from) if real_from is not None else None
     if repetitions is None:
         runs = [len(side.throughputs_mbytes_per_s) for side in (loaded or {}).values()]
         repetitions = max(runs) if runs else DEFAULT_REPETITIONS
@@ -777,6 +836,7 @@ def run_fidelity(
             with RealTor(root=root, base_port=base_port, progress=say) as rt:
                 measure = rt.measure_interleaved if interleaved else rt.measure_case_by_case
                 real_sides, real_notes = measure(cases, repetitions, size)
+                timers = rt.timers
         except KistexpError as exc:
             real_skipped = f"real tor failed: {exc}"
     else:
@@ -810,5 +870,5 @@ def run_fidelity(
                     f"at real tor's {real_side.cpu_seconds_per_mbyte * 1e3:.0f} ms of CPU per MB "
                     f"(all processes; {os.cpu_count()} cores here): not compared")
         rows.append(attrs.evolve(row, real_note=note))
-    return Report(tuple(rows), repetitions, size_mb, real_skipped, sim_skipped, seeds)
+    return Report(tuple(rows), repetitions, size_mb, real_skipped, sim_skipped, seeds, timers)
 

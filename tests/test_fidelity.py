@@ -143,6 +143,46 @@ def test_ratio_and_cpu_bound_note() -> None:
     assert not real.cpu_bound and RealSide((30.0,), 0.97, None).cpu_bound
 
 
+def test_machine_stalls_are_reported_beside_real_tor(tmp_path) -> None:
+    """The CPU time the hypervisor took during each repetition and the timer probe reach the
+    report, its JSON (reloaded by --real-from) and a warning when the machine stalls."""
+    from kistexp.localnet import machine
+
+    stats = RunStats(100, 8, 90, 4.0, 4.1, 64, 63.5, 5760)
+    kist = RealSide((5.0, 7.0), 0.2, stats, 0.4, 0.03, load_1min=0.5, stolen_fractions=(0.08, 0.04))
+    lite = RealSide((6.0, 6.2), 0.2, stats, 0.4, 0.03, load_1min=0.5, stolen_fractions=(0.01, 0.01))
+    timers = machine.lateness_of([0.1] * 93 + [3.0] * 7, 1.0, stolen=0.05)
+    report = fidelity.Report((Row(Case("circuit", "kist", 2), kist, SimSide((9.0,))),
+                              Row(Case("circuit", "kistlite", 2), lite, SimSide((6.4,)))), 2, 20.0, timers=timers)
+    lines = report.summary_lines()
+    assert "the hypervisor took 3.5 % of this machine's CPU time (case means 1.0-6.0 %)" in "\n".join(lines)
+    assert any(line.startswith("machine: 100 sleeps of 1 ms") and "7.0 % more than 1 ms late" in line
+               for line in lines)
+    assert any(line.startswith("warning: this machine's cores are held off") for line in lines)
+    out = report.as_json()
+    assert out["real_stolen_fraction_mean"] == pytest.approx(0.035) and out["machine"]["late_fraction"] == 0.07
+    assert out["rows"][0]["real_stolen_fraction_mean"] == pytest.approx(0.06)
+    path = tmp_path / "real.json"
+    path.write_text(json.dumps(out))
+    assert fidelity.load_real_sides(path)[Case("circuit", "kist", 2)] == kist
+    assert fidelity.load_machine(path) == timers
+    # a quiet machine: the figures, no warning; a report of before the field: none of it
+    calm = fidelity.Report((Row(Case("circuit", "kistlite", 2), attrs_evolve(lite, (0.001, 0.002)), None),), 2, 20.0,
+                           timers=machine.lateness_of([0.1] * 100, 1.0, stolen=0.001))
+    assert not any(line.startswith("warning") for line in calm.summary_lines())
+    old = out["rows"][0]["real"]
+    del old["stolen_fractions"]
+    assert RealSide.from_json(old, "old").stolen_fractions == ()
+    assert fidelity.Report((Row(Case("circuit", "kist", 2), RealSide((5.0,), 0.2, None), None),), 1, 20.0
+                           ).machine_lines() == []
+
+
+def attrs_evolve(side: RealSide, stolen: tuple[float, ...]) -> RealSide:
+    import attrs
+
+    return attrs.evolve(side, stolen_fractions=stolen)
+
+
 def test_bad_run_settings() -> None:
     with pytest.raises(SimConfigError, match="--repetitions must be >= 1"):
         run_fidelity(parse_cases("circuit", "kist", "2"), repetitions=0, real=False, sim=False)
@@ -252,6 +292,10 @@ def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeyp
     monkeypatch.setattr(rt, "configure", configure)
     monkeypatch.setattr(rt, "_transfer", transfer)
     monkeypatch.setattr(rt, "_cpu_sample", lambda: {"exit": time_now()})
+    from kistexp.localnet import machine
+
+    ticks = iter(machine.CpuTicks(1000 * i, 10 * i * i) for i in range(1, 100))
+    monkeypatch.setattr(machine, "cpu_ticks", lambda: next(ticks))
     monkeypatch.setattr(rt, "run_period", lambda case, size: probed.append(case.scenario) or
                         RunStats(10, 5, 9, 4.0, 4.1, 64, 60.0, 1000))
     cases = [Case("cc-off", "kist", 2), Case("circuit", "kist", 2), Case("circuits-2", "kist", 2),
@@ -265,6 +309,10 @@ def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeyp
     assert probed == ["circuit", "streams-4", "cc-off"]
     assert set(sides) == {cases[0], cases[1], cases[3]}
     assert sides[cases[1]].throughputs_mbytes_per_s == (9.0, 9.1, 9.2)
+    # each repetition's stolen share from the machine's ticks read just before and after it (the
+    # i-th reading: 1000*i ticks, 10*i*i stolen): circuit's repetitions took readings 1-2, 7-8
+    # and 12-13 (the failed circuits-2 transfer took one reading, 9)
+    assert sides[cases[1]].stolen_fractions == pytest.approx((0.03, 0.15, 0.25))
     assert sides[cases[3]].run_period.period_ms_median == 4.0 and sides[cases[3]].load_1min is not None
     assert notes == {cases[2]: "download through circuit 'x' ended after 5 of 10 bytes"}
 
