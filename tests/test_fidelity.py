@@ -177,6 +177,46 @@ def test_machine_stalls_are_reported_beside_real_tor(tmp_path) -> None:
                            ).machine_lines() == []
 
 
+def test_a_repetition_the_host_held_off_is_measured_again(monkeypatch, tmp_path) -> None:
+    """--max-stolen: a repetition during which the host took more than the bound is measured
+    again, at most STOLEN_RETRIES times; the report counts the dropped tries."""
+    from kistexp.fidelity import _Repetition
+
+    shares: list[float] = []
+    tags: list[str] = []
+
+    def repetition(case: Case, size: int, tag: str) -> _Repetition:
+        tags.append(tag)
+        stolen = shares.pop(0)
+        return _Repetition(3.0 - stolen, 0.2, 0.5, 0.03, 0.4, stolen)
+
+    rt = fidelity.RealTor(root=tmp_path / "net", max_stolen=0.05)
+    rt.net = object()
+    monkeypatch.setattr(rt, "_repetition", repetition)
+    monkeypatch.setattr(rt, "configure", lambda case: None)
+    monkeypatch.setattr(rt, "run_period", lambda case, size: None)
+    case = Case("circuit", "kist", 2)
+    shares[:] = [0.20, 0.10, 0.03]
+    kept = rt._calm_repetition(case, 1000, "r0")
+    assert (kept.stolen, kept.remeasured, tags) == (0.03, 2, ["r0", "r0-again1", "r0-again2"])
+    shares[:] = [0.30] * (fidelity.STOLEN_RETRIES + 1)
+    held = rt._calm_repetition(case, 1000, "r1")  # the host never let go: the last try is kept
+    assert held.remeasured == fidelity.STOLEN_RETRIES and not shares
+    shares[:] = [0.02, 0.30, 0.04]
+    side = rt.measure(case, repetitions=2, size_bytes=1000, period_probe=False)
+    assert side.stolen_fractions == (0.02, 0.04) and side.remeasured == 1
+    assert side.throughputs_mbytes_per_s == pytest.approx((2.98, 2.96))
+    report = fidelity.Report((Row(case, side, None),), 2, 20.0)
+    assert "1 repetition(s) measured again because the host took more than --max-stolen during them" in (
+        report.summary_lines())
+    assert RealSide.from_json(side.as_json(), "here") == side
+    rt.max_stolen = None  # without the bound nothing is measured twice
+    shares[:] = [0.5]
+    assert rt._calm_repetition(case, 1000, "r2").remeasured == 0
+    with pytest.raises(SimConfigError, match=r"--max-stolen must be a percentage within \[0, 100\), got 100"):
+        run_fidelity(parse_cases("circuit", "kist", "2"), real=False, sim=False, max_stolen_pct=100)
+
+
 def attrs_evolve(side: RealSide, stolen: tuple[float, ...]) -> RealSide:
     import attrs
 

@@ -73,13 +73,16 @@ def fidelity(
     base_port: int | None = typer.Option(None, "--base-port", help="Port layout base (default: first free)."),
     rounds: bool = typer.Option(True, "--rounds/--case-by-case", help="Real tor: measure the cases in rounds "
                                 "(repetition 1 of every case, then 2, ...), or each case's repetitions back to back."),
+    max_stolen: float | None = typer.Option(None, "--max-stolen", help="Real tor: measure a repetition again (at "
+                                            "most 3 times) while the machine's host took more than this % of its "
+                                            "CPU time during it (default: never)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run scenarios on a real local tor network and in the simulator; print both and their ratio."""
     cases = parse_cases(scenarios, schedulers, intervals)
     if json_out:
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port, real_from=real_from,
-                              interleaved=rounds, seeds=seeds)
+                              interleaved=rounds, seeds=seeds, max_stolen_pct=max_stolen)
         emit_json(report.as_json())
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
@@ -87,7 +90,7 @@ def fidelity(
         task = bar.add_task("fidelity", total=None)
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port,
                               progress=lambda msg: bar.update(task, description=visible(msg)), real_from=real_from,
-                              interleaved=rounds, seeds=seeds)
+                              interleaved=rounds, seeds=seeds, max_stolen_pct=max_stolen)
     _print_report(report)
 
 
