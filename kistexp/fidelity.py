@@ -788,15 +788,20 @@ def _read_report(path: Path | str) -> Any:
 
 def load_machine(path: Path | str) -> machine.TimerLateness | None:
     """The machine record of an earlier ``--json`` report (None where it has none)."""
-    data = _read_report(path)
+    return _machine_of(_read_report(path))
+
+
+def _machine_of(data: Any) -> machine.TimerLateness | None:
     return machine.TimerLateness.from_json(data.get("machine")) if isinstance(data, dict) else None
 
 
 def load_real_sides(path: Path | str) -> dict[Case, RealSide]:
     """Real tor's figures from an earlier ``kistexp fidelity --json`` report, so the simulator
     side can be recomputed against the same real run."""
-    where = str(path)
-    data = _read_report(path)
+    return _real_sides_of(_read_report(path), str(path))
+
+
+def _real_sides_of(data: Any, where: str) -> dict[Case, RealSide]:
     out = {}
     for i, row in enumerate(data.get("rows", []) if isinstance(data, dict) else []):
         if row.get("real") and row.get("scenario") in FIDELITY_SCENARIOS:
@@ -840,8 +845,10 @@ def run_fidelity(
     (seeds 1..``seeds``, default ``DEFAULT_SEEDS``). A side that cannot run is skipped with its
     reason in the report. With ``real_from`` the real figures are that run's, over its own
     repetitions."""
-    loaded = load_real_sides(real_from) if real_from is not None else None
-    timers = load_machine(real_from) if real_from is not None else None
+    loaded = timers = None
+    if real_from is not None:
+        report = _read_report(real_from)  # once, for both the real sides and the machine record
+        loaded, timers = _real_sides_of(report, str(real_from)), _machine_of(report)
     if repetitions is None:
         runs = [len(side.throughputs_mbytes_per_s) for side in (loaded or {}).values()]
         repetitions = max(runs) if runs else DEFAULT_REPETITIONS

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from kistexp.fidelity import SCENARIOS, Case, Report, parse_cases, run_fidelity
+from kistexp.fidelity import SCENARIOS, STOLEN_RETRIES, Case, Report, parse_cases, run_fidelity
 from kistexp.output import add_row, emit_json, err_console, make_table, print_table, say, visible
 
 
@@ -74,8 +74,8 @@ def fidelity(
     rounds: bool = typer.Option(True, "--rounds/--case-by-case", help="Real tor: measure the cases in rounds "
                                 "(repetition 1 of every case, then 2, ...), or each case's repetitions back to back."),
     max_stolen: float | None = typer.Option(None, "--max-stolen", help="Real tor: measure a repetition again (at "
-                                            "most 3 times) while the machine's host took more than this % of its "
-                                            "CPU time during it (default: never)."),
+                                            f"most {STOLEN_RETRIES} times) while the machine's host took more than "
+                                            "this % of its CPU time during it (default: never)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run scenarios on a real local tor network and in the simulator; print both and their ratio."""
