@@ -148,6 +148,29 @@ def test_only_our_processes_are_signalled(tmp_path: Path) -> None:
     assert procs.terminate([(stranger.pid, tmp_path / "torrc")]) == {stranger.pid: "not running"}
 
 
+def test_a_process_in_the_middle_of_exec_is_alive_and_not_ours(tmp_path: Path, monkeypatch) -> None:
+    # Popen returns once the child's close-on-exec pipe closes, which the kernel does before it
+    # sets up the new argv: a loaded machine can show the fresh child with an empty command line
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    real_path = procs.Path
+
+    def no_argv_yet(name: str):
+        if name == f"/proc/{stranger.pid}/cmdline":
+            fake = tmp_path / "empty_cmdline"
+            fake.write_bytes(b"")
+            return fake
+        return real_path(name)
+
+    try:
+        monkeypatch.setattr(procs, "Path", no_argv_yet)
+        assert procs.cmdline(stranger.pid) == []
+        assert procs.terminate([(stranger.pid, tmp_path / "torrc")], timeout_s=0.5) == {stranger.pid: "not ours"}
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def test_port_checks_and_free_base_port() -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))

@@ -113,10 +113,17 @@ def _two_stages_across_a_kill(tmp_path) -> None:
         assert i["state"] in ("done", "superseded"), i
     for i in done:
         evidence = json.loads(i["evidence"])
-        # the vote that shows it, and beside it what the actuator did (params.inc, reload, GETCONF)
+        # the vote that shows it, and beside it what the actuator did (params.inc, reload, GETCONF) or,
+        # for a stage-2 act that landed before the kill, that the rerun found it in place and sent
+        # nothing (docs/rollouts.md: a run killed after its change landed does not send it again;
+        # the change log below shows it was made exactly once)
         assert evidence["vote"] == {KIST: i["desired"][KIST]}, i
         assert evidence["valid_after"] == i["valid_after"].isoformat(), i
-        assert "SIGNAL RELOAD" in evidence["response"] and f"{KIST}={i['desired'][KIST]}" in evidence["response"], i
+        if evidence["response"] == "already set":
+            assert i["desired"][KIST] == STAGES[1][1], i
+        else:
+            assert "SIGNAL RELOAD" in evidence["response"], i
+            assert f"{KIST}={i['desired'][KIST]}" in evidence["response"], i
         # the consensus of the intent's valid-after, fetched and signature-checked, carries the stage's value
         assert consensuses[i["valid_after"]] == {KIST: i["desired"][KIST]}
         assert votes[(i["authority"], i["valid_after"])] == {KIST: i["desired"][KIST]}

@@ -16,7 +16,11 @@ POLL_S = 0.1
 
 
 def cmdline(pid: int) -> list[str] | None:
-    """The argv of a live, non-zombie process, or None."""
+    """The argv of a live, non-zombie process, or None when there is no such process.
+
+    A live process can show an empty command line: a kernel thread, or a process in the middle of
+    ``execve`` (the kernel closes its close-on-exec pipes, which wakes a ``subprocess.Popen``
+    caller, before it has set up the new argv).  That is ``[]``: alive, and nobody's tor."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -24,8 +28,10 @@ def cmdline(pid: int) -> list[str] | None:
         return None
     # state is the field after the parenthesised command name
     state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-    if state in ("Z", "X") or not raw:
+    if state in ("Z", "X"):
         return None
+    if not raw:
+        return []
     return raw.rstrip(b"\0").decode(errors="replace").split("\0")
 
 
