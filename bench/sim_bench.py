@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from kistexp.localnet import machine
-from kistexp.sim import InteractiveFlow, LinkConfig, Network, NodeConfig, RunConfig, run
+from kistexp.sim import InteractiveFlow, LinkConfig, Network, NodeConfig, RunConfig, run, warm_up
 
 BULK = 5 * 1024 * 1024
 WEB = 320 * 1024
@@ -110,19 +110,9 @@ def network_1000(scheduler: str, duration_s: float, seed: int = 3) -> Network:
 CASES = {"a": one_relay, "b": network_100, "c": network_1000}
 
 
-def _warm() -> float:
-    """Compile (or load from numba's cache) on a tiny network."""
-    t0 = time.perf_counter()
-    warm = Network()
-    a, b = warm.add_node(NodeConfig(role="client")), warm.add_node(NodeConfig(role="exit"))
-    warm.add_transfers([warm.add_circuit([a, b])], [498], [100_000], [0.0])
-    run(warm, RunConfig(duration_s=0.2))
-    return time.perf_counter() - t0
-
-
 def _one(case: str, scheduler: str, duration_s: float) -> dict:
     """One run of a case in this process: its figures as a dict."""
-    load = _warm()
+    load = warm_up()
     net = CASES[case](scheduler, duration_s)
     ticks = machine.cpu_ticks()
     t0 = time.perf_counter()
@@ -184,7 +174,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(_one(args.one, args.scheduler, args.duration)))
         return
-    print(f"compile or cache load: {_warm():.1f} s (scheduler {args.scheduler})")
+    print(f"compile or cache load: {warm_up():.1f} s (scheduler {args.scheduler})")
     for case in sorted(CASES):
         if args.only in (None, case):
             _measure(case, args.scheduler, args.duration, args.repeat)

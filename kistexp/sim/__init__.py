@@ -49,6 +49,7 @@ Network (``kistexp.sim.network``)::
     net.change_interval(IntervalChange(time_s=5.0, node=n, interval_ms=2))
 
     result = run(net, RunConfig(...), progress=None) -> SimResult    # deterministic per seed
+    warm_up(keep_raw_delays=False) -> seconds   # compile or load the kernel before timed work
 
 Steppable run (``kistexp.sim.simulation``; ``run()`` is its one-call form, identical results)::
 
@@ -145,7 +146,7 @@ from kistexp.sim.config import (  # noqa: E402
     NodeConfig,
     RunConfig,
 )
-from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run  # noqa: E402
+from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run, warm_up  # noqa: E402
 from kistexp.sim.result import SimResult  # noqa: E402
 from kistexp.sim.simulation import AppliedConsensus, Simulation, Window  # noqa: E402
 
@@ -166,4 +167,5 @@ __all__ = [
     "SimResult",
     "Transfer",
     "run",
+    "warm_up",
 ]
