@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -734,9 +735,7 @@ def warm_up(keep_raw_delays: bool = False) -> float:
     """Compile the event loop, or load it from the cache, on a two-node network; returns the seconds
     it took.  A run keeping raw per-cell delays (``RunConfig.cell_delays_max`` > 0) uses a second
     compiled kernel, hence the flag.  For a process that should pay the one to two minutes of a
-    first compile before its measured or timed work (benchmarks, test workers, sweep workers)."""
-    import time
-
+    first compile before its measured or timed work (the benchmarks, the test workers)."""
     t0 = time.perf_counter()
     net = Network()
     client, exit_ = net.add_node(NodeConfig(role="client")), net.add_node(NodeConfig(role="exit"))
