@@ -63,10 +63,10 @@ def child(case: str, duration_s: float, outdir: Path) -> None:
     import sim_bench
     from numba.core.registry import CPUDispatcher
 
-    from kistexp.sim import RunConfig, run
+    from kistexp.sim import RunConfig, run, warm_up
     from kistexp.sim.numbacache import COMPILED_MODULES
 
-    sim_bench._warm()
+    warm_up()
     net = sim_bench.CASES[case]("kist", duration_s)
     res = run(net, RunConfig(duration_s=duration_s, seed=7, sample_interval_s=1.0))
     libs, n = [], 0
