@@ -150,22 +150,33 @@ def test_only_our_processes_are_signalled(tmp_path: Path) -> None:
 
 def test_a_process_in_the_middle_of_exec_is_alive_and_not_ours(tmp_path: Path, monkeypatch) -> None:
     # Popen returns once the child's close-on-exec pipe closes, which the kernel does before it
-    # sets up the new argv: a loaded machine can show the fresh child with an empty command line
+    # sets up the new argv: a loaded machine can show the fresh child with an empty command line.
+    # A process that is exiting (PF_EXITING in its stat flags) shows none either: that one is gone.
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     real_path = procs.Path
+    stat = real_path(f"/proc/{stranger.pid}/stat").read_text()
+    head, rest = stat.rsplit(")", 1)
+    fields = rest.split()
+    fields[6] = str(int(fields[6]) | procs.PF_EXITING)
+    (tmp_path / "empty_cmdline").write_bytes(b"")
+    (tmp_path / "exiting_stat").write_text(f"{head}) {' '.join(fields)}\n")
+    exiting = False
 
-    def no_argv_yet(name: str):
+    def no_argv(name: str):
         if name == f"/proc/{stranger.pid}/cmdline":
-            fake = tmp_path / "empty_cmdline"
-            fake.write_bytes(b"")
-            return fake
+            return tmp_path / "empty_cmdline"
+        if exiting and name == f"/proc/{stranger.pid}/stat":
+            return tmp_path / "exiting_stat"
         return real_path(name)
 
     try:
-        monkeypatch.setattr(procs, "Path", no_argv_yet)
+        monkeypatch.setattr(procs, "Path", no_argv)
         assert procs.cmdline(stranger.pid) == []
         assert procs.terminate([(stranger.pid, tmp_path / "torrc")], timeout_s=0.5) == {stranger.pid: "not ours"}
         assert stranger.poll() is None
+        exiting = True
+        assert procs.cmdline(stranger.pid) is None
+        assert procs.terminate([(stranger.pid, tmp_path / "torrc")], timeout_s=0.5) == {stranger.pid: "not running"}
     finally:
         stranger.kill()
         stranger.wait()

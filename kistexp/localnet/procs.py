@@ -15,23 +15,31 @@ from kistexp.errors import LocalNetError
 POLL_S = 0.1
 
 
+#: the kernel's PF_EXITING task flag (include/linux/sched.h), in /proc/PID/stat's ninth field
+PF_EXITING = 0x4
+
+
 def cmdline(pid: int) -> list[str] | None:
     """The argv of a live, non-zombie process, or None when there is no such process.
 
-    A live process can show an empty command line: a kernel thread, or a process in the middle of
-    ``execve`` (the kernel closes its close-on-exec pipes, which wakes a ``subprocess.Popen``
-    caller, before it has set up the new argv).  That is ``[]``: alive, and nobody's tor."""
+    An empty command line means one of two things.  A process that is exiting (after a SIGKILL,
+    say) has released its memory before it turns zombie: it is gone, so None.  A live one without
+    it is a kernel thread or a process in the middle of ``execve`` (the kernel closes its
+    close-on-exec pipes, which wakes a ``subprocess.Popen`` caller, before it has set up the new
+    argv): that is ``[]``, alive and nobody's tor."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    # state is the field after the parenthesised command name
-    state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+    # state and flags are the first and seventh fields after the parenthesised command name
+    fields = stat.rsplit(")", 1)[-1].split() if ")" in stat else []
+    state = fields[0] if fields else "?"
     if state in ("Z", "X"):
         return None
     if not raw:
-        return []
+        exiting = len(fields) > 6 and fields[6].isdecimal() and int(fields[6]) & PF_EXITING
+        return None if exiting else []
     return raw.rstrip(b"\0").decode(errors="replace").split("\0")
 
 
