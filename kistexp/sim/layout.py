@@ -324,6 +324,16 @@ LEAN_STATE_TYPE = StateType(True)
 DESC_SLOTS = 5
 
 
+def _invariant_load(builder, ptr):
+    """Load a descriptor slot with LLVM's ``!invariant.load``: a descriptor never changes while
+    compiled code runs (a grown array gets a new descriptor between kernel calls), so LLVM may
+    keep an array's address and shape in a register across the kernel's stores instead of
+    reloading them at every ``S.<name>[...]`` (any int64 store could otherwise alias them)."""
+    value = builder.load(ptr)
+    value.set_metadata("invariant.load", builder.module.add_metadata([]))
+    return value
+
+
 @intrinsic
 def _state_at(typingctx, addr, lean):
     """The ``StateType`` pointing at the descriptor at address ``addr``."""
@@ -345,7 +355,7 @@ def _slot(typingctx, S, k):
 
     def codegen(context, builder, sig, args):
         p64 = builder.bitcast(args[0], ir.IntType(64).as_pointer())
-        return builder.load(builder.gep(p64, [args[1]]))
+        return _invariant_load(builder, builder.gep(p64, [args[1]]))
 
     return types.int64(S, k), codegen
 
@@ -361,7 +371,7 @@ def _pointer_intrinsic(nbtype):
 
         def codegen(context, builder, sig, args):
             p64 = builder.bitcast(args[0], ir.IntType(64).as_pointer())
-            addr = builder.load(builder.gep(p64, [args[1]]))
+            addr = _invariant_load(builder, builder.gep(p64, [args[1]]))
             return builder.inttoptr(addr, context.get_value_type(sig.return_type))
 
         return sig, codegen
