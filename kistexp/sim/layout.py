@@ -307,7 +307,8 @@ class StateType(types.Type):
     passing it between compiled functions costs one register and no ``NRT_incref``: a structref
     here counted a reference on every function entry, about a fifth of the kernel's time.  Each
     field read (``S.ci``) is a ``numba.carray`` view made from the address and shape in the
-    descriptor (two or three loads from one cache line; the view has no owner to count either).
+    descriptor (two or three loads from one cache line, marked invariant so that LLVM keeps them
+    in registers, ``_invariant_load``; the view has no owner to count either).
     ``lean``: the run keeps no raw delay samples and no chan trace, and code compiled for it leaves
     that bookkeeping out (``keeps_records`` is the constant False)."""
 
