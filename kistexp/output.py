@@ -28,6 +28,8 @@ The API (stable; other command modules rely on it):
     The one-line ``prog: error: message`` the CLI prints on stderr (newlines inside become ``\\n``).
 ``emit_json(obj)``
     One JSON document on stdout (JSON escapes control characters itself).
+``progress_bar(*columns, as_json=False, transient=True) -> rich.progress.Progress``
+    The progress bar of long work, on stderr and only at a terminal.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress, ProgressColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -145,3 +148,12 @@ def _default(obj: Any) -> Any:
 def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout."""
     sys.stdout.write(json.dumps(obj, default=_default, indent=2, sort_keys=False) + "\n")
+
+
+def progress_bar(*columns: str | ProgressColumn, as_json: bool = False, transient: bool = True) -> Progress:
+    """The bar of a long command, on stderr, drawn only for a person at a terminal: with ``--json``
+    or a piped stderr it draws nothing, so a script's stdout stays one document and its stderr holds
+    nothing but a one-line error (a transient bar that never drew still ends with a blank line)."""
+    return Progress(*columns, console=err_console, transient=transient,
+                    disable=as_json or not err_console.is_terminal)
+

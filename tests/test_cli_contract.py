@@ -125,3 +125,24 @@ def test_every_json_invocation_reaches_kistexp(tmp_path, microdesc_consensus_pat
             json.loads(result.stdout)  # one JSON document, nothing else on stdout
             outcome = "json"
         assert outcome in expected.split("|"), (name, outcome, result.output[-300:])
+
+
+def test_an_error_inside_a_progress_bar_leaves_only_its_line(tmp_path):
+    """Without --json and with stderr piped (a script, a CI log), a command that fails while its progress bar
+    would be up prints its error and nothing else: no blank line where a bar that never drew stood, nothing
+    on stdout."""
+    plan = "plans/kist-run-interval-2020.toml"
+    for argv, message in (
+        (["fidelity", "--real-from", str(tmp_path / "missing.json")], "cannot read a fidelity report"),
+        (["simulate", plan, "--dir", str(tmp_path / "sim"), "--consensus", str(tmp_path / "none.txt")],
+         "cannot read vote or consensus"),
+        (["metrics", "import", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--dir", str(tmp_path / "exp")],
+         "a.json: cannot read"),
+    ):
+        proc = subprocess.run([sys.executable, "-m", "kistexp", *argv], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent.parent)
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert proc.stdout == "", argv
+        lines = proc.stderr.splitlines()
+        assert lines and all(line.startswith("kistexp: ") for line in lines), (argv, proc.stderr)
+        assert lines[-1].startswith("kistexp: error: ") and message in lines[-1], (argv, proc.stderr)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from kistexp.fidelity import SCENARIOS, STOLEN_RETRIES, Case, Report, parse_cases, run_fidelity
-from kistexp.output import add_row, emit_json, err_console, make_table, print_table, say, visible
+from kistexp.output import add_row, emit_json, make_table, print_table, progress_bar, say, visible
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -85,8 +85,7 @@ def fidelity(
                               interleaved=rounds, seeds=seeds, max_stolen_pct=max_stolen)
         emit_json(report.as_json())
         return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
+    with progress_bar(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn()) as bar:
         task = bar.add_task("fidelity", total=None)
         report = run_fidelity(cases, repetitions, size_mb, real, sim, directory, base_port,
                               progress=lambda msg: bar.update(task, description=visible(msg)), real_from=real_from,

@@ -11,7 +11,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json
+from kistexp.output import console, emit_json, progress_bar
 
 _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
@@ -131,8 +131,6 @@ def judge_plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Verdicts as JSON."),
 ) -> None:
     """Judge every criterion of PLAN: baseline window vs each stage window, by value in effect."""
-    from rich.progress import Progress
-
     from kistexp.commands.plan_cmds import _parse_now
     from kistexp.expdir import ExperimentDir
     from kistexp.judge.plan import judge_plan
@@ -142,7 +140,7 @@ def judge_plan_cmd(
     plan = load_plan(plan_path)
     exp = ExperimentDir.open(exp_dir)
     store = MetricStore(exp.db)
-    with Progress(console=console, transient=True, disable=as_json) as bar:
+    with progress_bar(as_json=as_json) as bar:
         task = bar.add_task("judging", total=None)
         results = judge_plan(plan, store, now=_parse_now(now), sequential=sequential,
                              progress=lambda i, n: bar.update(task, completed=i, total=n))

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import console, emit_json, progress_bar
 
 metrics_app = typer.Typer(help="Collect measurements (OnionPerf, MetricsPort, consensus archives, operator "
                                "reports) into an experiment directory and show them.", no_args_is_help=True)
@@ -96,8 +96,8 @@ def import_cmd(
         if as_json or quick:
             results, errors = importer.import_all(store, sources, kind, opts)
         else:
-            with Progress(TextColumn("[bold]import"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          TextColumn("{task.description}"), console=err_console, transient=True) as bar:
+            with progress_bar(TextColumn("[bold]import"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                              TextColumn("{task.description}")) as bar:
                 task = bar.add_task("", total=len(sources))
                 results, errors = importer.import_all(
                     store, sources, kind, opts,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-from kistexp.output import emit_json, err_console, say
+from kistexp.output import emit_json, progress_bar, say
 
 
 def report(
@@ -28,10 +28,8 @@ def report(
     from kistexp.report.html import render_experiment, render_plan
     from kistexp.safeio import write_atomic
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=err_console, transient=True,
-                  # only on a terminal: a piped stderr keeps nothing but the one-line error
-                  disable=as_json or not err_console.is_terminal) as bar:
+    with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), as_json=as_json) as bar:
         task = bar.add_task("reading", total=1.0)
 
         def progress(fraction: float, what: str) -> None:

@@ -51,14 +51,12 @@ def dry_run_cmd(
     if exp is None and predictions is None:
         raise KistexpError(f"{plan_path}: a dry run draws from the population's predictions: make them with "
                            f"`kistexp simulate {plan_path} --dir EXP`, then pass --dir EXP")
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
-    from kistexp.output import err_console
+    from kistexp.output import progress_bar
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=err_console, transient=True,
-                  # only on a terminal: a piped stderr keeps nothing but the one-line error
-                  disable=as_json or not err_console.is_terminal) as bar:
+    with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), as_json=as_json) as bar:
         task = bar.add_task("rehearsing", total=1.0)
         r = dry_run(plan, Path(exp) if exp else None, injections=inject, seed=seed,
                     predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from kistexp.output import add_row, emit_json, err_console, make_table, print_table
+from kistexp.output import add_row, emit_json, make_table, print_table, progress_bar
 
 sim_app = typer.Typer(
     help="Relay-scheduling simulator: KIST, KISTLite and Vanilla with EWMA circuit priority.",
@@ -59,13 +59,11 @@ def experiment(
         return
     # Validate first so a bad argument never flashes an empty progress bar.
     experiments.check_experiment_args(name, **kwargs)
-    with Progress(
+    with progress_bar(
         TextColumn(f"sim {name}".replace("{", "{{").replace("}", "}}"), style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
     ) as bar:
         task = bar.add_task(name, total=None)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import console, emit_json, progress_bar
 
 # metric -> (unit label, factor applied before printing)
 _SHOW = {
@@ -120,8 +120,8 @@ def simulate(
     exp = ExperimentDir.open_or_create(path)
     if not exp.plan_path.exists():
         exp.save_plan(plan)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), console=err_console, disable=as_json, transient=True) as bar:
+    with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), as_json=as_json) as bar:
         task = bar.add_task("sampling", total=1.0)
         result = simulate_plan(p, consensus=consensus, traffic=traffic,
                                progress=lambda f, what: bar.update(task, completed=f, description=what))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kistexp.output import console, emit_json, err_console
+from kistexp.output import console, emit_json, err_console, progress_bar
 
 
 def _pct(x: float | None) -> str:
@@ -55,8 +55,8 @@ def sweep(
     out_dir = out if out is not None else Path("sweeps") / spec.name
     backend = DaskBackend(dask, timeout_s=dask_timeout) if dask else LocalBackend(workers or os.cpu_count() or 1)
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("ETA"), TimeRemainingColumn(), console=err_console, disable=as_json) as bar:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("ETA"), TimeRemainingColumn(), as_json=as_json, transient=False) as bar:
             task = bar.add_task(f"{spec.name}: sampling networks", total=spec.n_cells)
 
             def start(total: int, cached: int) -> None:
