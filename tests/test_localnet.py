@@ -148,6 +148,16 @@ def test_only_our_processes_are_signalled(tmp_path: Path) -> None:
     assert procs.terminate([(stranger.pid, tmp_path / "torrc")]) == {stranger.pid: "not running"}
 
 
+def test_a_tor_that_exits_as_it_is_stopped_is_not_running(tmp_path: Path, monkeypatch) -> None:
+    # our tor's command line is read, then it exits before the signal: it is reported as gone, not as
+    # somebody else's process (its command line is read once)
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process has it: kill() finds none
+    torrc = tmp_path / "torrc"
+    readings = iter([["/usr/bin/tor", "-f", str(torrc)]])
+    monkeypatch.setattr(procs, "cmdline", lambda pid: next(readings, None))
+    assert procs.terminate([(gone, torrc)], timeout_s=0.5) == {gone: "not running"}
+
+
 def test_a_process_in_the_middle_of_exec_is_alive_and_not_ours(tmp_path: Path, monkeypatch) -> None:
     # Popen returns once the child's close-on-exec pipe closes, which the kernel does before it
     # sets up the new argv: a loaded machine can show the fresh child with an empty command line.

@@ -47,10 +47,11 @@ def is_our_tor(pid: int | None, torrc: Path) -> bool:
     """True if ``pid`` is alive and is a tor started with ``-f torrc``."""
     if not pid or pid <= 1:
         return False
-    argv = cmdline(pid)
-    if not argv:
-        return False
-    return Path(argv[0]).name == "tor" and str(torrc) in argv
+    return _is_tor_with(cmdline(pid), torrc)
+
+
+def _is_tor_with(argv: list[str] | None, torrc: Path) -> bool:
+    return bool(argv) and Path(argv[0]).name == "tor" and str(torrc) in argv
 
 
 def signal_ours(pid: int | None, torrc: Path, sig: int) -> bool:
@@ -76,13 +77,24 @@ def terminate(procs: Iterable[tuple[int | None, Path]], timeout_s: float = 10.0)
     for pid, torrc in procs:
         if not pid:
             continue
-        if cmdline(pid) is None:
+        if pid <= 1:
+            result[pid] = "not ours"
+            continue
+        # one reading of the command line decides: a tor exiting between two readings would be
+        # reported as a stranger
+        argv = cmdline(pid)
+        if argv is None:
             result[pid] = "not running"
-        elif signal_ours(pid, torrc, signal.SIGTERM):
+        elif not _is_tor_with(argv, torrc):
+            result[pid] = "not ours"
+        else:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                result[pid] = "not running"
+                continue
             waiting.append((pid, torrc))
             signalled.append(pid)
-        else:
-            result[pid] = "not ours"
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
         waiting = [(p, t) for p, t in waiting if is_our_tor(p, t)]
