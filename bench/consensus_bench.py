@@ -9,13 +9,13 @@ peak RSS after kistexp's runs and after stem's.
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from kistexp.dirauth.documents import parse_key_certificates, parse_network_status, verify_signatures
+from kistexp.localnet import machine
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -31,7 +31,7 @@ def _time(fn, repeat: int) -> tuple[float, float]:
 
 def _peak_rss_mib() -> float:
     # ru_maxrss is KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return machine.peak_rss_mib()
 
 
 def main() -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import resource
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from consensus_bench import _time  # the same best/median timer (bench/ is on sy
 
 from kistexp.dirauth.documents import load_key_certificates
 from kistexp.expdir import ExperimentDir
+from kistexp.localnet import machine
 from kistexp.metrics import importer
 from kistexp.metrics.collectors import consensus_archive, onionperf
 from kistexp.metrics.series import Sample
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'step':<{width}}  best s   median s")
     for name, best, med in rows:
         print(f"{name:<{width}}  {best:7.3f}  {med:7.3f}")
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = machine.peak_rss_mib()
     print(f"window held {got[-1]:,} samples; peak RSS {peak_mib:.0f} MiB")
     return 0
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ LIMIT_S = 600.0
 def _one(scale: float, load: float, duration: float, bandwidth_scale: float | None, budget: float) -> dict:
     import attrs
 
+    from kistexp.localnet import machine
     from kistexp.population.relays import load_population
     from kistexp.population.sampling import sample
     from kistexp.population.simnet import TrafficModel, build_network
@@ -63,7 +63,7 @@ def _one(scale: float, load: float, duration: float, bandwidth_scale: float | No
         "run_wall_s": run_s, "run_cpu_s": cpu_s, "total_cpu_s": time.process_time() - c0,
         "sim_s_per_core_s": duration / cpu_s if cpu_s else float("inf"),
         "cells_scheduled": int(res.cells_scheduled),
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": machine.peak_rss_mib(),
     }
 
 

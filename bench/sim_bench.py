@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -128,7 +127,7 @@ def _one(case: str, scheduler: str, duration_s: float) -> dict:
         "run_wall_s": total, "load_s": load,
         "cells_per_s": res.cells_scheduled / res.wall_s, "cpu_s": cpu,
         "cells_per_cpu_s": res.cells_scheduled / cpu,
-        "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_mib": machine.peak_rss_mib(),
         "stolen": stolen,
     }
 

@@ -56,3 +56,21 @@ def test_probe_measures_real_sleeps() -> None:
     assert 0.0 <= t.late_fraction <= 1.0
     with pytest.raises(ValueError, match="sleep_ms"):
         machine.probe_timers(duration_s=0.1, sleep_ms=0)
+
+
+def test_peak_rss_is_the_process_own_not_its_forking_parents(tmp_path):
+    """A child's peak memory is its own: ru_maxrss would carry a large parent's resident memory across
+    the child's exec (bench/sim_bench.py's compiling parent once made every first child report it)."""
+    import subprocess
+    import sys
+
+    code = "from kistexp.localnet import machine; print(machine.peak_rss_mib())"
+    small = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    ballast = bytearray(400 * 2**20)  # this process resident 400 MiB more when it forks the child
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    after = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    del ballast
+    assert 5 < small < 200 and after < small + 50, (small, after)
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t  9000 kB\nVmHWM:\t  204800 kB\n")
+    assert machine.peak_rss_mib(status) == 200.0

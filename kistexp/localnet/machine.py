@@ -13,6 +13,7 @@ a machine that stalls:
 
 * ``cpu_ticks`` / ``stolen_fraction``: the share of all cores' time the hypervisor took between
   two readings, e.g. over one timed transfer;
+* ``peak_rss_mib``: the benchmarks' peak memory, of this process alone;
 * ``probe_timers``: how late a 1 ms ``epoll_wait`` wakes up (libevent's loop, and so tor's KIST
   timer, sleeps in ``epoll_wait``).  On a machine of its own nearly every wake-up is within a
   fraction of a millisecond; the test machine of 2026-12-03 woke more than 1 ms late in about
@@ -22,6 +23,7 @@ a machine that stalls:
 from __future__ import annotations
 
 import math
+import resource
 import select
 import time
 from collections.abc import Sequence
@@ -160,3 +162,20 @@ def describe(t: TimerLateness) -> str:
     return (f"machine: {t.sleeps} sleeps of {t.sleep_ms:g} ms woke a median {t.median_ms:.2f} ms late, "
             f"{100 * t.late_fraction:.1f} % more than {LATE_MS:g} ms late (99th percentile {t.p99_ms:.1f} ms, "
             f"max {t.max_ms:.1f} ms){stolen}")
+
+
+def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:
+    """The peak resident memory of this process since it started its program, in MiB (``VmHWM``).
+
+    ``getrusage``'s ``ru_maxrss`` is not that: Linux carries it across ``execve``, so a benchmark's
+    child process reports its parent's resident memory at the fork if that was larger (the parent of
+    ``bench/sim_bench.py`` has just compiled the simulator, some 480 MiB, and its first children all
+    reported it).  ``ru_maxrss`` only where ``/proc`` is missing."""
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
