@@ -156,4 +156,3 @@ def progress_bar(*columns: str | ProgressColumn, as_json: bool = False, transien
     nothing but a one-line error (a transient bar that never drew still ends with a blank line)."""
     return Progress(*columns, console=err_console, transient=transient,
                     disable=as_json or not err_console.is_terminal)
-

@@ -178,4 +178,3 @@ def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:
     except (OSError, ValueError, IndexError):
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
