@@ -29,11 +29,6 @@ def _time(fn, repeat: int) -> tuple[float, float]:
     return min(runs), statistics.median(runs)
 
 
-def _peak_rss_mib() -> float:
-    # ru_maxrss is KiB on Linux
-    return machine.peak_rss_mib()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -71,7 +66,7 @@ def main() -> int:
     rows.append(("kistexp parse + verify", *_time(both, args.repeat)))
     rows.append(("kistexp build all RouterStatus", *_time(build_all, args.repeat)))
     fresh.clear()
-    rss_ours = _peak_rss_mib()
+    rss_ours = machine.peak_rss_mib()
 
     import stem.descriptor.networkstatus as stem_ns
 
@@ -85,7 +80,7 @@ def main() -> int:
     rows.append(("stem 1.8.2 parse (validate=True)", *_time(stem_parse, stem_repeat)))
     rows.append(("stem 1.8.2 validate_signatures",
                  *_time(lambda: holder["doc"].validate_signatures(stem_certs), stem_repeat)))
-    rss_stem = _peak_rss_mib()
+    rss_stem = machine.peak_rss_mib()
 
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  {'best s':>8}  {'median s':>8}")

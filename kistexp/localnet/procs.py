@@ -56,10 +56,13 @@ def _is_tor_with(argv: list[str] | None, torrc: Path) -> bool:
 
 def signal_ours(pid: int | None, torrc: Path, sig: int) -> bool:
     """Send ``sig`` to ``pid`` only if it is our tor; returns whether it was sent."""
-    if not is_our_tor(pid, torrc):
-        return False
+    return is_our_tor(pid, torrc) and _kill(pid, sig)  # type: ignore[arg-type]
+
+
+def _kill(pid: int, sig: int) -> bool:
+    """Send ``sig``; False when the process has gone meanwhile."""
     try:
-        os.kill(pid, sig)  # type: ignore[arg-type]
+        os.kill(pid, sig)
     except ProcessLookupError:
         return False
     return True
@@ -87,12 +90,9 @@ def terminate(procs: Iterable[tuple[int | None, Path]], timeout_s: float = 10.0)
             result[pid] = "not running"
         elif not _is_tor_with(argv, torrc):
             result[pid] = "not ours"
+        elif not _kill(pid, signal.SIGTERM):
+            result[pid] = "not running"
         else:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                result[pid] = "not running"
-                continue
             waiting.append((pid, torrc))
             signalled.append(pid)
     deadline = time.monotonic() + timeout_s
