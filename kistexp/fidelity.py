@@ -197,6 +197,11 @@ class RealSide:
     stolen_fractions: tuple[float, ...] = ()
     #: repetitions measured again because the host took more than ``--max-stolen`` during them
     remeasured: int = 0
+    #: per repetition, the largest share of the transfer's wall time that one tor of the network
+    #: spent runnable but waiting for a core (``procs.core_wait_seconds``): the simulator gives
+    #: every node a core of its own, so a real figure whose tors wait measures the machine too;
+    #: empty where the kernel keeps no such account or the report predates it
+    core_wait_fractions: tuple[float, ...] = ()
 
     def as_json(self) -> dict:
         return {"throughputs_mbytes_per_s": list(self.throughputs_mbytes_per_s),
@@ -204,7 +209,7 @@ class RealSide:
                 "run_period": self.run_period.as_json() if self.run_period else None,
                 "cpu_total_cores": self.cpu_total_cores, "cpu_seconds_per_mbyte": self.cpu_seconds_per_mbyte,
                 "load_1min": self.load_1min, "stolen_fractions": list(self.stolen_fractions),
-                "remeasured": self.remeasured}
+                "remeasured": self.remeasured, "core_wait_fractions": list(self.core_wait_fractions)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RealSide:
@@ -214,7 +219,8 @@ class RealSide:
                        RunStats(**rp) if rp else None, float(data["cpu_total_cores"]),
                        float(data["cpu_seconds_per_mbyte"]), data.get("load_1min"),
                        tuple(float(x) for x in data.get("stolen_fractions") or ()),
-                       int(data.get("remeasured") or 0))
+                       int(data.get("remeasured") or 0),
+                       tuple(float(x) for x in data.get("core_wait_fractions") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise SimConfigError(f"{where}: not a real-side record of a fidelity report ({exc})") from None
 
@@ -225,6 +231,10 @@ class RealSide:
     @property
     def stolen_mean(self) -> float | None:
         return _mean(self.stolen_fractions)
+
+    @property
+    def core_wait_mean(self) -> float | None:
+        return _mean(self.core_wait_fractions)
 
     def cores_needed(self, mbytes_per_s: float) -> float:
         """Cores this machine would need to move `mbytes_per_s` through the same processes, at
@@ -314,6 +324,7 @@ class Row:
             "real_cpu_busiest_fraction": real.cpu_busiest_fraction if real else None,
             "real_load_1min": real.load_1min if real else None,
             "real_stolen_fraction_mean": real.stolen_mean if real else None,
+            "real_core_wait_fraction_mean": real.core_wait_mean if real else None,
             "real": real.as_json() if real else None,
             "real_cpu_total_cores": real.cpu_total_cores if real else None,
             "real_cpu_bound": real.cpu_bound if real else None,
@@ -471,13 +482,15 @@ class _Repetition:
     load_1min: float
     stolen: float | None = None  # share of the machine's CPU time its hypervisor took
     remeasured: int = 0  # earlier tries of this repetition dropped for the host (max_stolen)
+    core_wait: float | None = None  # largest share of the wall time one tor waited for a core
 
 
 def _real_side(reps: Sequence[_Repetition], probe: RunStats | None) -> RealSide:
     return RealSide(tuple(r.mbytes_per_s for r in reps), max(r.busiest for r in reps), probe,
                     max(r.total for r in reps), statistics.fmean(r.cpu_per_mb for r in reps),
                     statistics.fmean(r.load_1min for r in reps),
-                    tuple(r.stolen for r in reps if r.stolen is not None), sum(r.remeasured for r in reps))
+                    tuple(r.stolen for r in reps if r.stolen is not None), sum(r.remeasured for r in reps),
+                    tuple(r.core_wait for r in reps if r.core_wait is not None))
 
 
 class RealTor:
@@ -629,16 +642,29 @@ class RealTor:
             sample["bulk-server"] = procs.cpu_seconds(self._server.pid) or 0.0
         return sample
 
+    def _core_wait_sample(self) -> dict[str, float]:
+        """Each relay's and the client's time waiting for a core so far (authorities are idle
+        during transfers); empty before the network runs or where the kernel keeps no account."""
+        if self.net is None:
+            return {}
+        waits = {n.nickname: procs.core_wait_seconds(self.net.pid(n)) for n in self.net.nodes
+                 if n.role != "authority"}
+        return {k: v for k, v in waits.items() if v is not None}
+
     def _repetition(self, case: Case, size_bytes: int, tag: str) -> _Repetition:
-        """One timed transfer of ``case`` (already configured), with every process's CPU."""
+        """One timed transfer of ``case`` (already configured), with every process's CPU and how
+        long the tors waited for a core."""
         load = os.getloadavg()[0]
         ticks = machine.cpu_ticks()
+        waited = self._core_wait_sample()
         before, t0 = self._cpu_sample(), time.monotonic()
         value = self._transfer(case, size_bytes, tag)
         after, wall = self._cpu_sample(), time.monotonic() - t0
         spent = [after[k] - before.get(k, 0.0) for k in after]
+        waits = [w - waited[k] for k, w in self._core_wait_sample().items() if k in waited]
         return _Repetition(value, max(x / wall for x in spent), sum(spent) / wall,
-                           sum(spent) / (size_bytes / MB), load, machine.stolen_fraction(ticks, machine.cpu_ticks()))
+                           sum(spent) / (size_bytes / MB), load, machine.stolen_fraction(ticks, machine.cpu_ticks()),
+                           core_wait=max(waits) / wall if waits and wall > 0 else None)
 
     def _calm_repetition(self, case: Case, size_bytes: int, tag: str) -> _Repetition:
         """``_repetition``, measured again while the host took more than ``max_stolen`` of the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from typer.testing import CliRunner
 
@@ -177,6 +178,35 @@ def test_machine_stalls_are_reported_beside_real_tor(tmp_path) -> None:
                            ).machine_lines() == []
 
 
+def test_how_long_the_tors_waited_for_a_core_reaches_the_report(monkeypatch, tmp_path) -> None:
+    """Each repetition's largest share of its wall time that one tor spent waiting for a core: read
+    from the kernel's account before and after the transfer, kept per repetition, averaged in the
+    report's JSON and reloaded by --real-from; a report of before the field reloads without it."""
+    rt = fidelity.RealTor(root=tmp_path / "net")
+    # two relays' cumulative waits (s) at the two readings; the transfer takes 2 s of wall time
+    readings = iter([{"guard": 1.0, "middle": 5.0}, {"guard": 1.5, "middle": 5.1}])
+    ticks = [100.0, 102.0]
+
+    def clock() -> float:  # the transfer's start and end, then time standing still
+        return ticks.pop(0) if len(ticks) > 1 else ticks[0]
+
+    monkeypatch.setattr(rt, "_core_wait_sample", lambda: next(readings))
+    monkeypatch.setattr(rt, "_cpu_sample", lambda: {"exit": 0.0})
+    monkeypatch.setattr(rt, "_transfer", lambda case, size, tag: 7.5)
+    monkeypatch.setattr(fidelity.time, "monotonic", clock)
+    rep = rt._repetition(Case("circuit", "vanilla", 2), 1_000_000, "r0")
+    assert rep.core_wait == pytest.approx(0.25)  # the guard: 0.5 s of 2 s
+    side = fidelity._real_side([rep, attrs.evolve(rep, core_wait=0.15)], None)
+    assert side.core_wait_fractions == pytest.approx((0.25, 0.15))
+    out = Row(Case("circuit", "vanilla", 2), side, SimSide((9.0,))).as_json()
+    assert out["real_core_wait_fraction_mean"] == pytest.approx(0.20)
+    assert RealSide.from_json(out["real"], "x") == side
+    del out["real"]["core_wait_fractions"]
+    assert RealSide.from_json(out["real"], "old").core_wait_fractions == ()
+    # before the network runs there is nothing to read
+    assert fidelity.RealTor(root=tmp_path / "none")._core_wait_sample() == {}
+
+
 def test_a_repetition_the_host_held_off_is_measured_again(monkeypatch, tmp_path) -> None:
     """--max-stolen: a repetition during which the host took more than the bound is measured
     again, at most STOLEN_RETRIES times; the report counts the dropped tries."""
@@ -332,6 +362,7 @@ def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeyp
     monkeypatch.setattr(rt, "configure", configure)
     monkeypatch.setattr(rt, "_transfer", transfer)
     monkeypatch.setattr(rt, "_cpu_sample", lambda: {"exit": time_now()})
+    monkeypatch.setattr(rt, "_core_wait_sample", dict)  # a kernel without the account
     from kistexp.localnet import machine
 
     ticks = iter(machine.CpuTicks(1000 * i, 10 * i * i) for i in range(1, 100))

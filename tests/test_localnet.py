@@ -253,3 +253,24 @@ def test_the_port_search_starts_where_the_environment_says(monkeypatch) -> None:
             search_start()
     monkeypatch.delenv("KISTEXP_LOCALNET_BASE_PORT")
     assert search_start() == 15000
+
+
+def test_core_wait_is_read_from_the_kernel_account() -> None:
+    """Two busy processes sharing one core each wait for it about half the time they are busy;
+    a process that is gone has no account."""
+    busy = ("import os, sys, time\nos.sched_setaffinity(0, {0})\nend = time.monotonic() + 0.8\n"
+            "while time.monotonic() < end: pass\nsys.stdout.write('done\\n'); sys.stdout.flush(); sys.stdin.read()")
+    kids = [subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    try:
+        for kid in kids:
+            assert kid.stdout.readline() == "done\n"
+        waits = [procs.core_wait_seconds(kid.pid) for kid in kids]
+    finally:
+        for kid in kids:
+            kid.communicate("")
+    if None in waits:
+        pytest.skip("this kernel keeps no schedstat account")
+    # 0.8 s of spinning each on one core: together about 0.8 s of waiting, split between them
+    assert 0.4 <= sum(waits) <= 2.0, waits
+    assert procs.core_wait_seconds(kids[0].pid) is None

@@ -26,7 +26,8 @@ def _print_report(report: Report) -> None:
     table = make_table(f"fidelity: real tor vs simulator (MB/s; {report.means_over()}; "
                        f"{report.size_mb:g} MB per case)",
                        ("scenario", "scheduler", "interval", "real MB/s", "sim MB/s", "sim/real",
-                        "run period ms real / sim", "cells/run median real (mean) / sim", "load", "stolen %", "note"))
+                        "run period ms real / sim", "cells/run median real (mean) / sim", "load", "stolen %",
+                        "core wait %", "note"))
     for row in report.rows:
         real = row.real
         rp = real.run_period if real else None
@@ -43,6 +44,7 @@ def _print_report(report: Report) -> None:
             f" / {_fmt(row.sim.cells_per_run_median if row.sim else None, 0)}",
             _fmt(real.load_1min if real else None, 1),
             _fmt(100 * real.stolen_mean if real and real.stolen_mean is not None else None, 1),
+            _fmt(100 * real.core_wait_mean if real and real.core_wait_mean is not None else None, 1),
             "; ".join(n for n in (row.real_note, row.sim_note) if n),
         )
     print_table(table)

@@ -161,3 +161,28 @@ def cpu_seconds(pid: int | None) -> float | None:
     fields = stat.rsplit(")", 1)[-1].split()
     # after the command name: state is field 3, utime 14 and stime 15 (1-based)
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def core_wait_seconds(pid: int | None) -> float | None:
+    """Time all of a process's threads have spent runnable but not running so far: waiting for a
+    core (the second field of Linux's /proc/PID/task/TID/schedstat, in ns), or None where the
+    process is gone or the kernel keeps no such account (``CONFIG_SCHED_INFO``).  A thread that
+    exited takes its share with it; a tor's main thread, which runs its event loop, lives as long
+    as the tor."""
+    if not pid:
+        return None
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+    total = 0
+    seen = False
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if len(fields) >= 2:
+            total += int(fields[1])
+            seen = True
+    return total / 1e9 if seen else None

@@ -177,7 +177,7 @@ N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
 
 # circuit queues: one circuit's queue of cells toward one chan
 N_QI = _fields("QI_CHAN", "QI_CD", "QI_N", "QI_HEAD", "QI_TAIL", "QI_HEAP_IDX", "QI_LAST_TICK",
-               "QI_NEXTQ", "QI_CLASS", "QI_CIRC", "QI_RECV_NODE")
+               "QI_NEXTQ", "QI_CLASS", "QI_CIRC")
 N_QF = _fields("QF_COUNT",)
 
 # circuit-directions (cd = 2 * circuit + dir; dir 0 = forward, client -> exit)
