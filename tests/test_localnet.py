@@ -4,6 +4,7 @@ pitfalls), state file, process safety and CLI errors."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -258,7 +259,8 @@ def test_the_port_search_starts_where_the_environment_says(monkeypatch) -> None:
 def test_core_wait_is_read_from_the_kernel_account() -> None:
     """Two busy processes sharing one core each wait for it about half the time they are busy;
     a process that is gone has no account."""
-    busy = ("import os, sys, time\nos.sched_setaffinity(0, {0})\nend = time.monotonic() + 0.8\n"
+    core = min(os.sched_getaffinity(0))  # a core this process may use (a cpuset need not hold core 0)
+    busy = (f"import os, sys, time\nos.sched_setaffinity(0, {{{core}}})\nend = time.monotonic() + 0.8\n"
             "while time.monotonic() < end: pass\nsys.stdout.write('done\\n'); sys.stdout.flush(); sys.stdin.read()")
     kids = [subprocess.Popen([sys.executable, "-c", busy], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             for _ in range(2)]
