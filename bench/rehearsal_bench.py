@@ -6,7 +6,10 @@ Prints the wall and CPU time per voting round of nine authorities (1024-bit keys
 consensus signed, parsed and checked); with ``--dir EXP`` (an experiment with the plan's
 predictions, from ``kistexp simulate``; a scratch copy is used) also the dry run of
 plans/kist-run-interval-2020.toml with the demo's injected rollback and without injections
-(to COMPLETED).
+(to COMPLETED). Then the cost of a live run's measured collections: a plan judged on relay bandwidth
+and CPU, ten measured sources (eight relays' MetricsPorts served on 127.0.0.1, two tor-process /proc
+entries), each plan hour polled, stored and judged on the virtual clock: CPU per plan hour of
+collection plus look (target < 1 s).
 """
 
 from __future__ import annotations
@@ -25,6 +28,16 @@ from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock
 from kistexp.rollout.spec import spec_from_plan
 
 PLAN = Path(__file__).resolve().parent.parent / "plans" / "kist-run-interval-2020.toml"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def rounds(n: int) -> None:
@@ -59,12 +72,135 @@ def dry_runs(exp: Path) -> None:
         print(f"dry run, {label}: {r.status} in {wall:.1f} s wall, {cpu:.1f} s CPU")
 
 
+class _MetricsPort:
+    """Eight relays' MetricsPorts on one loopback server: ~300 lines each, counters that grow."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        served = {"n": 0}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                served["n"] += 1
+                n = served["n"]
+                lines = ["# TYPE tor_relay_traffic_bytes counter",
+                         f'tor_relay_traffic_bytes{{direction="read"}} {n * 1_000_000}',
+                         f'tor_relay_traffic_bytes{{direction="written"}} {n * 1_100_000}',
+                         "# TYPE tor_relay_connections gauge"]
+                lines += [f'tor_relay_connections{{type="OR",direction="received",state="opened",family="ipv4",'
+                          f'k="{i}"}} {i}' for i in range(300)]
+                body = ("\n".join(lines) + "\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+MEASURED_PLAN = """
+[experiment]
+name = "measured-bench"
+kind = "staged"
+owner = "network-team"
+contact = "ops@example.org"
+description = "cost of measured collections"
+start = 2030-01-07T12:00:00Z
+tor_versions = ">=0.4.8.2"
+parameters = ["KISTSchedRunInterval"]
+
+[baseline]
+duration = "2d"
+values = { KISTSchedRunInterval = 10 }
+
+[[stages]]
+name = "two"
+duration = "2d"
+values = { KISTSchedRunInterval = 2 }
+
+[authorities]
+participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]
+
+[[criteria]]
+metric = "relay_bandwidth_bytes_per_s"
+statistic = "mean"
+comparison = "relative-decrease"
+threshold = 0.25
+min_samples = 10
+on_fail = "step-back"
+
+[[criteria]]
+metric = "relay_cpu_utilization"
+statistic = "mean"
+comparison = "relative-increase"
+threshold = 0.25
+min_samples = 10
+on_fail = "step-back"
+"""
+
+
+def measured(hours: int) -> None:
+    """CPU per plan hour of a measured run's collections and looks, ten sources."""
+    import os
+
+    from kistexp.metrics.instruments import MetricsPortInstrument, ProcInstrument
+    from kistexp.plan.loader import parse_plan
+    from kistexp.rollout.assembly import assemble, measured_source
+    from kistexp.rollout.dryrun import _start_fresh
+    from kistexp.rollout.journal import Journal
+    from kistexp.rollout.rehearsal import rehearse
+    from kistexp.rollout.sources import MEASURED
+    from kistexp.store.schema import open_db
+
+    spec = spec_from_plan(parse_plan(MEASURED_PLAN))
+    port = _MetricsPort()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "experiment.db"
+        open_db(db).close()
+        journal = Journal(db, durable=False)
+        _start_fresh(journal, spec, MEASURED)
+        clock = rehearsal_clock(spec)
+        instruments = [MetricsPortInstrument(f"relay{i}", port.url, clock=clock) for i in range(8)]
+        instruments += [ProcInstrument(f"tor{i}", os.getpid(), clock=clock) for i in range(2)]
+        until = spec.baseline_start + dt.timedelta(hours=hours)
+        with EmbeddedAuthorities(spec, clock, initial_configs(spec), until) as net:
+            source = measured_source(db, instruments, clock, spec, "bench")
+            engine = assemble(spec, journal, net.actuator, source, clock, experiment_id="bench")
+            clock.run_until(spec.baseline_start)
+            w0, c0 = time.perf_counter(), time.process_time()
+            rehearse(engine, journal, clock, until=until, who="bench")
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            looks = len(journal.verdicts())
+            source.close()
+        journal.close()
+    port.close()
+    print(f"measured collections: {len(instruments)} sources, {hours} plan hours, {looks} verdicts in "
+          f"{wall:.2f} s wall, {cpu:.2f} s CPU ({cpu / hours:.3f} s CPU a plan hour of collection plus look, "
+          f"voting rounds included; target < 1 s)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--dir", type=Path, help="experiment directory with the bundled plan's predictions")
+    ap.add_argument("--measured-hours", type=int, default=72, help="plan hours of the measured-collection bench")
     args = ap.parse_args()
+    print(f"CPU: {_cpu_model()}")
     rounds(args.rounds)
+    measured(args.measured_hours)
     if args.dir is not None:
         dry_runs(args.dir)
     return 0

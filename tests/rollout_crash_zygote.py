@@ -55,7 +55,7 @@ def child(req: dict) -> None:
     code = 1
     try:
         st = live_run(Path(req["plan"]), Path(req["exp"]), "fake", interval_s=int(req["interval"]),
-                      key_bits=(1024, 1024), timeout_s=req.get("timeout_s"), hook=hook)
+                      key_bits=(1024, 1024), timeout_s=req.get("timeout_s"), hook=hook, metrics="predicted")
         print(f"final state {st.state} {st.describe()}", flush=True)
         code = 0 if st.state == "COMPLETED" else 3
     except BaseException:

@@ -237,7 +237,8 @@ def test_kill_minus_nine_at_random_instants_then_resume(tmp_path):
                         # nearly all of the time allowed is the interpreter's imports
                         t1 = time.monotonic()
                         second = subprocess.run(
-                            [sys.executable, "-m", "kistexp", "run", str(plan), "--dir", str(exp)],
+                            [sys.executable, "-m", "kistexp", "run", str(plan), "--dir", str(exp), "--metrics",
+                             "predicted"],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(Path.cwd())))
                         assert second.returncode == 1 and "already being run by pid" in second.stderr
                         assert second.stderr.count("\n") == 1 and time.monotonic() - t1 < 10

@@ -76,7 +76,8 @@ def _two_stages_across_a_kill(tmp_path) -> None:
     write_predictions(preds, {"baseline": {}, "two": {}, "five": {}}).close()
     exp = tmp_path / "exp"
 
-    argv = ["run", str(plan), "--dir", str(exp), "--authorities", "local", "--predictions", str(preds), "--json"]
+    argv = ["run", str(plan), "--dir", str(exp), "--authorities", "local", "--metrics", "predicted",
+            "--predictions", str(preds), "--json"]
 
     # killed with SIGKILL once stage 1 is in the consensus, the run leaves its tors running ...
     first = subprocess.Popen([sys.executable, "-m", "kistexp", *argv], env=dict(os.environ, PYTHONPATH=os.getcwd()),

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import attrs
@@ -41,14 +41,21 @@ _SOCKS_ERRORS = {
 }
 
 
+#: What the echo path reads and writes back at a time: interactive probes are tens of bytes.
+_ECHO_CHUNK = 4096
+
+
 class _BulkHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == "/echo":
+            self._echo()
+            return
         parts = self.path.strip("/").split("/")
         count = ascii_uint(parts[1]) if len(parts) == 2 and parts[0] == "bytes" else None
         if count is None:
-            self.send_error(404, "use /bytes/<count>")
+            self.send_error(404, "use /bytes/<count> or /echo")
             return
         remaining = count
         self.send_response(200)
@@ -62,6 +69,25 @@ class _BulkHandler(BaseHTTPRequestHandler):
                 remaining -= len(piece)
         except ConnectionError:
             pass
+
+    def _echo(self) -> None:
+        """``GET /echo``: after the 200 header, every byte the client sends comes straight back until
+        it closes. The quiet-circuit latency probe (kistexp.localnet.measure) times these echoes; it
+        shares the bulk service's port because the exit policy allows no other (real-tor.md problem 1)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()
+        try:
+            self.wfile.flush()
+            while True:
+                # read1: what the request's buffered reader already holds, else one recv
+                data = self.rfile.read1(_ECHO_CHUNK)
+                if not data:
+                    break
+                self.wfile.write(data)
+                self.wfile.flush()
+        except OSError:
+            pass  # the client went away mid-echo: its probe records that, not the server
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence access logs
         return
@@ -82,7 +108,8 @@ def _require_loopback(address: str) -> None:
 
 
 class BulkServer:
-    """``GET /bytes/N`` answers N bytes; runs in a background thread on 127.0.0.2:port."""
+    """``GET /bytes/N`` answers N bytes, ``GET /echo`` echoes what the client sends; runs in a background
+    thread on 127.0.0.2:port."""
 
     def __init__(self, port: int, address: str = SERVICE_ADDRESS) -> None:
         _require_loopback(address)
@@ -182,25 +209,47 @@ def _recv_exact(sock: socket.socket, n: int, what: str) -> bytes:
     return data
 
 
+#: ``socks_connect``'s steps, named as tgen names them (usecs-to-<step> in OnionPerf's time_info).
+SOCKS_STEPS = ("socket-create", "socket-connect", "proxy-init", "proxy-choice", "proxy-request", "proxy-response")
+
+
 def socks_connect(
-    socks_port: int, host: str, port: int, username: str, timeout_s: float = 30.0
+    socks_port: int, host: str, port: int, username: str, timeout_s: float = 30.0,
+    on_step: Callable[[str, socket.socket], None] | None = None,
 ) -> socket.socket:
     """Open a stream through tor's SocksPort (SOCKS5, RFC 1928) with a username/password
-    (RFC 1929) that selects the circuit; returns the connected socket."""
+    (RFC 1929) that selects the circuit; returns the connected socket.
+
+    ``on_step(step, sock)`` is called as each of SOCKS_STEPS completes (a measurement records
+    when, and may shorten the socket's timeout to what is left of its own bound)."""
+    def step(name: str) -> None:
+        if on_step is not None:
+            on_step(name, sock)
+
     try:
-        sock = socket.create_connection((LOOPBACK, socks_port), timeout=timeout_s)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     except OSError as exc:
-        raise LocalNetError(f"SOCKS port {socks_port}: cannot connect: {exc.strerror or exc}") from None
+        raise LocalNetError(f"SOCKS port {socks_port}: cannot make a socket: {exc.strerror or exc}") from None
     try:
+        step("socket-create")
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect((LOOPBACK, socks_port))
+        except OSError as exc:
+            raise LocalNetError(f"SOCKS port {socks_port}: cannot connect: {exc.strerror or exc}") from None
+        step("socket-connect")
         user = username.encode()[:255]
         sock.sendall(b"\x05\x01\x02")
+        step("proxy-init")
         if _recv_exact(sock, 2, "method selection") != b"\x05\x02":
             raise LocalNetError(f"SOCKS port {socks_port} refused username authentication")
+        step("proxy-choice")
         sock.sendall(b"\x01" + bytes([len(user)]) + user + b"\x01x")
         if _recv_exact(sock, 2, "authentication")[1] != 0:
             raise LocalNetError(f"SOCKS port {socks_port} rejected the username")
         addr = socket.inet_aton(host)
         sock.sendall(b"\x05\x01\x00\x01" + addr + struct.pack(">H", port))
+        step("proxy-request")
         reply = _recv_exact(sock, 4, "connect reply")
         if reply[1] != 0:
             reason = _SOCKS_ERRORS.get(reply[1], f"code {reply[1]}")
@@ -209,12 +258,13 @@ def socks_connect(
         if tail is None:
             tail = _recv_exact(sock, 1, "reply address")[0] + 2
         _recv_exact(sock, tail, "reply address")
-    except LocalNetError:
-        sock.close()
-        raise
+        step("proxy-response")
     except OSError as exc:
         sock.close()
         raise LocalNetError(f"SOCKS port {socks_port}: {exc}") from None
+    except BaseException:  # LocalNetError above, or whatever on_step raised: the socket is not handed out
+        sock.close()
+        raise
     return sock
 
 

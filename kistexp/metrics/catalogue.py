@@ -17,6 +17,7 @@ COLLECTORS = {
     "operator-report": "operator report CSV (kistexp-operator-report/1) sent in by relay operators",
     "consensus-archive": "consensus documents (CollecTor archives or DirPort fetches)",
     "simulator": "kistexp's relay-scheduling simulator",
+    "interactive": "a measurement client's low-rate interactive stream (echo round trips on a quiet circuit)",
 }
 
 
@@ -55,7 +56,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("circuit_build_time_s", "s", "clients", ("onionperf",), 40.0, True,
            "time from launching a client circuit to its being built (LAUNCHED to BUILT)"),
     # No public source measures this one: OnionPerf times whole transfers, not cell queues.
-    Metric("quiet_circuit_latency_ms", "ms", "relays", ("simulator",), 12.0, True,
+    Metric("quiet_circuit_latency_ms", "ms", "relays", ("simulator", "interactive"), 12.0, True,
            "queueing delay of cells on quiet (interactive) circuits sharing channels with bulk ones"),
     Metric("relay_cpu_utilization", "ratio", "relays", _RELAY_PROCESS, 60.0, True,
            "tor process CPU time per wall second (1.0 = one core)"),

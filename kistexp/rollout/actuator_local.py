@@ -31,7 +31,11 @@ from kistexp.errors import KistexpError
 from kistexp.rollout.actuators import OWN_KEYS, ActuationError, DirectoryObserver, Params, _parse_lines
 from kistexp.rollout.spec import Cadence, RolloutError
 
-CHANGE_LOG = "changes.jsonl"  # in the network's directory: every params.inc rewrite, with its key
+CHANGE_LOG = "changes.jsonl"
+#: relays, exits and measurement clients of the network a measured run makes: six relays that carry
+#: the clients' circuits (three hops each, so every transfer crosses a relay running the stage's
+#: value), and two vantage points, as OnionPerf measures from more than one place.
+MEASURED_NETWORK = (4, 2, 2)  # in the network's directory: every params.inc rewrite, with its key
 
 
 def local_cadence(interval_s: int, delay_s: int) -> Cadence:
@@ -168,6 +172,32 @@ class _HeldConsensus:
         return self.actuator.held_at(valid_after)
 
 
+class _HeldLabels:
+    """An instrument whose samples are labelled with the consensus their node held when they were
+    measured (``valid_after``), from the held-consensus watch, so the engine can leave out samples of
+    nodes that were mid-switch."""
+
+    def __init__(self, inner, watch, node: str) -> None:
+        self.inner, self.watch, self.node = inner, watch, node
+        self.name, self.kind, self.metrics = inner.name, inner.kind, inner.metrics
+
+    def poll(self, now: dt.datetime):
+        from kistexp.metrics.series import Sample
+
+        reading = self.inner.poll(now)
+        labelled = []
+        for metric, s in reading.samples:
+            held = self.watch.held(self.node, s.time)
+            if held is not None and held.valid_after is not None:
+                s = Sample(s.time, s.value, {**s.labels, "valid_after": held.valid_after.isoformat()},
+                           s.param_value)
+            labelled.append((metric, s))
+        return attrs.evolve(reading, samples=tuple(labelled))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 # --- the network a run drives ----------------------------------------------------------------------
 
 def authority_names(plan_nicknames: tuple[str, ...], local: tuple[str, ...], where: str) -> dict[str, str]:
@@ -193,12 +223,16 @@ class LocalTorRun:
     owned: bool  # EXP/localnet: the run's own network
     started_here: bool  # this process started some of its tors
     client: object = None
+    measurement: object = None  # kistexp.localnet.measure.MeasurementClient of a measured run
+    watch: object = None  # kistexp.localnet.heldconsensus.HeldConsensusWatch of a measured run
 
     @classmethod
     def prepare(cls, plan, exp_path: Path, localnet: Path | None, interval_s: int,
-                start_timeout_s: float = 90.0) -> LocalTorRun:
+                start_timeout_s: float = 90.0, measured: bool = False) -> LocalTorRun:
         """Make or load the network, start whatever of it is not running and wait for its consensus.
-        A new network votes the plan's baseline (the participants its values, the others per ``others``)."""
+        A new network votes the plan's baseline (the participants its values, the others per ``others``).
+        A measured run's new network also has relays, exits and measurement clients (MEASURED_NETWORK),
+        whose traffic the run's criteria are judged on; a network without them cannot be measured."""
         from kistexp.localnet import LocalNetwork, NetworkSpec
         from kistexp.localnet.network import STATE_FILE, free_base_port
         from kistexp.rollout.dryrun import initial_configs
@@ -215,12 +249,17 @@ class LocalTorRun:
                                "make its own in EXP/localnet)")
         else:
             baseline = initial_configs(spec_from_plan(plan, local_cadence(interval_s, 2)))
-            spec = NetworkSpec(authorities=len(nicknames), relays=0, exits=0, clients=0,
+            relays, exits, clients = MEASURED_NETWORK if measured else (0, 0, 0)
+            spec = NetworkSpec(authorities=len(nicknames), relays=relays, exits=exits, clients=clients,
                                base_port=free_base_port(len(nicknames)), voting_interval_s=interval_s,
                                consensus_params=tuple(tuple(sorted(baseline[n].items())) for n in nicknames))
             net = LocalNetwork.create(root, spec)
             made = True
         names = authority_names(nicknames, tuple(n.nickname for n in net.authorities), str(root))
+        if measured and (not net.by_role("client") or not net.by_role("exit")):
+            raise RolloutError(f"{root}: the local network has no exit or no client to measure with; make one with "
+                               f"`kistexp localnet up DIR --relays 4 --exits 2 --clients 2`, or rehearse on "
+                               "predictions with --metrics predicted")
         started = any(not net.is_running(n) for n in net.nodes)
         if started:
             net.start()
@@ -238,9 +277,81 @@ class LocalTorRun:
         seen = {c["valid_after"]: c["params"] for c in journal.consensuses() if c["params"] is not None}
         return LocalTorActuator(self.net, self.client, clock, self.names, self.cadence, seen)
 
+    def start_measuring(self, exp_path: Path, clock: Clock, period_s: float | None = None) -> list:
+        """Measure the network as OnionPerf and relay operators would (issue 32): the measurement
+        clients' transfers and interactive probes (``kistexp.localnet.measure``, OnionPerf analysis
+        JSON in EXP/measurements/onionperf read back by the OnionPerf collector), every relay's
+        MetricsPort and /proc, and a watch of the consensus each relay and client holds, which labels
+        every sample with the valid-after its node held and answers the exposure checks. Stopped by
+        ``close``. ``period_s``: seconds between transfers per vantage point (default a fifth of the
+        voting interval: about five transfers per plan hour and vantage point, as OnionPerf makes 12)."""
+        from kistexp.localnet.heldconsensus import HeldConsensusWatch
+        from kistexp.localnet.measure import MeasurementClient, MeasurementConfig
+        from kistexp.metrics.instruments import MetricsPortInstrument, OnionPerfInstrument, ProcInstrument
+
+        out = Path(exp_path) / "measurements"
+        relays = [*self.net.by_role("relay"), *self.net.by_role("exit")]
+        clients = list(self.net.by_role("client"))
+        interval = self.cadence.interval_s
+        self.watch = HeldConsensusWatch(self.net, [n.nickname for n in relays + clients], out / "held",
+                                        period_s=min(1.0, interval / 10))
+        self.watch.start()
+        self.measurement = MeasurementClient(self.net, MeasurementConfig(
+            out_dir=out / "onionperf", period_s=period_s or max(0.5, interval / 5),
+            transfer_timeout_s=max(30.0, 3 * interval), max_concurrent=2, interactive_period_s=max(0.5, interval / 10)))
+        self.measurement.start()
+        now = clock.now()
+        watched: list = []
+        for v in self.measurement.vantages:
+            watched.append(_HeldLabels(OnionPerfInstrument(v, out / "onionperf", since=now), self.watch, v))
+            watched.append(self.measurement.interactive_instrument(v, watch=self.watch))
+        for r in relays:
+            watched.append(_HeldLabels(MetricsPortInstrument(r.nickname, f"http://127.0.0.1:{r.metrics_port}/metrics",
+                                                             clock=clock), self.watch, r.nickname))
+            pid = self.net.pid(r)
+            if pid is not None:
+                watched.append(_HeldLabels(ProcInstrument(r.nickname, pid, expect_name="tor", clock=clock),
+                                           self.watch, r.nickname))
+        return watched
+
+    def params_at(self, valid_after_unix: float) -> dict | None:
+        """The params of the consensus of a valid-after, as any watched node held it (None: unseen)."""
+        if self.watch is None:
+            return None
+        for node in self.watch.nodes:
+            for held in self.watch.history(node):
+                if held.valid_after is not None and abs(held.valid_after.timestamp() - valid_after_unix) < 0.5:
+                    return dict(held.params)
+        return None
+
+    def exposure_probe(self):
+        """Who runs the stage's values, from the held-consensus watch (``start_measuring``)."""
+        from kistexp.rollout.exposure import NodeExposureProbe, NodeView
+
+        roles = {n.nickname: ("clients" if n.role == "client" else "relays") for n in self.net.nodes}
+
+        def views(at: dt.datetime) -> list[NodeView]:
+            out = []
+            for node, held in self.watch.snapshot(at).items():
+                if held is None:
+                    out.append(NodeView(node, roles[node], None))
+                else:
+                    pinned = {} if held.pinned_ms is None else {"KISTSchedRunInterval": held.pinned_ms}
+                    out.append(NodeView(node, roles[node], dict(held.params), pinned))
+            return out
+
+        return NodeExposureProbe(views, self.cadence)
+
     def close(self, refused: bool = False) -> None:
-        """End of the run: stop the network if it is the run's own or the run started it. A run refused
-        before it began (another run holds the directory) stops only what it started itself."""
+        """End of the run: stop the measurement, then the network if it is the run's own or the run
+        started it. A run refused before it began (another run holds the directory) stops only what it
+        started itself."""
+        if self.measurement is not None:
+            self.measurement.stop(timeout_s=10.0)
+            self.measurement = None
+        if self.watch is not None:
+            self.watch.stop(timeout_s=5.0)
+            self.watch = None
         if self.client is not None:
             self.client.close()
             self.client = None

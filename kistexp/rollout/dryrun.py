@@ -30,10 +30,12 @@ from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
+from kistexp.rollout.assembly import assemble
 from kistexp.rollout.engine import Engine, metric_source_of
 from kistexp.rollout.journal import Journal, desired_params
 from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehearse
 from kistexp.rollout.rollback import plan_rollback
+from kistexp.rollout.sources import PREDICTED
 from kistexp.rollout.spec import RolloutSpec, Values, spec_from_plan
 from kistexp.rollout.state import COMMANDS, ROLLBACK_KINDS
 
@@ -210,6 +212,8 @@ class PredictedMetrics:
     """A ``MetricSource`` drawing samples from predicted quantile curves; ``consensuses`` says
     which parameters the consensus nodes held at each valid-after carried."""
 
+    origin = PREDICTED
+
     def __init__(self, spec: RolloutSpec, curves: dict[tuple[str, str], np.ndarray], levels: np.ndarray,
                  consensuses: ConsensusSource, *, seed: int = 1, injections: Sequence[Injection] = ()) -> None:
         self.spec, self.curves, self.levels, self.actuator, self.seed = spec, curves, levels, consensuses, seed
@@ -371,7 +375,7 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
         faults = tuple((f.authority, f.kind, f.at) for f in parsed if isinstance(f, AuthorityFault))
         with EmbeddedAuthorities(spec, clock, initial_configs(spec), end, faults) as net:
             metrics = PredictedMetrics(spec, curves, levels, net.history, seed=seed, injections=parsed)
-            engine = Engine(spec, journal, net.actuator, metrics, clock, experiment_id=f"dry-run:{plan.name}")
+            engine = assemble(spec, journal, net.actuator, metrics, clock, experiment_id=f"dry-run:{plan.name}")
 
             def waits_for_people(eng: Engine) -> bool:
                 # a pause only an operator can lift ends the rehearsal (it shows where the run would
@@ -392,15 +396,16 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
             tmp.cleanup()
 
 
-def _start_fresh(journal: Journal, spec: RolloutSpec) -> None:
+def _start_fresh(journal: Journal, spec: RolloutSpec, metrics: str = PREDICTED) -> None:
     """A dry run rewrites the journal each time (its rows are a rehearsal, not a record)."""
     with journal.write() as c:
         for table in ("rollout_intents", "rollout_transitions", "rollout_events", "rollout_status",
                       "rollout_decisions", "rollout_commands", "rollout_metric_batches", "rollout_verdicts",
-                      "rollout_votes_seen", "rollout_consensus_seen"):
+                      "rollout_votes_seen", "rollout_consensus_seen", "rollout_source_health", "rollout_exposure",
+                      "rollout_authority_health"):
             c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
         c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)",
-                      [("mode", "dry-run"), ("experiment_id", f"dry-run:{spec.plan_name}"),
+                      [("mode", "dry-run"), ("experiment_id", f"dry-run:{spec.plan_name}"), ("metrics", metrics),
                        ("cadence", json.dumps(attrs.asdict(spec.cadence))), ("start", spec.start.isoformat()),
                        ("plan_canon_sha256", spec.digest())])
 

@@ -12,22 +12,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping
-from typing import Protocol
-
-import numpy as np
 
 from kistexp.clock import Clock
 from kistexp.metrics import catalogue
-from kistexp.rollout import judging
+from kistexp.rollout import sources
 from kistexp.rollout import triggers as tg
 from kistexp.rollout.actuators import ActuationError, Actuator
+from kistexp.rollout.analysis import Analysis
+from kistexp.rollout.exposure import ExposureProbe
 from kistexp.rollout.journal import Journal, desired_params
-from kistexp.rollout.judging import Batch
 from kistexp.rollout.machine import initial_status, mismatched, step
+from kistexp.rollout.sources import PREDICTED, Collection, MetricSource
 from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import (
     BASELINE,
-    ERROR,
+    INCONCLUSIVE,
     MEASURING,
     PAUSED,
     PENDING,
@@ -48,14 +47,6 @@ from kistexp.rollout.state import (
 )
 
 
-class MetricSource(Protocol):
-    """Yields one collection window of a metric's samples, or None when the source has a gap;
-    a mapping relay -> samples when the collector knows which relay each sample came from."""
-
-    def collect(self, source: str, metric: str, t0: dt.datetime, t1: dt.datetime
-                ) -> np.ndarray | Mapping[str, np.ndarray] | None: ...
-
-
 def metric_source_of(metric: str) -> str:
     """The collector a metric is gathered from: the first one the catalogue names."""
     m = catalogue.get(metric)
@@ -66,31 +57,30 @@ Hook = Callable[[str], None]
 
 
 class Engine:
+    """One engine, four ports (rollout.md §2.5): the driver calls ``step``; ``actuator`` acts on the
+    authorities; ``metrics`` answers each collection (predicted, recorded or measured); ``journal``
+    keeps everything. ``exposure`` (optional) says who runs the stage's values at each look; a stage
+    whose exposure falls short holds instead of being judged as if applied."""
+
     def __init__(self, spec: RolloutSpec, journal: Journal, actuator: Actuator, metrics: MetricSource,
                  clock: Clock, *, experiment_id: str = "",
-                 plan_check: Callable[[], str] | None = None, hook: Hook | None = None) -> None:
+                 plan_check: Callable[[], str] | None = None, hook: Hook | None = None,
+                 exposure: ExposureProbe | None = None) -> None:
         self.spec, self.journal, self.actuator, self.metrics, self.clock = spec, journal, actuator, metrics, clock
         self.experiment_id = experiment_id or spec.plan_name
         self.plan_check = plan_check
         self.hook = hook or (lambda _name: None)
+        self.exposure = exposure
         self.status: Status = journal.status() or initial_status(spec)
-        self.sources = sorted({metric_source_of(c.metric) for c in spec.criteria})
-        self._fired: dict[str, dt.datetime] = {}
-        for trig, due in journal.conn.execute("SELECT trigger, MAX(due_us) FROM rollout_events GROUP BY trigger"):
-            from kistexp.metrics.series import from_us
-            self._fired[trig] = from_us(due)
-        self._samples: dict[tuple[str, str], list[Batch]] = {}
-        for metric, phase, window_us, payload, relays in journal.conn.execute(
-                "SELECT metric, phase, window_us, payload, relays FROM rollout_metric_batches WHERE missing = 0 "
-                "ORDER BY window_us"):
-            from kistexp.metrics.series import from_us
-            self._samples.setdefault((phase, metric), []).append(
-                Batch(from_us(window_us), np.frombuffer(payload, dtype="<f8"),
-                      None if relays is None else tuple((r, int(n)) for r, n in json.loads(relays))))
-        self._last_missing: dict[str, bool] = {}
-        # each criterion's sequential test in each stage entry, as of its latest journaled look
-        self._sequential = journal.sequential_states()
-        self._inputs: dict[tuple[str, str], tuple[int, object]] = {}
+        self.sources = sorted({self.source_of(c.metric) for c in spec.criteria})
+        self._fired: dict[str, dt.datetime] = journal.last_fires()
+        self.analysis = Analysis(spec, journal)
+
+    def source_of(self, metric: str) -> str:
+        """The collector kind a metric is collected from: the metric source's choice when it has
+        one (a measured run's instruments), else the catalogue's first."""
+        pick = getattr(self.metrics, "source_of", None)
+        return pick(metric) if pick is not None else metric_source_of(metric)
 
     # --- triggers ------------------------------------------------------------------------
 
@@ -273,9 +263,8 @@ class Engine:
     def _asked_before(self, intent: dict) -> list[dict]:
         """Every set the rollout asked of this authority before ``intent`` (an intent superseded
         after a kill may have reached it unrecorded), and the baseline it started from."""
-        rows = self.journal.conn.execute("SELECT desired FROM rollout_intents WHERE authority = ? AND id < ?",
-                                         (intent["authority"], intent["id"])).fetchall()
-        return [desired_params(self.spec.baseline_values), *(json.loads(r[0]) for r in rows)]
+        return [desired_params(self.spec.baseline_values), *self.journal.asked_before(intent["authority"],
+                                                                                       intent["id"])]
 
     def _vote_check(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         va = self.status.target_va
@@ -309,8 +298,7 @@ class Engine:
             if not mismatched(self.spec, self.status.values, items):
                 self.hook("before_done")
                 with self.journal.write() as c:
-                    c.execute("UPDATE rollout_intents SET state = 'done', done_us = ? WHERE valid_after_us = ? "
-                              "AND state IN ('acted', 'verified')", (_us(now), _us(va)))
+                    self.journal.mark_round_done(c, va, now)
         # the check's own instant is when it ran: a late one (after a restart) re-asserts for a round still
         # feasible; made after the next round began, it cannot tell a missing consensus from a replaced one
         late = now >= va + dt.timedelta(seconds=self.spec.cadence.interval_s)
@@ -330,66 +318,57 @@ class Engine:
     def _collect(self, source: str, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         t0 = at - self.spec.hour
         phase = self._phase(t0)
-        metrics = sorted({c.metric for c in self.spec.criteria if metric_source_of(c.metric) == source})
-        batches = [(m, *_flatten(self.metrics.collect(source, m, t0, at))) for m in metrics]
+        metrics = sorted({c.metric for c in self.spec.criteria if self.source_of(c.metric) == source})
+        want = desired_params(self._phase_values(phase))
+        cols = []
+        for m in metrics:
+            col = as_collection(self.metrics.collect(source, m, t0, at), m, t0, at,
+                                getattr(self.metrics, "origin", PREDICTED))
+            kept = self.analysis.mid_switch(col, phase, want, getattr(self.metrics, "params_at", None))
+            excluded = 0 if col.values is None or kept.values is None else int(col.values.size - kept.values.size)
+            cols.append((kept, excluded))
         self.hook("mid_batch")
-
-        def write(c) -> None:
-            for m, values, relays in batches:
-                self.journal.add_batch(c, source, m, t0, phase, values, relays)
-
         with self.journal.write() as c:
-            write(c)
+            self.analysis.write(c, source, t0, phase, cols, now)
             self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
                                 after=self.status)
-        for m, values, relays in batches:
-            self._last_missing[m] = values is None
-            if values is not None:
-                self._samples.setdefault((phase, m), []).append(
-                    Batch(t0, np.asarray(values, dtype="<f8"), None if relays is None else tuple(relays)))
+        self.analysis.remember(t0, phase, cols)
+
+    def _phase_values(self, phase: str):
+        if phase.startswith("stage:"):
+            return self.spec.values_of(int(phase.split(":")[1]))
+        return self.spec.baseline_values
 
     def judge_input(self, phase: str, metric: str):
-        """The judge's input for one side, rebuilt only when a batch was added."""
-        batches = self._samples.get((phase, metric), [])
-        cached = self._inputs.get((phase, metric))
-        if cached is None or cached[0] > len(batches):
-            cached = (len(batches), judging.judge_input(self.spec, metric, batches))
-            self._inputs[(phase, metric)] = cached
-        elif cached[0] < len(batches):
-            cached = (len(batches), judging.extend(self.spec, metric, cached[1], batches, batches[cached[0]:]))
-            self._inputs[(phase, metric)] = cached
-        return cached[1]
+        return self.analysis.judge_input(phase, metric)
 
     def _look(self, phase: str, at: dt.datetime) -> list[tuple[Verdict, object]]:
-        """One sequential look of the judge at every criterion of the stage in ``phase``."""
-        out = []
-        stage_index = int(phase.split(":")[1])
-        for c in self.spec.criteria:
-            if self._last_missing.get(c.metric):
-                out.append((Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"), None))
-                continue
-            base, stage = self.judge_input("baseline", c.metric), self.judge_input(phase, c.metric)
-            if judging.short_stage(self.spec, stage_index):
-                base, stage = judging.untimed(base), judging.untimed(stage)
-            state = self._sequential.get((c.name, phase))
-            if state is None:
-                hours = len(self._samples.get((phase, c.metric), []))
-                state = judging.planned_state(self.spec, stage_index, judging.size(stage), hours)
-            v, nxt = judging.judge_criterion(c, base, stage, state, judging.plan_seconds(self.spec, at))
-            out.append((v, nxt))
-        return out
+        looks = self.analysis.look(phase, at)
+        if self.exposure is None:
+            return looks
+        # a stage the network has not taken up is not judged as if applied: every criterion holds
+        shortfall = self._exposure_check(phase, at)
+        if not shortfall:
+            return looks
+        return [(Verdict(v.criterion, INCONCLUSIVE, detail=f"exposure short: {shortfall}"), None) for v, _ in looks]
+
+    def _exposure_check(self, phase: str, at: dt.datetime) -> str:
+        stage = int(phase.split(":")[1])
+        va = self.status.stage_va
+        try:
+            rows = self.exposure.measure(stage, desired_params(self._phase_values(phase)), va, at)
+        except Exception as exc:  # a probe that fails is a shortfall: unknown exposure is not exposure
+            return f"exposure probe failed: {exc}"
+        with self.journal.write() as c:
+            for r in rows:
+                self.journal.add_exposure(c, r)
+        return "; ".join(r.detail for r in rows if r.short)
 
     def _journal_looks(self, c, looks: list[tuple[Verdict, object]], phase: str, at: dt.datetime) -> None:
-        for v, nxt in looks:
-            self.journal.add_verdict(c, v, at, self.status.stage, self.spec.criterion(v.criterion).shadow, phase)
-            if nxt is not None:
-                self.journal.save_sequential(c, v.criterion, phase, nxt, at)
+        self.analysis.journal_looks(c, looks, phase, at, self.status.stage)
 
     def _remember(self, looks: list[tuple[Verdict, object]], phase: str) -> None:
-        # only once the look is committed: a look lost in a crash is redone from the same state
-        for v, nxt in looks:
-            if nxt is not None:
-                self._sequential[(v.criterion, phase)] = nxt
+        self.analysis.remember_looks(looks, phase)
 
     def _evaluate(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         phase = self._phase(at - self.spec.hour)
@@ -401,14 +380,12 @@ class Engine:
     def _decide(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
         short: tuple[str, ...] = ()
         if self.status.state == BASELINE:
-            short = tuple(c.name for c in self.spec.criteria
-                          if judging.size(self.judge_input("baseline", c.metric)) < c.min_samples)
+            short = self.analysis.baseline_short()
         elif self.status.state == MEASURING:
             # the decision rests on the judge's look at the decision time: the hourly evaluate
             # due at the same instant made it (it sorts first); when it did not, look now
             phase = self._phase(at - self.spec.hour)
-            judged = {r[0] for r in self.journal.conn.execute(
-                "SELECT criterion FROM rollout_verdicts WHERE window_end_us = ?", (_us(at),))}
+            judged = self.journal.judged_at(at)
             if phase.startswith("stage:") and any(c.name not in judged for c in self.spec.criteria):
                 looks = [lk for lk in self._look(phase, at) if lk[0].criterion not in judged]
                 look_key = f"{key}:look"
@@ -424,14 +401,13 @@ class Engine:
         self._machine(key, name, at, now, DecisionDue(at, self.status.stage, short))
 
 
-def _flatten(collected) -> tuple[np.ndarray | None, list[tuple[str, int]] | None]:
-    """A collection as (values, relay runs): relay-labelled samples in sorted relay order."""
-    if collected is None or not isinstance(collected, Mapping):
-        return collected, None
-    relays = sorted(collected)
-    parts = [np.asarray(collected[r], dtype="<f8").ravel() for r in relays]
-    values = np.concatenate(parts) if parts else np.zeros(0)
-    return values, [(r, int(p.size)) for r, p in zip(relays, parts, strict=True)]
+def as_collection(collected, metric: str, t0: dt.datetime, t1: dt.datetime, origin: str) -> Collection:
+    """A source's answer as a Collection (a plain array or relay -> array from a simple source)."""
+    if isinstance(collected, Collection):
+        return collected
+    if isinstance(collected, Mapping):
+        return sources.by_relay(metric, origin, collected, t0, t1)
+    return sources.plain(metric, origin, collected, t0, t1)
 
 
 def _params_text(params: dict) -> str:

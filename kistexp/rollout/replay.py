@@ -29,10 +29,11 @@ from kistexp.expdir import ExperimentDir
 from kistexp.metrics.importer import import_all
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
+from kistexp.rollout.assembly import assemble
 from kistexp.rollout.dryrun import _start_fresh, initial_configs, summarize
-from kistexp.rollout.engine import Engine
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehearse
+from kistexp.rollout.sources import RECORDED
 from kistexp.rollout.spec import RolloutSpec, spec_from_plan
 from kistexp.store.schema import open_db
 
@@ -43,6 +44,8 @@ class ReplayError(KistexpError):
 
 class RecordedMetrics:
     """A ``MetricSource`` serving the recorded samples stamped within each collection window."""
+
+    origin = RECORDED
 
     def __init__(self, store: MetricStore) -> None:
         self.store = store
@@ -111,7 +114,7 @@ def replay(plan: Plan, files: Sequence[str], exp: Path | None = None, *, align: 
         try:
             expdir = ExperimentDir.open_or_create(exp)
             journal = Journal(expdir.db_path, durable=False)
-            _start_fresh(journal, spec)
+            _start_fresh(journal, spec, RECORDED)
             plan_end = spec.start + sum((s.duration for s in spec.stages), dt.timedelta())
             until = min(plan_end, _hour(last) + 2 * spec.hour)
             if until <= spec.baseline_start:
@@ -119,8 +122,8 @@ def replay(plan: Plan, files: Sequence[str], exp: Path | None = None, *, align: 
                                   f"the aligned baseline starts ({spec.baseline_start:%Y-%m-%d %H:%M} UTC)")
             clock = rehearsal_clock(spec)
             with EmbeddedAuthorities(spec, clock, initial_configs(spec), until) as net:
-                engine = Engine(spec, journal, net.actuator, RecordedMetrics(store), clock,
-                                experiment_id=f"replay:{plan.name}")
+                engine = assemble(spec, journal, net.actuator, RecordedMetrics(store), clock,
+                                  experiment_id=f"replay:{plan.name}")
                 rehearse(engine, journal, clock, until=until, who="replay (gate approved)",
                          approve_gates=approve_gates, progress=progress)
             summary = summarize(spec, journal, engine, (), str(expdir.db_path), time.monotonic() - started)

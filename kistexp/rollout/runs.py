@@ -12,6 +12,7 @@ import getpass
 import hashlib
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -23,6 +24,7 @@ from kistexp.plan.model import Plan
 from kistexp.rollout.journal import Journal, RunLock, status_from_json
 from kistexp.rollout.machine import initial_status, step
 from kistexp.rollout.rollback import plan_rollback
+from kistexp.rollout.sources import MeasuredMetrics
 from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, json_value, spec_from_plan
 from kistexp.rollout.state import COMMANDS, REMOVE_PARAM, REVERT_DEFAULT, ROLLBACK_KINDS, STEP_BACK, Command, Status
 
@@ -71,7 +73,7 @@ def _cadence_json(c: Cadence) -> str:
 
 
 def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock: Clock, *,
-             accept_plan_change: bool = False, lock: bool = True) -> RunSetup:
+             accept_plan_change: bool = False, lock: bool = True, metrics: str = "measured") -> RunSetup:
     """Create or resume the experiment at ``exp_path`` for a live run of ``plan_path``."""
     exp_path = Path(exp_path)
     fresh = not (exp_path / DB_NAME).is_file()
@@ -88,7 +90,7 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
     try:
         if lock:
             journal.check_owner(clock.now())
-        spec = _check_plan(plan_path, exp_path, mode, cadence, clock, journal, accept_plan_change)
+        spec = _check_plan(plan_path, exp_path, mode, cadence, clock, journal, accept_plan_change, metrics)
     except BaseException:
         journal.close()  # a refusal leaves nothing held: no lock, no open database
         if run_lock is not None:
@@ -100,15 +102,21 @@ def open_run(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock
 
 
 def _check_plan(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, clock: Clock, journal: Journal,
-                accept_plan_change: bool) -> RolloutSpec:
+                accept_plan_change: bool, metrics: str = "measured") -> RolloutSpec:
     raw, canon_sha, canon = plan_hashes(plan_path)
     plan = load_plan(plan_path)
     experiment_id = journal.meta("experiment_id")
     if experiment_id is None:
-        spec = spec_from_plan(plan, cadence, start=clock.now() if mode != "instructions" else None)
+        start = clock.now() if mode != "instructions" else None
+        if start is not None and metrics == "measured":
+            # a measured baseline is measured: it starts now, and stage 1 after it (predictions can
+            # be drawn for a baseline in the past; measurements cannot)
+            first = spec_from_plan(plan, cadence, start=start)
+            start += first.start - first.baseline_start
+        spec = spec_from_plan(plan, cadence, start=start)
         journal.set_meta(experiment_id=f"{plan.name}:{clock.now():%Y%m%dT%H%M%S}", plan_path=str(plan_path),
                          plan_sha256=raw, plan_canon_sha256=canon_sha, plan_canon=json.dumps(canon, sort_keys=True),
-                         mode=mode, cadence=_cadence_json(cadence), start=spec.start.isoformat())
+                         mode=mode, cadence=_cadence_json(cadence), start=spec.start.isoformat(), metrics=metrics)
     else:
         if journal.meta("mode") == "dry-run":
             raise RolloutError(f"{exp_path}: holds a dry run's journal; use another directory for a live run")
@@ -118,16 +126,17 @@ def _check_plan(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, cl
         if journal.meta("mode") != mode:
             raise RolloutError(f"{exp_path}: the run started with --authorities {journal.meta('mode')}, "
                                f"not {mode}")
+        if (journal.meta("metrics") or "predicted") != metrics:
+            # a run's verdicts rest on one kind of samples: measured and predicted ones never mix
+            raise RolloutError(f"{exp_path}: the run started with --metrics {journal.meta('metrics') or 'predicted'}, "
+                               f"not {metrics}")
         if journal.meta("plan_canon_sha256") != canon_sha:
             diff = plan_diff(json.loads(journal.meta("plan_canon")), canon)
             if not accept_plan_change:
                 raise RolloutError(f"{plan_path}: changed since the run started ({'; '.join(diff[:5])}); "
                                    "rerun with --accept-plan-change to continue with it")
-            with journal.write() as c:
-                c.execute("INSERT INTO rollout_plan_acks (old_sha256, new_sha256, diff, who, at_us) "
-                          "VALUES (?, ?, ?, ?, ?)", (journal.meta("plan_canon_sha256"), canon_sha,
-                                                     "\n".join(diff), getpass.getuser(),
-                                                     int(clock.now().timestamp() * 1e6)))
+            journal.add_plan_ack(journal.meta("plan_canon_sha256"), canon_sha, "\n".join(diff), getpass.getuser(),
+                                 clock.now())
             journal.set_meta(plan_canon_sha256=canon_sha, plan_canon=json.dumps(canon, sort_keys=True),
                              plan_sha256=raw)
         stored = Cadence(**json.loads(journal.meta("cadence")))
@@ -185,7 +194,9 @@ def load_spec(exp_path: Path) -> tuple[RolloutSpec, Status, dict]:
 def status_view(exp_path: Path) -> dict:
     spec, st, meta = load_spec(exp_path)
     stage = "baseline" if st.stage == 0 else f"{st.stage} ({spec.stage(st.stage).name})"
-    return {"experiment": meta.get("experiment_id"), "mode": meta.get("mode"), "state": st.state,
+    return {"experiment": meta.get("experiment_id"), "mode": meta.get("mode"),
+            # journals from before measured runs drew every sample from predictions
+            "metrics": meta.get("metrics") or "predicted", "state": st.state,
             "stage": stage, "reasons": sorted(st.reasons), "values": dict(st.values),
             "awaiting_consensus": st.target_va, "stage_valid_after": st.stage_va, "decision_at": st.decision_at,
             "extensions": st.extensions, "rollback_kind": st.rollback_kind or None,
@@ -246,19 +257,15 @@ class _PublishedHistory:
         self.net, self.journal = net, journal
 
     def fetch_consensus(self, valid_after: dt.datetime):
-        from kistexp.metrics.series import from_us, to_us
-
         t = valid_after.timestamp()
         best = None
         for a in self.net.authorities.values():
             for pub in list(a.history):
                 if pub.valid_after <= t and (best is None or pub.valid_after > best.valid_after):
                     best = pub
-        row = self.journal.conn.execute(
-            "SELECT valid_after_us, params FROM rollout_consensus_seen WHERE valid_after_us <= ? "
-            "AND params != 'null' ORDER BY valid_after_us DESC LIMIT 1", (to_us(valid_after),)).fetchone()
-        if row is not None and (best is None or from_us(row[0]).timestamp() > best.valid_after):
-            return json.loads(row[1]), []
+        row = self.journal.consensus_at_or_before(valid_after)
+        if row is not None and (best is None or row[0].timestamp() > best.valid_after):
+            return row[1], []
         return (None if best is None else dict(best.params)), []
 
 
@@ -282,21 +289,37 @@ def embedded_delay_s(interval_s: int) -> float:
 def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10, accept_plan_change: bool = False,
              predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
              hook=None, key_bits: tuple[int, int] = (3072, 2048), localnet: Path | None = None,
-             clock: Clock | None = None) -> Status:
+             clock: Clock | None = None, metrics: str = "measured", sources: Sequence[str] = (),
+             measure_period_s: float | None = None) -> Status:
     """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
     one plan hour per voting interval), a local tor network (``local``: ``localnet`` or one made in
     EXP/localnet; kistexp.rollout.actuator_local) or, with ``instructions``, against the real network
-    by writing each operator's instructions and watching public votes and consensuses."""
+    by writing each operator's instructions and watching public votes and consensuses.
+
+    Metrics are measured (``metrics="measured"``): in a local network that the run makes, by its own
+    measurement clients, relays' MetricsPorts and /proc; otherwise by the instruments of ``sources``
+    (``kistexp.metrics.instruments.parse_source``). ``metrics="predicted"`` draws them from the
+    population's predictions instead, as a dry run does; that choice is journaled and shown."""
     from kistexp.clock import RealClock
     from kistexp.dirauth.schedule import AcceleratedSchedule
     from kistexp.directory import DirectoryClient
     from kistexp.metrics.store import MetricStore
     from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator
+    from kistexp.rollout.assembly import METRICS_MODES, assemble, measured_source, require_measured
     from kistexp.rollout.drivers import LiveDriver
     from kistexp.rollout.dryrun import PredictedMetrics, initial_configs, load_curves
-    from kistexp.rollout.engine import Engine
+    from kistexp.rollout.exposure import ConsensusExposureProbe
     from kistexp.rollout.spec import CONSENSUS_ROUNDS_INSTRUCTIONS, LIVE_CADENCE
 
+    if metrics not in METRICS_MODES:
+        raise RolloutError(f"--metrics {metrics!r}: one of {', '.join(METRICS_MODES)}")
+    if predictions_from is not None and metrics != "predicted":
+        raise RolloutError("--predictions is read only with --metrics predicted (a live run judges measurements "
+                           "unless asked otherwise)")
+    parsed = _instruments(sources) if metrics == "measured" else []
+    if metrics == "measured" and mode != "local":
+        # nothing to measure but what --source names: refused before anything starts
+        require_measured([c.metric for c in load_plan(plan_path).criteria], parsed, str(plan_path))
     clock = clock or RealClock()
     local = None
     if mode == "fake":
@@ -308,21 +331,25 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         from kistexp.rollout.actuator_local import LocalTorRun
 
         # the network first: the run's clock starts once its consensus is out
-        local = LocalTorRun.prepare(load_plan(plan_path), Path(exp_path), localnet, interval_s)
+        local = LocalTorRun.prepare(load_plan(plan_path), Path(exp_path), localnet, interval_s,
+                                    measured=metrics == "measured")
         cadence = local.cadence
     else:
         raise RolloutError(f"--authorities {mode!r}: one of fake, local, instructions")
     try:
-        setup = open_run(plan_path, exp_path, mode, cadence, clock, accept_plan_change=accept_plan_change)
+        setup = open_run(plan_path, exp_path, mode, cadence, clock, accept_plan_change=accept_plan_change,
+                         metrics=metrics)
     except BaseException:
         if local is not None:
             local.close(refused=True)
         raise
     spec, journal = setup.spec, setup.journal
     net = None
+    source = None
     run_id = journal.begin_run(argv or [], clock.now())
     reason = "stopped"
     try:
+        exposure = None
         if mode == "fake":
             from fake_authorities import FakeAuthorityNetwork
 
@@ -338,22 +365,34 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         elif local is not None:
             actuator = local.actuator(clock, journal)
             history = actuator.history
+            if metrics == "measured":
+                parsed = parsed + local.start_measuring(setup.exp.path, clock, period_s=measure_period_s)
+                exposure = local.exposure_probe()
         else:
             client = DirectoryClient()
             actuator = InstructionsActuator(setup.exp.path / "outbox", spec.plan_name, spec.cadence, client, clock)
             spec = attrs.evolve(spec, consensus_rounds=CONSENSUS_ROUNDS_INSTRUCTIONS)
             history = actuator
-        source = ExperimentDir.open(predictions_from) if predictions_from else setup.exp
-        curves, levels = load_curves(MetricStore(source.db), spec, str(plan_path))
-        metrics = PredictedMetrics(spec, curves, levels, history)
-        engine = Engine(spec, journal, actuator, metrics, clock, experiment_id=journal.meta("experiment_id"),
-                        plan_check=plan_watch(Path(plan_path), journal), hook=hook)
+        if metrics == "predicted":
+            store = ExperimentDir.open(predictions_from) if predictions_from else setup.exp
+            curves, levels = load_curves(MetricStore(store.db), spec, str(plan_path))
+            source = PredictedMetrics(spec, curves, levels, history)
+        else:
+            source = measured_source(setup.exp.db_path, parsed, clock, spec, f"{plan_path}",
+                                     params_at=local.params_at if local is not None else None)
+            if exposure is None:
+                exposure = ConsensusExposureProbe(
+                    lambda at: journal.consensus_at_or_before(at), spec.cadence)
+        engine = assemble(spec, journal, actuator, source, clock, experiment_id=journal.meta("experiment_id"),
+                          plan_check=plan_watch(Path(plan_path), journal), hook=hook, exposure=exposure)
         LiveDriver(engine, clock, poll_s=max(0.2, min(2.0, cadence.interval_s / 10)),
                    heartbeat=journal.heartbeat).run(timeout_s)
         reason = engine.status.state
         return engine.status
     finally:
         journal.end_run(run_id, clock.now(), reason)
+        if isinstance(source, MeasuredMetrics):
+            source.close()
         if net is not None:
             net.stop()
         if local is not None:
@@ -361,3 +400,12 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         journal.close()
         if setup.lock is not None:
             setup.lock.release()
+
+
+def _instruments(sources: Sequence[str]) -> list:
+    """The instruments of ``--source`` options (each a one-line error when malformed)."""
+    if not sources:
+        return []
+    from kistexp.metrics.instruments import parse_source
+
+    return [parse_source(text) for text in sources]

@@ -279,9 +279,52 @@ ALTER TABLE rollout_verdicts ADD COLUMN record TEXT NOT NULL DEFAULT '{}';  -- k
 ALTER TABLE rollout_metric_batches ADD COLUMN relays TEXT;  -- JSON [[relay, n], ...] in payload order, or NULL
 """
 
+# Live runs judge measured metrics (issue 32): each batch says where its samples came from and how
+# many were left out because their node was mid-switch between consensuses; each poll of each
+# measuring instance is a health row (a failing one is a metric gap for that instance); each look
+# records the stage's exposure (who runs the stage's values) and each round the authorities' health.
+_V4_MEASURED = """
+ALTER TABLE rollout_metric_batches ADD COLUMN origin TEXT NOT NULL DEFAULT '';  -- predicted|recorded|measured
+ALTER TABLE rollout_metric_batches ADD COLUMN excluded INTEGER NOT NULL DEFAULT 0;  -- mid-switch samples left out
+CREATE TABLE rollout_source_health (
+    id          INTEGER PRIMARY KEY,
+    window_us   INTEGER NOT NULL,        -- the collection window's start
+    source      TEXT NOT NULL,           -- collector kind (onionperf, metricsport, proc, ...)
+    instance    TEXT NOT NULL,           -- the measuring instance (vantage point, relay)
+    ok          INTEGER NOT NULL,
+    n_samples   INTEGER NOT NULL,
+    problem     TEXT NOT NULL DEFAULT '',
+    at_us       INTEGER NOT NULL,
+    UNIQUE (source, instance, window_us)
+);
+CREATE TABLE rollout_exposure (
+    id             INTEGER PRIMARY KEY,
+    at_us          INTEGER NOT NULL,
+    stage          INTEGER NOT NULL,
+    population     TEXT NOT NULL,        -- relays | clients
+    expected_share REAL NOT NULL,        -- what propagation predicts at this instant
+    observed_share REAL,                 -- NULL when no node could be asked
+    n_nodes        INTEGER NOT NULL,
+    n_on_target    INTEGER NOT NULL,
+    n_pinned       INTEGER NOT NULL,     -- relays whose torrc pins the value: counted apart
+    n_unknown      INTEGER NOT NULL,
+    short          INTEGER NOT NULL,     -- 1 when exposure falls short of the prediction
+    detail         TEXT NOT NULL DEFAULT '',
+    UNIQUE (at_us, population)
+);
+CREATE TABLE rollout_authority_health (
+    valid_after_us INTEGER NOT NULL,
+    authority      TEXT NOT NULL,
+    voted          INTEGER NOT NULL,     -- a vote for this valid-after was served
+    signed         INTEGER NOT NULL,     -- its signature is on the consensus of this valid-after
+    state          TEXT NOT NULL,        -- ok | down | stale | not-signing
+    PRIMARY KEY (valid_after_us, authority)
+);
+"""
+
 # Append-only. Each entry is one SQL script; open_db runs it in a transaction together
 # with the user_version bump.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL, _V3_SEQUENTIAL_JUDGE)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL, _V3_SEQUENTIAL_JUDGE, _V4_MEASURED)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,8 +1,9 @@
 """Collectors: each turns one kind of real source into catalogue-named samples.
 
 One module per source kind (onionperf, metricsport, process, consensus_archive,
-operator_report, simulator). Every collector is bounded in size and time and reports bad
-input as one-line problems naming the source and line or key:
+operator_report, simulator); ``httpfetch`` is the one bounded HTTP GET those that read URLs
+share. Every collector is bounded in size and time and reports bad input as one-line
+problems naming the source and line or key:
 
 - a source that cannot be read at all (truncated xz, not JSON, unknown format version)
   raises ``CorruptSource`` and contributes nothing;
@@ -24,6 +25,7 @@ from kistexp.errors import KistexpError
 from kistexp.metrics.series import Sample
 
 MiB = 1024 * 1024
+XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of every .xz stream
 # Sample times outside [2000-01-01, now + 1 day] are clock or parsing errors.
 EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -82,10 +84,22 @@ def read_bounded(path: Path, *, max_compressed: int, max_raw: int) -> tuple[byte
     except OSError as exc:
         raise CorruptSource(f"{path}: cannot read: {exc.strerror or exc}") from None
     digest = hashlib.sha256(stored).hexdigest()
-    if not (path.suffix == ".xz" or stored[:6] == b"\xfd7zXZ\x00"):
+    xz = path.suffix == ".xz" or stored[:6] == XZ_MAGIC
+    return decompress_bounded(stored, str(path), xz=xz, max_raw=max_raw), digest
+
+
+
+def decompress_bounded(stored: bytes, where: str, *, xz: bool, max_raw: int) -> bytes:
+    """``stored`` itself, or its xz decompression when ``xz``, never more than ``max_raw`` bytes.
+
+    Shared by files (``read_bounded``) and bodies fetched over HTTP (live instruments), so a
+    decompression bomb stops at ``max_raw`` whichever way it arrived; a truncated or non-xz
+    body raises CorruptSource naming ``where``.
+    """
+    if not xz:
         if len(stored) > max_raw:
-            raise SourceTooLarge(f"{path}: {len(stored)} bytes is over the {max_raw}-byte limit for this source")
-        return stored, digest
+            raise SourceTooLarge(f"{where}: {len(stored)} bytes is over the {max_raw}-byte limit for this source")
+        return stored
     dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
     chunks, total = [], 0
     try:
@@ -96,13 +110,13 @@ def read_bounded(path: Path, *, max_compressed: int, max_raw: int) -> tuple[byte
             data = b""
             total += len(out)
             if total > max_raw:
-                raise SourceTooLarge(f"{path}: decompresses to over {max_raw} bytes (the limit for this source)")
+                raise SourceTooLarge(f"{where}: decompresses to over {max_raw} bytes (the limit for this source)")
             chunks.append(out)
             if dec.eof:
                 break
             if dec.needs_input:
-                raise CorruptSource(f"{path}: truncated xz file (compressed data ended before the end-of-stream "
+                raise CorruptSource(f"{where}: truncated xz file (compressed data ended before the end-of-stream "
                                     "marker)")
     except lzma.LZMAError as exc:
-        raise CorruptSource(f"{path}: not a valid xz file: {exc}") from None
-    return b"".join(chunks), digest
+        raise CorruptSource(f"{where}: not a valid xz file: {exc}") from None
+    return b"".join(chunks)

@@ -176,6 +176,28 @@ def _verify(doc: NetworkStatus, certs: Sequence[KeyCertificate], trusted: frozen
     return documents.verify_signatures(doc, pinned, n_authorities, None, trusted)
 
 
+def verified_consensus(data: bytes, where: str, *, certificates: Sequence[KeyCertificate],
+                       trusted: Iterable[str] | None = None, n_authorities: int | None = None,
+                       limits: Limits = Limits()) -> tuple[NetworkStatus, documents.SignatureCheck]:
+    """One consensus document (a CollecTor ``@type`` annotation allowed) parsed and signature-checked
+    as ``read_archive`` checks each of an archive's: certificates of trusted identities only, valid
+    at the consensus's valid-after, more than half of the trusted authorities. DocumentError (one
+    line naming ``where``) for anything else: too large, not a consensus, not verified."""
+    if len(data) > limits.max_document:
+        raise DocumentError(f"{where}: {len(data)} bytes is over the {limits.max_document}-byte limit for a document")
+    pins = trusted_identities(trusted)
+    body = strip_annotation(data, where)
+    if _kind(body[:64]) != "status":
+        raise DocumentError(f"{where}: not a directory document (no network-status-version 3)")
+    doc = documents.parse_network_status(body, where)
+    if not doc.is_consensus:
+        raise DocumentError(f"{where}: expected a consensus, got a vote")
+    check = _verify(doc, certificates, pins, n_authorities or len(pins))
+    if not check.ok:
+        raise DocumentError(f"{where}: consensus not verified ({check.summary()})")
+    return doc, check
+
+
 def read_archive(path: str | Path, *, certificates: Sequence[KeyCertificate] = (), trusted: Iterable[str] | None = None,
                  n_authorities: int | None = None, limits: Limits = Limits(),
                  progress: Callable[[int, str], None] | None = None) -> Imported:

@@ -2,9 +2,10 @@
 
 tor exports process-lifetime counters (metrics-sources.md §2.2, §2.4), so a sample is
 the change between two scrapes: bandwidth = Δ(tor_relay_traffic_bytes read + written)/Δt,
-global rate-limit hits per hour, bytes freed by the OOM handler in the interval. A
-counter that goes down means tor restarted (SIGHUP does not reset, §2.4): the new value
-is the increase since the restart.
+global rate-limit hits per hour, bytes freed by the OOM handler in the interval. Increases
+are taken series by series and summed (``counter_increase``); a series that goes down means
+tor restarted (SIGHUP does not reset, §2.4): the new values are the increase since the
+restart, never a negative rate.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from kistexp.metrics.collectors.prometheus import Exposition, Limits, Poller, counter_delta
+from kistexp.metrics.collectors.prometheus import Exposition, Limits, Poller, counter_increase
 from kistexp.metrics.series import Sample
 
 KIND = "metricsport"
@@ -31,13 +32,13 @@ def between(prev: Exposition, cur: Exposition, labels: Mapping[str, str],
     if dt_s <= 0:
         return []
     out = []
-    traffic = counter_delta(prev.value(TRAFFIC), cur.value(TRAFFIC))
+    traffic = counter_increase(prev, cur, TRAFFIC)
     if traffic is not None:
         out.append(("relay_bandwidth_bytes_per_s", Sample(cur.time, traffic / dt_s, labels, param_value)))
-    hits = counter_delta(prev.value(RATE_LIMIT), cur.value(RATE_LIMIT))
+    hits = counter_increase(prev, cur, RATE_LIMIT)
     if hits is not None:
         out.append(("relay_global_rate_limit_reached", Sample(cur.time, hits * 3600.0 / dt_s, labels, param_value)))
-    oom = counter_delta(prev.value(OOM), cur.value(OOM))
+    oom = counter_increase(prev, cur, OOM)
     if oom is not None:
         out.append(("relay_oom_bytes", Sample(cur.time, oom, labels, param_value)))
     return out

@@ -18,6 +18,7 @@ failure, never a download time.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import re
@@ -27,7 +28,17 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from kistexp.metrics.collectors import Collected, CorruptSource, MiB, check_time, group_samples, read_bounded
+from kistexp.metrics.collectors import (
+    XZ_MAGIC,
+    Collected,
+    CorruptSource,
+    MiB,
+    SourceTooLarge,
+    check_time,
+    decompress_bounded,
+    group_samples,
+    read_bounded,
+)
 from kistexp.metrics.series import Sample, from_unix
 
 KIND = "onionperf"
@@ -116,16 +127,32 @@ def load(path: str | Path, *, limits: Limits = Limits(), now: dt.datetime | None
     file that cannot be used at all; bad streams/circuits become problems."""
     path = Path(path)
     raw, digest = read_bounded(path, max_compressed=limits.max_compressed, max_raw=limits.max_raw)
+    return _decode(raw, str(path), limits, now, digest)
+
+
+def load_bytes(stored: bytes, location: str, *, limits: Limits = Limits(),
+               now: dt.datetime | None = None) -> Analysis:
+    """``load`` for a file's bytes got some other way (an HTTP body): the same limits, xz
+    recognised by ``location``'s suffix or the xz magic bytes."""
+    if len(stored) > limits.max_compressed:
+        raise SourceTooLarge(f"{location}: {len(stored)} bytes is over the {limits.max_compressed}-byte limit "
+                             "for this source")
+    digest = hashlib.sha256(stored).hexdigest()
+    xz = location.endswith(".xz") or stored[:6] == XZ_MAGIC
+    return _decode(decompress_bounded(stored, location, xz=xz, max_raw=limits.max_raw), location, limits, now, digest)
+
+
+def _decode(raw: bytes, location: str, limits: Limits, now: dt.datetime | None, digest: str) -> Analysis:
     try:
         doc = json.loads(raw)
     except UnicodeDecodeError as exc:
-        raise CorruptSource(f"{path}: not UTF-8 JSON: {exc.reason} at byte {exc.start}") from None
+        raise CorruptSource(f"{location}: not UTF-8 JSON: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
-        raise CorruptSource(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        raise CorruptSource(f"{location}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
     except RecursionError:
-        raise CorruptSource(f"{path}: JSON nested too deeply to be an analysis file") from None
+        raise CorruptSource(f"{location}: JSON nested too deeply to be an analysis file") from None
     del raw
-    return parse(doc, str(path), limits=limits, now=now, sha256=digest)
+    return parse(doc, location, limits=limits, now=now, sha256=digest)
 
 
 def parse(doc: object, location: str, *, limits: Limits = Limits(), now: dt.datetime | None = None,
@@ -329,8 +356,22 @@ def kept_transfers(a: Analysis, *, honour_filters: bool = False) -> tuple[Transf
 
 def samples(a: Analysis, *, honour_filters: bool = False, param_value: int | None = None) -> Collected:
     """The catalogue samples of an analysis, each at its transfer's (circuit's) start."""
+    pairs = transfer_samples(kept_transfers(a, honour_filters=honour_filters), param_value)
+    pairs += circuit_samples(kept_circuits(a, honour_filters=honour_filters), param_value)
+    return Collected(KIND, a.location, group_samples(pairs), a.problems, a.sha256)
+
+
+def kept_circuits(a: Analysis, *, honour_filters: bool = False) -> tuple[Circuit, ...]:
+    """Circuits with a build time to use (``filtered_out`` ones left out only with
+    ``honour_filters`` in a file that has ``filters``)."""
+    drop_filtered = honour_filters and a.has_filters
+    return tuple(c for c in a.circuits if c.build_time_s is not None and not (drop_filtered and c.filtered_out))
+
+
+def transfer_samples(transfers: Sequence[Transfer], param_value: int | None = None) -> list[tuple[str, Sample]]:
+    """The client samples of the given transfers (labels source, server, size)."""
     pairs: list[tuple[str, Sample]] = []
-    for t in kept_transfers(a, honour_filters=honour_filters):
+    for t in transfers:
         labels = {"source": t.source, "server": t.server, "size": str(t.size)}
         pairs.append(("client_transfer_failure_ratio", Sample(t.start, 0.0 if t.success else 1.0, labels,
                                                               param_value)))
@@ -347,11 +388,13 @@ def samples(a: Analysis, *, honour_filters: bool = False, param_value: int | Non
         if lo is not None and hi is not None and hi > lo:
             pairs.append(("client_throughput_mbytes_per_s",
                           Sample(t.start, (5242880 - 1048576) / (hi - lo) / 1e6, labels, param_value)))
-    for c in a.circuits:
-        if c.build_time_s is None or (honour_filters and a.has_filters and c.filtered_out):
-            continue
-        pairs.append(("circuit_build_time_s", Sample(c.launched, c.build_time_s, {"source": c.source}, param_value)))
-    return Collected(KIND, a.location, group_samples(pairs), a.problems, a.sha256)
+    return pairs
+
+
+def circuit_samples(circuits: Sequence[Circuit], param_value: int | None = None) -> list[tuple[str, Sample]]:
+    """``circuit_build_time_s`` of the given circuits that were built (label source)."""
+    return [("circuit_build_time_s", Sample(c.launched, c.build_time_s, {"source": c.source}, param_value))
+            for c in circuits if c.build_time_s is not None]
 
 
 def collect(path: str | Path, *, limits: Limits = Limits(), honour_filters: bool = False,

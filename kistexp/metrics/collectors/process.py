@@ -40,6 +40,7 @@ class ProcSnapshot:
     start_ticks: int  # field 22: start time after boot, in clock ticks
     rss_bytes: int
     threads: int
+    name: str = ""  # the command name (stat field 2), to tell a reused pid from the process measured
 
 
 def read_proc(pid: int, *, clock=None, proc: Path = Path("/proc")) -> ProcSnapshot:
@@ -53,7 +54,9 @@ def read_proc(pid: int, *, clock=None, proc: Path = Path("/proc")) -> ProcSnapsh
     except OSError as exc:
         raise ProcessGone(f"{base}: cannot read: {exc.strerror or exc}") from None
     # the command name (field 2) may contain spaces and parentheses: split after the last ')'
-    fields = stat.rsplit(")", 1)[-1].split()
+    head, _, rest = stat.rpartition(")")
+    fields = rest.split()
+    name = head.partition("(")[2]
     try:
         utime, stime, start = int(fields[11]), int(fields[12]), int(fields[19])
         info = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
@@ -61,7 +64,8 @@ def read_proc(pid: int, *, clock=None, proc: Path = Path("/proc")) -> ProcSnapsh
         threads = int(info["Threads"])
     except (IndexError, KeyError, ValueError) as exc:
         raise ProcessGone(f"{base}: unexpected stat/status format ({exc})") from None
-    return ProcSnapshot(pid, clock.now(), clock.monotonic(), (utime + stime) / CLK_TCK, start, rss_kb * 1024, threads)
+    return ProcSnapshot(pid, clock.now(), clock.monotonic(), (utime + stime) / CLK_TCK, start, rss_kb * 1024, threads,
+                        name)
 
 
 def proc_between(prev: ProcSnapshot | None, cur: ProcSnapshot, labels: Mapping[str, str],

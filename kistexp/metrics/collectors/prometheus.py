@@ -1,9 +1,12 @@
 """Fetching and parsing Prometheus text exposition, bounded in time and size.
 
 Used by the MetricsPort collector (tor's own counters) and the process collector (a
-process-exporter or node_exporter beside the relay). Parsing is prometheus_client's
-parser; kistexp only isolates bad lines so that one garbage line does not lose a scrape.
-Limits: metrics-sources.md §5.3 (5 s, 4 MiB body, 4 KiB line, 1k families, 50k samples).
+process-exporter or node_exporter beside the relay). Fetching is the collectors' one bounded
+GET (``httpfetch``: a total deadline even against a server that trickles its headers). Parsing
+is prometheus_client's parser; kistexp only isolates bad lines so that one garbage line does
+not lose a scrape, and refuses a series given twice with different values (a sum over it would
+count it twice). Limits: metrics-sources.md §5.3 (5 s, 4 MiB body, 4 KiB line, 1k families,
+50k samples).
 """
 
 from __future__ import annotations
@@ -18,12 +21,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from kistexp.clock import RealClock
-from kistexp.errors import KistexpError
-from kistexp.metrics.collectors import CorruptSource, MiB, SourceTooLarge
+from kistexp.metrics.collectors import CorruptSource, MiB, httpfetch
+from kistexp.metrics.collectors.httpfetch import ScrapeError
 
-
-class ScrapeError(KistexpError):
-    """An endpoint could not be scraped (refused, timed out, bad status)."""
+__all__ = ["Exposition", "Limits", "Poller", "ScrapeError", "counter_delta", "counter_increase", "fetch", "parse",
+           "scrape"]
 
 
 @attrs.frozen
@@ -58,32 +60,11 @@ class Exposition:
 
 def fetch(url: str, *, limits: Limits = Limits(), clock=None, transport: httpx.BaseTransport | None = None) -> bytes:
     """GET ``url`` and return the body, within ``limits.timeout_s`` in total (a server
-    that drips bytes is cut off too) and ``limits.max_bytes``."""
-    clock = clock or RealClock()
-    deadline = clock.monotonic() + limits.timeout_s
-    # Each blocking read waits at most half the budget, so a silent server is noticed
-    # within 1.5 x timeout_s even if it stalls right before the deadline.
-    timeout = httpx.Timeout(limits.timeout_s, read=limits.timeout_s / 2)
-    try:
-        with httpx.Client(timeout=timeout, trust_env=False, transport=transport) as client:
-            with client.stream("GET", url, headers={"Accept-Encoding": "identity"}) as resp:
-                if resp.status_code != 200:
-                    raise ScrapeError(f"{url}: HTTP {resp.status_code} {resp.reason_phrase}".rstrip())
-                declared = resp.headers.get("content-length")
-                if declared and declared.isdigit() and int(declared) > limits.max_bytes:
-                    raise SourceTooLarge(f"{url}: Content-Length {declared} is over the {limits.max_bytes}-byte limit")
-                body = bytearray()
-                for chunk in resp.iter_raw():
-                    body += chunk
-                    if len(body) > limits.max_bytes:
-                        raise SourceTooLarge(f"{url}: answer is over the {limits.max_bytes}-byte limit")
-                    if clock.monotonic() > deadline:
-                        raise ScrapeError(f"{url}: answer not complete within {limits.timeout_s:g} s")
-    except httpx.TimeoutException:
-        raise ScrapeError(f"{url}: no answer within {limits.timeout_s:g} s") from None
-    except httpx.HTTPError as exc:
-        raise ScrapeError(f"{url}: {type(exc).__name__}: {exc}") from None
-    return bytes(body)
+    that drips bytes, in its headers or its body, is cut off too) and ``limits.max_bytes``.
+    ``clock`` is accepted for symmetry with ``scrape``; deadlines are real time."""
+    del clock
+    answer = httpfetch.get(url, limits=httpfetch.FetchLimits(limits.timeout_s, limits.max_bytes), transport=transport)
+    return answer.body
 
 
 _TYPE_NAME = re.compile(r"^# TYPE ([A-Za-z_:][A-Za-z0-9_:]*) ", re.M)
@@ -122,8 +103,14 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     problems: list[str] = []
+    # Count sample lines before the parser builds objects for them: a million-series answer
+    # is refused in one pass over the text, not after a million Sample objects.
+    lines = text.split("\n")
+    n_lines = sum(1 for line in lines if line.strip() and not line.startswith("#"))
+    if n_lines > limits.max_samples:
+        raise CorruptSource(f"{location}: over {limits.max_samples} samples ({n_lines} sample lines)")
     families = None
-    if all(len(line) <= limits.max_line for line in text.split("\n")):
+    if all(len(line) <= limits.max_line for line in lines):
         try:
             families = list(text_string_to_metric_families(text))
         except (ValueError, IndexError, TypeError):
@@ -141,6 +128,8 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
     typed = set(_TYPE_NAME.findall(text))
     samples: dict[str, list] = {}
     types: dict[str, str] = {}
+    seen: dict[tuple[str, frozenset], float] = {}
+    conflicting: set[str] = set()
     n = 0
     for fam in families:
         for s in fam.samples:
@@ -150,11 +139,30 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
             name = s.name
             if fam.type == "counter" and name == fam.name + "_total" and fam.name in typed:
                 name = fam.name
-            samples.setdefault(name, []).append((MappingProxyType(dict(s.labels)), float(s.value)))
+            value = float(s.value)
+            # The same series twice (a repeated family or line) must not be summed: the same
+            # value again is dropped, a different one makes the whole name unusable.
+            key = (name, frozenset(s.labels.items()))
+            if key in seen:
+                if seen[key] == value or (seen[key] != seen[key] and value != value):
+                    problems.append(f"{location}: series {_series(name, s.labels)} given twice; repeat ignored")
+                else:
+                    conflicting.add(name)
+                continue
+            seen[key] = value
+            samples.setdefault(name, []).append((MappingProxyType(dict(s.labels)), value))
             types[name] = fam.type
+    for name in sorted(conflicting):
+        problems.append(f"{location}: {name} has a series given twice with different values; {name} left out")
+        del samples[name], types[name]
     if not samples and problems:
         raise CorruptSource(f"{location}: no valid Prometheus samples; first problem: {problems[0]}")
     return Exposition(location, time, {k: tuple(v) for k, v in samples.items()}, types, tuple(problems))
+
+
+def _series(name: str, labels: Mapping[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"[:200] if labels else name[:200]
 
 
 def scrape(url: str, *, limits: Limits = Limits(), clock=None,
@@ -163,6 +171,21 @@ def scrape(url: str, *, limits: Limits = Limits(), clock=None,
     clock = clock or RealClock()
     body = fetch(url, limits=limits, clock=clock, transport=transport)
     return parse(body, url, time=clock.now(), limits=limits)
+
+
+def counter_increase(prev: Exposition, cur: Exposition, name: str) -> float | None:
+    """Increase of counter ``name`` summed over its series between two scrapes, series by series
+    as Prometheus' rate() does. A series that went down means the process restarted (every
+    series of a process restarts together, metrics-sources.md §2.4): the increase is then the
+    current total. A series that vanished, or a counter absent from either scrape, gives None:
+    nothing is known about that interval (a garbage line must not pass for a restart)."""
+    before = {frozenset(lab.items()): v for lab, v in prev.samples.get(name, ())}
+    after = {frozenset(lab.items()): v for lab, v in cur.samples.get(name, ())}
+    if not before or not after or any(k not in after for k in before):
+        return None
+    if any(after[k] < v for k, v in before.items()):
+        return sum(after.values())
+    return sum(v - before.get(k, 0.0) for k, v in after.items())
 
 
 def counter_delta(prev: float | None, cur: float | None) -> float | None:

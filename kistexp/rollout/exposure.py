@@ -1,0 +1,142 @@
+"""Exposure checks (issue 32; experimentation platforms call it a sample-ratio-mismatch check).
+
+At every look the engine asks an ``ExposureProbe`` what share of the relays and of the measurement
+clients actually run the stage's values, and compares it with what propagation predicts for that
+instant (``kistexp.dirauth.propagation``; rollout.md §2.3). A stage whose exposure falls short is not
+judged as if applied: every criterion holds (INCONCLUSIVE, "exposure short: ..."), and the row is
+journaled (``rollout_exposure``). Relays that pin ``KISTSchedRunInterval`` in their torrc never read
+the consensus (tor's ``kist_scheduler_run_interval``, rollout.md §1.7): they are counted apart, never
+as on or off the stage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import attrs
+import numpy as np
+
+from kistexp.dirauth.propagation import NodeClass, PropagationModel
+from kistexp.rollout.spec import Cadence
+
+#: How far the observed share may fall below the predicted one before the stage is held. A small
+#: network moves in steps of 1/n (one relay of six is 17 %), and a node polled a second before it
+#: fetched the consensus is not a problem worth holding a stage for.
+TOLERANCE = 0.25
+
+
+@attrs.frozen
+class Exposure:
+    at: dt.datetime
+    stage: int
+    population: str  # relays | clients
+    expected_share: float
+    observed_share: float | None  # None: no node could be asked
+    n_nodes: int
+    n_on_target: int
+    n_pinned: int
+    n_unknown: int
+    short: bool
+    detail: str
+
+
+class ExposureProbe(Protocol):
+    def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
+                at: dt.datetime) -> list[Exposure]: ...
+
+
+@attrs.frozen
+class NodeView:
+    """What one node runs: the params of the consensus it holds (None: unknown or unreachable) and
+    the value its torrc pins (None: not pinned)."""
+
+    node: str
+    population: str
+    params: Mapping[str, int] | None
+    pinned: Mapping[str, int] = attrs.field(factory=dict)
+
+
+class PropagationShare:
+    """The share of a population that holds a consensus ``since_s`` seconds after its valid-after,
+    by the propagation model on the run's own schedule (scaled for accelerated networks)."""
+
+    def __init__(self, cadence: Cadence) -> None:
+        model = PropagationModel(schedule=cadence.schedule())
+        grid = np.linspace(0, 4 * model.interval_s, 2001)
+        factor = cadence.interval_s / model.interval_s
+        self._curves = {pop: (grid * factor, np.asarray(model.adoption(cls, grid)))
+                        for pop, cls in (("relays", NodeClass.CACHE), ("clients", NodeClass.CLIENT))}
+
+    def __call__(self, population: str, since_s: float) -> float:
+        grid, curve = self._curves[population]
+        return float(np.interp(since_s, grid, curve)) if since_s >= 0 else 0.0
+
+
+def assess(views: Sequence[NodeView], want: Mapping[str, int], stage: int, population: str, expected: float,
+           at: dt.datetime, tolerance: float = TOLERANCE) -> Exposure:
+    """Count the nodes of ``population`` on the stage's values, pinned ones apart."""
+    mine = [v for v in views if v.population == population]
+    pinned = [v for v in mine if any(k in v.pinned for k in want)]
+    unknown = [v for v in mine if v not in pinned and v.params is None]
+    counted = [v for v in mine if v not in pinned and v.params is not None]
+    on = [v for v in counted if all(v.params.get(k) == x for k, x in want.items())]
+    observed = len(on) / len(counted) if counted else None
+    short = observed is None or observed + tolerance < expected
+    wanted = " ".join(f"{k}={x}" for k, x in sorted(want.items()))
+    if observed is None:
+        detail = f"{population}: none of {len(mine)} could be asked which consensus it holds"
+    else:
+        detail = (f"{population}: {len(on)} of {len(counted)} run {wanted} ({observed:.0%}; propagation predicts "
+                  f"{expected:.0%})")
+    if pinned:
+        detail += f"; {len(pinned)} pin it in their torrc ({', '.join(v.node for v in pinned[:5])})"
+    if unknown:
+        detail += f"; {len(unknown)} did not answer"
+    return Exposure(at, stage, population, round(expected, 4), None if observed is None else round(observed, 4),
+                    len(mine), len(on), len(pinned), len(unknown), short, detail)
+
+
+class NodeExposureProbe:
+    """Exposure from what each node says it holds: ``views(at)`` gives a NodeView per relay and
+    measurement client (a local network's control ports, ``kistexp.localnet``)."""
+
+    def __init__(self, views, cadence: Cadence, populations: Sequence[str] = ("relays", "clients")) -> None:
+        self.views, self.share, self.populations = views, PropagationShare(cadence), tuple(populations)
+
+    def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
+                at: dt.datetime) -> list[Exposure]:
+        seen = list(self.views(at))
+        since = (at - stage_va).total_seconds() if stage_va is not None else 0.0
+        return [assess(seen, want, stage, pop, self.share(pop, since), at) for pop in self.populations
+                if any(v.population == pop for v in seen)]
+
+
+class ConsensusExposureProbe:
+    """Exposure on the real network, where no node can be asked: the consensus in force at the look
+    (from the run's own fetches, ``consensus_at``) either carries the stage's values, and then the
+    propagation model's share of relays and clients holds them, or it does not, and none do."""
+
+    def __init__(self, consensus_at, cadence: Cadence) -> None:
+        self.consensus_at, self.share = consensus_at, PropagationShare(cadence)
+
+    def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
+                at: dt.datetime) -> list[Exposure]:
+        found = self.consensus_at(at)
+        out = []
+        for pop in ("relays", "clients"):
+            if found is None:
+                out.append(Exposure(at, stage, pop, 0.0, None, 0, 0, 0, 0, True,
+                                    f"{pop}: no consensus seen at {at:%Y-%m-%d %H:%M} UTC"))
+                continue
+            va, params = found
+            carries = all(params.get(k) == x for k, x in want.items())
+            expected = self.share(pop, (at - (stage_va or va)).total_seconds())
+            observed = expected if carries else 0.0
+            detail = (f"{pop}: the consensus of {va:%Y-%m-%d %H:%M} UTC "
+                      f"{'carries' if carries else 'does not carry'} the stage's values; "
+                      f"propagation gives {observed:.0%}")
+            out.append(Exposure(at, stage, pop, round(expected, 4), round(observed, 4), 0, 0, 0, 0,
+                                observed + TOLERANCE < expected, detail))
+        return out
