@@ -17,7 +17,7 @@ import attrs
 
 from kistexp.clock import Clock
 from kistexp.dirauth.voting import Vote, compute_consensus_params, votes_needed_to_compute
-from kistexp.rollout.actuators import ActuationError, Params
+from kistexp.rollout.actuators import ActuationError, Intent, Params
 from kistexp.rollout.spec import Cadence
 
 
@@ -62,7 +62,8 @@ class SimulatedAuthorities:
             return None
         return self._config_at(authority, now)
 
-    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+    def apply(self, intent: Intent) -> str:
+        authority, desired, idem_key = intent.authority, intent.desired, intent.idem_key
         now = self.clock.now()
         if self._down(authority, now):
             raise ActuationError(f"{authority}: not answering")

@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from kistexp.plan.loader import parse_plan
-from kistexp.rollout.actuators import ActuationError, FakeAuthoritiesActuator
+from kistexp.rollout.actuators import ActuationError, FakeAuthoritiesActuator, Intent
 from kistexp.rollout.dryrun import dry_run, initial_configs
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock
@@ -32,8 +32,8 @@ def test_embedded_authorities_act_through_the_operator_api_and_show_it_in_signed
         intruder = FakeAuthoritiesActuator(auth.net.operator_url, "not-the-token", auth.directory, clock,
                                            transport=auth.net.transport())
         with pytest.raises(ActuationError, match="HTTP 401"):
-            intruder.apply("moria1", {KIST: 2}, "k0")
-        auth.actuator.apply("moria1", {KIST: 2}, "k1")
+            intruder.apply(Intent("moria1", {KIST: 2}, "k0"))
+        auth.actuator.apply(Intent("moria1", {KIST: 2}, "k1"))
         va = spec.baseline_start + dt.timedelta(hours=1)
         clock.run_until(va - dt.timedelta(minutes=5))  # after the 10-minutes-before vote
         assert auth.actuator.fetch_vote("moria1", va) == {KIST: 2}  # next/authority, signature checked

@@ -8,7 +8,7 @@ from fake_authorities import FakeAuthorityNetwork
 from fake_authorities.network import generate_keys
 from kistexp.clock import UTC, RealClock
 from kistexp.directory import DirectoryClient
-from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator, render_instructions
+from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator, Intent, render_instructions
 from kistexp.rollout.spec import LIVE_CADENCE
 
 KIST = "KISTSchedRunInterval"
@@ -26,7 +26,7 @@ def test_fake_authorities_actuator_acts_and_observes_through_dirports():
         act = FakeAuthoritiesActuator(net.operator_url, "tok", client, RealClock(), transport=net.transport())
         assert act.current("moria1") == {KIST: 10}
         for name in ("moria1", "tor26", "dizum"):
-            assert "set" in act.apply(name, {KIST: 2}, f"test:1:{name}")
+            assert "set" in act.apply(Intent(name, {KIST: 2}, f"test:1:{name}"))
         assert act.current("moria1") == {KIST: 2}
         pub = net.wait_for_consensus(lambda c: dict(c.params).get(KIST) == 2, after=first.valid_after,
                                      timeout_s=16)
@@ -53,8 +53,8 @@ def test_instructions_name_the_line_the_window_and_the_diff(tmp_path):
     act = InstructionsActuator(tmp_path / "outbox", "p", LIVE_CADENCE, None, RealClock())
     act.observer.fetch_vote = lambda a, t: None
     key = "exp:1:moria1:20270301T120000:abcd"
-    first = act.apply("moria1", {KIST: 2}, key)
-    again = act.apply("moria1", {KIST: 2}, key)
+    first = act.apply(Intent("moria1", {KIST: 2}, key, va, 1))
+    again = act.apply(Intent("moria1", {KIST: 2}, key, va, 1))
     assert "written" in first and "already" in again
     assert len(list((tmp_path / "outbox").iterdir())) == 1
 

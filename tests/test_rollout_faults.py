@@ -20,6 +20,7 @@ from kistexp.metrics.series import to_us
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.loader import parse_plan
 from kistexp.rollout import journal as journal_mod
+from kistexp.rollout.actuators import Intent
 from kistexp.rollout.drivers import LiveDriver, VirtualDriver
 from kistexp.rollout.dryrun import PredictedMetrics, dry_run, initial_configs, load_curves
 from kistexp.rollout.engine import Engine
@@ -67,7 +68,7 @@ def test_an_authority_changed_by_someone_else_pauses_with_drift_and_is_left_alon
     engine, sim, journal = _engine(tmp_path, spec, clock)
     # an operator sets dizum to 7 by hand during the baseline
     VirtualDriver(engine, clock).run(until=spec.baseline_start + 1.5 * spec.hour)
-    sim.apply("dizum", {KIST: 7}, "dizum's operator")
+    sim.apply(Intent("dizum", {KIST: 7}, "dizum's operator"))
     VirtualDriver(engine, clock).run(stop=lambda e: e.status.state == PAUSED)
     st = engine.status
     assert st.state == PAUSED and "drift" in st.reasons and st.resume_to == TRANSITIONING
@@ -99,7 +100,7 @@ def test_a_resumed_run_finds_its_change_already_applied_and_sends_nothing(tmp_pa
         if name == "after_intent":
             # the change reached dizum, then the process died before the journal said so
             intent = next(i for i in journal.intents(("intended",)) if i["authority"] == "dizum")
-            sim.apply("dizum", intent["desired"], intent["idem_key"])
+            sim.apply(Intent("dizum", intent["desired"], intent["idem_key"]))
             raise Killed
     engine.hook = hook
     with pytest.raises(Killed):
@@ -289,7 +290,7 @@ def test_run_on_a_corrupt_database_is_one_line(tmp_path, content):
     plan, exp = _plan(tmp_path), tmp_path / "exp"
     exp.mkdir()
     (exp / "experiment.db").write_bytes(content)
-    r = _cli("run", str(plan), "--dir", str(exp), "--authorities", "instructions")
+    r = _cli("run", str(plan), "--dir", str(exp), "--authorities", "instructions", "--metrics", "predicted")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert r.stderr.startswith(f"kistexp: error: {exp / 'experiment.db'}: ")
     assert "not an SQLite database" in r.stderr or "corrupt experiment database" in r.stderr

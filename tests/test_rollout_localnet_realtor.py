@@ -169,7 +169,7 @@ def test_attaching_to_a_network_of_another_size_is_refused_and_leaves_it_running
 def test_actuator_sets_the_whole_line_verifies_it_in_the_vote_and_touches_nothing_of_a_stopped_tor(tmp_path) -> None:
     from kistexp.clock import RealClock
     from kistexp.rollout.actuator_local import LocalTorActuator, local_cadence
-    from kistexp.rollout.actuators import ActuationError
+    from kistexp.rollout.actuators import ActuationError, Intent
 
     spec = NetworkSpec(authorities=1, relays=0, exits=0, clients=0, base_port=free_base_port(1),
                        consensus_params=(((KIST, 10), ("ptwo", 4)),))
@@ -182,7 +182,7 @@ def test_actuator_sets_the_whole_line_verifies_it_in_the_vote_and_touches_nothin
         with net.directory_client(retries=1) as client:
             act = LocalTorActuator(net, client, clock, {"alpha": "auth000"}, cadence)
             assert act.current("alpha") == {KIST: 10, "ptwo": 4}  # GETCONF ConsensusParams
-            response = act.apply("alpha", {KIST: 3, "ptwo": 4}, "test:1:alpha")
+            response = act.apply(Intent("alpha", {KIST: 3, "ptwo": 4}, "test:1:alpha"))
             assert "GETCONF ConsensusParams=KISTSchedRunInterval=3 ptwo=4" in response
             assert act.current("alpha") == {KIST: 3, "ptwo": 4}
             # the first round whose vote is built after the reload lists it, and so does its consensus
@@ -199,7 +199,7 @@ def test_actuator_sets_the_whole_line_verifies_it_in_the_vote_and_touches_nothin
             params_inc = (Path(net.node("auth000").data_dir) / "params.inc").read_text()
             assert act.current("alpha") is None
             with pytest.raises(ActuationError, match=r"alpha \(auth000\): tor is not running"):
-                act.apply("alpha", {KIST: 2}, "test:2:alpha")
+                act.apply(Intent("alpha", {KIST: 2}, "test:2:alpha"))
             assert (Path(net.node("auth000").data_dir) / "params.inc").read_text() == params_inc
         log = [json.loads(line) for line in (net.root / CHANGE_LOG).read_text().splitlines()]
         assert [(e["old"], e["new"], e["idem_key"]) for e in log] == [

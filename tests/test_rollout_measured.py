@@ -206,3 +206,48 @@ def test_measured_source_polls_once_a_window_and_keeps_what_arrived(tmp_path):
     stored = src.store.values("relay_cpu_utilization")
     assert len(stored) == 60  # kept in the experiment's metric store, once
     src.close()
+
+
+def test_every_look_records_which_authorities_voted_and_signed(tmp_path):
+    from kistexp.rollout.dryrun import dry_run
+    from tests.rollout_helpers import write_predictions
+
+    write_predictions(tmp_path / "e", {"baseline": {}, "two": {}, "eight": {}})
+    plan = parse_plan(PLAN)
+    dry_run(plan, tmp_path / "e", injections=["authority=moria1:down@day2"])
+    j = Journal(tmp_path / "e" / "experiment.db", durable=False)
+    rows = j.authority_health()
+    day2 = spec_from_plan(plan).baseline_start + dt.timedelta(days=1, hours=2)
+    moria = {r.state for r in rows if r.authority == "moria1" and r.valid_after >= day2}
+    others = {r.state for r in rows if r.authority != "moria1" and r.valid_after >= day2}
+    assert moria == {"down"} and others == {"ok"}
+    assert {r.state for r in rows if r.valid_after < day2 - dt.timedelta(hours=4)} == {"ok"}
+    j.close()
+
+
+def test_exposure_on_the_real_network_follows_the_archived_consensus():
+    from kistexp.metrics.instruments import ArchivedConsensus, ArchiveReading
+    from kistexp.rollout.exposure import ArchiveView, ConsensusExposureProbe
+
+    t0 = dt.datetime(2030, 1, 7, 12, tzinfo=UTC)
+
+    class Archive:
+        def __init__(self, hours: int) -> None:
+            self.polls, self.hours = 0, hours
+
+        def poll(self, now):
+            self.polls += 1
+            got = [ArchivedConsensus(t0 + dt.timedelta(hours=h), {KIST: 2 if h >= 1 else 10})
+                   for h in range(self.hours)]
+            return ArchiveReading("consensus-archive", "consensus-archive", now, tuple(got) if self.polls == 1 else ())
+
+    clock = VirtualClock(t0 + dt.timedelta(hours=4))
+    cadence = spec_from_plan(parse_plan(PLAN)).cadence
+    probe = ConsensusExposureProbe(ArchiveView([Archive(3)], clock).consensus_at, cadence)
+    carried = probe.measure(1, {KIST: 2}, t0 + dt.timedelta(hours=1), t0 + dt.timedelta(hours=4))
+    assert [e.short for e in carried] == [False, False] and carried[0].observed_share > 0.99
+    # the archive has only the 12:00 consensus, which still carries 10: nobody runs the stage's value
+    stale = ConsensusExposureProbe(ArchiveView([Archive(1)], clock).consensus_at, cadence)
+    early = stale.measure(1, {KIST: 2}, t0 + dt.timedelta(hours=1), t0 + dt.timedelta(hours=4))
+    assert all(e.short and e.observed_share == 0.0 for e in early)
+    assert "does not carry" in early[0].detail

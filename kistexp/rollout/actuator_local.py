@@ -28,7 +28,7 @@ import attrs
 from kistexp.clock import Clock
 from kistexp.dirauth.schedule import AcceleratedSchedule
 from kistexp.errors import KistexpError
-from kistexp.rollout.actuators import OWN_KEYS, ActuationError, DirectoryObserver, Params, _parse_lines
+from kistexp.rollout.actuators import OWN_KEYS, ActuationError, DirectoryObserver, Intent, Params, _parse_lines
 from kistexp.rollout.spec import Cadence, RolloutError
 
 CHANGE_LOG = "changes.jsonl"
@@ -86,7 +86,8 @@ class LocalTorActuator:
         except KistexpError:
             return None
 
-    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+    def apply(self, intent: Intent) -> str:
+        authority, desired, idem_key = intent.authority, intent.desired, intent.idem_key
         node = self._node(authority)
         if not self.net.is_running(self.net.node(node)):
             # nothing written: a tor started later must not read a set made without its current keys
@@ -154,6 +155,14 @@ class LocalTorActuator:
         got = self._until(valid_after, exact)
         return (None, []) if got is None else (got[1], got[2])
 
+    def fetch_round(self, valid_after: dt.datetime | None = None):
+        """The voters and signers of the consensus of ``valid_after``, by the plan's names."""
+        got = self.observer.fetch_round(valid_after)
+        if got is None:
+            return None
+        return attrs.evolve(got, voters=tuple(self._plan_name.get(a, a) for a in got.voters),
+                            signers=tuple(self._plan_name.get(a, a) for a in got.signers))
+
     def held_at(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
         """The consensus nodes hold at ``valid_after``. The DirPorts serve only the current one, so
         an earlier one is the newest this run saw at or before it (None before the first)."""
@@ -173,13 +182,23 @@ class _HeldConsensus:
 
 
 class _HeldLabels:
-    """An instrument whose samples are labelled with the consensus their node held when they were
-    measured (``valid_after``), from the held-consensus watch, so the engine can leave out samples of
-    nodes that were mid-switch."""
+    """An instrument whose samples are labelled with the consensus their nodes held when they were
+    measured (``valid_after``), from the held-consensus watch, so the engine can leave out samples
+    taken while nodes were mid-switch. ``nodes`` are the nodes whose value the sample reflects: the
+    relay itself for its MetricsPort and /proc, every relay for a client's transfer (the scheduler
+    that moves its cells runs on the relays of its circuit; a client's own value is another param,
+    ``KISTSchedRunIntervalClient``, and clients take a new consensus up later than relays). With
+    several nodes the label is the oldest consensus any of them held: a sample is the stage's only
+    once every relay it may have crossed runs the stage's value."""
 
-    def __init__(self, inner, watch, node: str) -> None:
-        self.inner, self.watch, self.node = inner, watch, node
+    def __init__(self, inner, watch, nodes: tuple[str, ...]) -> None:
+        self.inner, self.watch, self.nodes = inner, watch, tuple(nodes)
         self.name, self.kind, self.metrics = inner.name, inner.kind, inner.metrics
+
+    def _oldest(self, t: dt.datetime) -> dt.datetime | None:
+        held = [self.watch.held(n, t) for n in self.nodes]
+        vas = [h.valid_after for h in held if h is not None and h.valid_after is not None]
+        return min(vas) if vas else None
 
     def poll(self, now: dt.datetime):
         from kistexp.metrics.series import Sample
@@ -187,10 +206,9 @@ class _HeldLabels:
         reading = self.inner.poll(now)
         labelled = []
         for metric, s in reading.samples:
-            held = self.watch.held(self.node, s.time)
-            if held is not None and held.valid_after is not None:
-                s = Sample(s.time, s.value, {**s.labels, "valid_after": held.valid_after.isoformat()},
-                           s.param_value)
+            va = self._oldest(s.time)
+            if va is not None:
+                s = Sample(s.time, s.value, {**s.labels, "valid_after": va.isoformat()}, s.param_value)
             labelled.append((metric, s))
         return attrs.evolve(reading, samples=tuple(labelled))
 
@@ -302,16 +320,17 @@ class LocalTorRun:
         self.measurement.start()
         now = clock.now()
         watched: list = []
+        on_path = tuple(r.nickname for r in relays)
         for v in self.measurement.vantages:
-            watched.append(_HeldLabels(OnionPerfInstrument(v, out / "onionperf", since=now), self.watch, v))
-            watched.append(self.measurement.interactive_instrument(v, watch=self.watch))
+            watched.append(_HeldLabels(OnionPerfInstrument(v, out / "onionperf", since=now), self.watch, on_path))
+            watched.append(_HeldLabels(self.measurement.interactive_instrument(v), self.watch, on_path))
         for r in relays:
             watched.append(_HeldLabels(MetricsPortInstrument(r.nickname, f"http://127.0.0.1:{r.metrics_port}/metrics",
-                                                             clock=clock), self.watch, r.nickname))
+                                                             clock=clock), self.watch, (r.nickname,)))
             pid = self.net.pid(r)
             if pid is not None:
                 watched.append(_HeldLabels(ProcInstrument(r.nickname, pid, expect_name="tor", clock=clock),
-                                           self.watch, r.nickname))
+                                           self.watch, (r.nickname,)))
         return watched
 
     def params_at(self, valid_after_unix: float) -> dict | None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Protocol
 
+import attrs
+
 from kistexp.clock import Clock
 from kistexp.errors import KistexpError
 from kistexp.rollout.spec import Cadence
@@ -25,12 +27,24 @@ class ActuationError(KistexpError):
     """An authority could not be reached or refused the change."""
 
 
+@attrs.frozen
+class Intent:
+    """What one authority is asked to vote (rollout.md §3.1): the whole set of ``desired`` params,
+    for the consensus of ``valid_after``, under the journal's idempotency key, for transition ``seq``."""
+
+    authority: str
+    desired: Params = attrs.field(hash=False)
+    idem_key: str
+    valid_after: dt.datetime | None = None
+    seq: int = 0
+
+
 class Actuator(Protocol):
     name: str
 
     def current(self, authority: str) -> Params | None: ...
 
-    def apply(self, authority: str, desired: Params, idem_key: str) -> str: ...
+    def apply(self, intent: Intent) -> str: ...
 
     def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None: ...
 
@@ -49,6 +63,22 @@ def _parse_lines(lines) -> Params:
 
 
 OWN_KEYS = ("AuthDirMaxServersPerAddr",)  # keys an authority adds to its own vote (§1.2)
+
+
+@attrs.frozen
+class RoundSeen:
+    """Which authorities' votes a round's consensus counted (its ``dir-source`` entries) and which
+    signed it (its ``directory-signature`` entries), by nickname."""
+
+    valid_after: dt.datetime
+    voters: tuple[str, ...]
+    signers: tuple[str, ...]
+
+
+def round_seen(doc) -> RoundSeen:
+    names = {a.v3ident.upper(): a.nickname for a in doc.authorities}
+    signers = tuple(sorted({names.get(s.identity.upper(), s.identity) for s in doc.signatures}))
+    return RoundSeen(doc.valid_after, tuple(sorted(a.nickname for a in doc.authorities)), signers)
 
 
 class DirectoryObserver:
@@ -77,6 +107,15 @@ class DirectoryObserver:
             return None, []
         return ({k: v for k, v in doc.params if k not in OWN_KEYS},
                 [a.nickname for a in doc.authorities])
+
+    def fetch_round(self, valid_after: dt.datetime | None = None) -> RoundSeen | None:
+        """The voters and signers of the consensus of ``valid_after``, or of the newest one served
+        (None: no valid consensus served, or not that one)."""
+        try:
+            doc = self.directory.fetch_consensus("microdesc")
+        except KistexpError:
+            return None
+        return round_seen(doc) if valid_after is None or doc.valid_after == valid_after else None
 
 
 class FakeAuthoritiesActuator:
@@ -111,10 +150,10 @@ class FakeAuthoritiesActuator:
         except ActuationError:
             return None
 
-    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
-        body = {"params": " ".join(f"{k}={v}" for k, v in sorted(desired.items()))}
-        got = self._call("PUT", f"/authorities/{authority}/params", json=body,
-                         headers={"Idempotency-Key": idem_key})
+    def apply(self, intent: Intent) -> str:
+        body = {"params": " ".join(f"{k}={v}" for k, v in sorted(intent.desired.items()))}
+        got = self._call("PUT", f"/authorities/{intent.authority}/params", json=body,
+                         headers={"Idempotency-Key": intent.idem_key})
         return f"set {got.get('vote_params', '')}; applies from {got.get('applies_from', 'next vote')}"
 
     def fetch_vote(self, authority: str, valid_after: dt.datetime) -> Params | None:
@@ -122,6 +161,9 @@ class FakeAuthoritiesActuator:
 
     def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
         return self.observer.fetch_consensus(valid_after)
+
+    def fetch_round(self, valid_after: dt.datetime | None = None) -> RoundSeen | None:
+        return self.observer.fetch_round(valid_after)
 
 
 # --- real authorities: generated instructions ------------------------------------------------------
@@ -182,14 +224,16 @@ class InstructionsActuator:
     def current(self, authority: str) -> Params | None:
         return None  # what the operator configured is only known from their next vote
 
-    def apply(self, authority: str, desired: Params, idem_key: str) -> str:
+    def apply(self, intent: Intent) -> str:
         import os
 
-        seq_va = idem_key.split(":")
-        va = dt.datetime.strptime(seq_va[-2], "%Y%m%dT%H%M%S").replace(tzinfo=dt.timezone.utc)
-        text = render_instructions(self.plan_name, f"transition {seq_va[-4]}", authority, desired, va,
-                                   self.cadence, self.fetch_vote(authority, va - dt.timedelta(
+        if intent.valid_after is None:
+            raise ActuationError(f"{intent.authority}: an instruction needs the consensus it is for (valid-after)")
+        va = intent.valid_after
+        text = render_instructions(self.plan_name, f"transition {intent.seq}", intent.authority, intent.desired, va,
+                                   self.cadence, self.fetch_vote(intent.authority, va - dt.timedelta(
                                        seconds=self.cadence.interval_s)), self.tz)
+        idem_key = intent.idem_key
         self.outbox.mkdir(parents=True, exist_ok=True)
         name = idem_key.replace(":", "_").replace("/", "_") + ".txt"
         final = self.outbox / name
@@ -208,3 +252,6 @@ class InstructionsActuator:
 
     def fetch_consensus(self, valid_after: dt.datetime) -> tuple[Params | None, list[str]]:
         return self.observer.fetch_consensus(valid_after)
+
+    def fetch_round(self, valid_after: dt.datetime | None = None) -> RoundSeen | None:
+        return self.observer.fetch_round(valid_after)

@@ -17,7 +17,7 @@ from kistexp.clock import Clock
 from kistexp.metrics import catalogue
 from kistexp.rollout import sources
 from kistexp.rollout import triggers as tg
-from kistexp.rollout.actuators import ActuationError, Actuator
+from kistexp.rollout.actuators import ActuationError, Actuator, Intent
 from kistexp.rollout.analysis import Analysis
 from kistexp.rollout.exposure import ExposureProbe
 from kistexp.rollout.journal import Journal, desired_params
@@ -252,7 +252,8 @@ class Engine:
                 else:
                     full = {k: v for k, v in (current or {}).items() if k not in self.spec.parameters}
                     full.update(desired)  # the whole set: keep the operator's other keys
-                    response = self.actuator.apply(intent["authority"], full, intent["idem_key"])
+                    response = self.actuator.apply(Intent(intent["authority"], full, intent["idem_key"],
+                                                          intent["valid_after"], intent["seq"]))
             except ActuationError as exc:
                 self.journal.mark_intent(intent["id"], "intended", now, error=str(exc), attempt=True)
                 continue
@@ -370,7 +371,34 @@ class Engine:
     def _remember(self, looks: list[tuple[Verdict, object]], phase: str) -> None:
         self.analysis.remember_looks(looks, phase)
 
+    def _authority_health(self, at: dt.datetime) -> None:
+        """Which authorities voted and signed the newest consensus served at the look (rollout.md §4;
+        issue 32 point 7): its ``dir-source`` entries are the votes it counted, its signatures who
+        signed. When the newest served is older than the round before the look, that round published
+        nothing: every authority is recorded ``no-consensus`` for it. An authority whose vote the
+        consensus did not count is ``down`` for that round; one that voted but did not sign,
+        ``not-signing``."""
+        fetch = getattr(self.actuator, "fetch_round", None)
+        if fetch is None:
+            return
+        interval = dt.timedelta(seconds=self.spec.cadence.interval_s)
+        expected = self.spec.cadence.va_at_or_after(at) - interval
+        try:
+            seen = fetch(None)
+        except Exception:  # an unreadable round is a round without a consensus seen
+            seen = None
+        if seen is not None:
+            rows = []
+            for a in self.spec.authorities:
+                voted, signed = a in seen.voters, a in seen.signers
+                rows.append((a, voted, signed, "ok" if voted and signed else "not-signing" if voted else "down"))
+            self.journal.authority_health_seen(seen.valid_after, rows)
+        if seen is None or seen.valid_after < expected:
+            self.journal.authority_health_seen(expected, [(a, False, False, "no-consensus")
+                                                          for a in self.spec.authorities])
+
     def _evaluate(self, at: dt.datetime, key: str, name: str, now: dt.datetime) -> None:
+        self._authority_health(at)
         phase = self._phase(at - self.spec.hour)
         looks = self._look(phase, at) if phase.startswith("stage:") else []
         self._machine(key, name, at, now, Evaluate(at, tuple(v for v, _ in looks)),

@@ -140,3 +140,27 @@ class ConsensusExposureProbe:
             out.append(Exposure(at, stage, pop, round(expected, 4), round(observed, 4), 0, 0, 0, 0,
                                 observed + TOLERANCE < expected, detail))
         return out
+
+
+class ArchiveView:
+    """The consensuses of CollecTor-style archives (``kistexp.metrics.instruments.ConsensusArchivePoller``),
+    polled at each look: ``consensus_at(at)`` is the newest verified one valid at or before ``at``, as
+    (valid-after, params). Each new one is kept in the experiment's consensus history (``store``)."""
+
+    def __init__(self, pollers, clock, store=None) -> None:
+        self.pollers, self.clock, self.store = list(pollers), clock, store
+        self._seen: dict[dt.datetime, Mapping[str, int]] = {}
+        self.problems: list[str] = []
+
+    def consensus_at(self, at: dt.datetime) -> tuple[dt.datetime, dict] | None:
+        now = self.clock.now()
+        for p in self.pollers:
+            reading = p.poll(now)
+            if reading.problem:
+                self.problems.append(reading.problem)
+            for c in reading.consensuses:
+                self._seen[c.valid_after] = dict(c.params)
+                if self.store is not None and c.record is not None:
+                    self.store.save_consensus(c.record)
+        older = [va for va in self._seen if va <= at]
+        return (max(older), dict(self._seen[max(older)])) if older else None

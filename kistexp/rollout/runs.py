@@ -290,7 +290,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
              predictions_from: Path | None = None, argv: list[str] | None = None, timeout_s: float | None = None,
              hook=None, key_bits: tuple[int, int] = (3072, 2048), localnet: Path | None = None,
              clock: Clock | None = None, metrics: str = "measured", sources: Sequence[str] = (),
-             measure_period_s: float | None = None) -> Status:
+             measure_period_s: float | None = None, certs: Path | None = None) -> Status:
     """``kistexp run``: drive the plan in real time against embedded fake authorities (accelerated:
     one plan hour per voting interval), a local tor network (``local``: ``localnet`` or one made in
     EXP/localnet; kistexp.rollout.actuator_local) or, with ``instructions``, against the real network
@@ -308,7 +308,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
     from kistexp.rollout.assembly import METRICS_MODES, assemble, measured_source, require_measured
     from kistexp.rollout.drivers import LiveDriver
     from kistexp.rollout.dryrun import PredictedMetrics, initial_configs, load_curves
-    from kistexp.rollout.exposure import ConsensusExposureProbe
+    from kistexp.rollout.exposure import ArchiveView, ConsensusExposureProbe
     from kistexp.rollout.spec import CONSENSUS_ROUNDS_INSTRUCTIONS, LIVE_CADENCE
 
     if metrics not in METRICS_MODES:
@@ -316,7 +316,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
     if predictions_from is not None and metrics != "predicted":
         raise RolloutError("--predictions is read only with --metrics predicted (a live run judges measurements "
                            "unless asked otherwise)")
-    parsed = _instruments(sources) if metrics == "measured" else []
+    parsed, archives = _instruments(sources, certs) if metrics == "measured" else ([], [])
     if metrics == "measured" and mode != "local":
         # nothing to measure but what --source names: refused before anything starts
         require_measured([c.metric for c in load_plan(plan_path).criteria], parsed, str(plan_path))
@@ -381,8 +381,12 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             source = measured_source(setup.exp.db_path, parsed, clock, spec, f"{plan_path}",
                                      params_at=local.params_at if local is not None else None)
             if exposure is None:
+                # which consensus nodes hold: a CollecTor-style archive when one is given, else the
+                # run's own fetches from the authorities
+                view = ArchiveView(archives, clock, MetricStore(sqlite3.connect(
+                    setup.exp.db_path, timeout=5.0, check_same_thread=False))) if archives else None
                 exposure = ConsensusExposureProbe(
-                    lambda at: journal.consensus_at_or_before(at), spec.cadence)
+                    view.consensus_at if view else (lambda at: journal.consensus_at_or_before(at)), spec.cadence)
         engine = assemble(spec, journal, actuator, source, clock, experiment_id=journal.meta("experiment_id"),
                           plan_check=plan_watch(Path(plan_path), journal), hook=hook, exposure=exposure)
         LiveDriver(engine, clock, poll_s=max(0.2, min(2.0, cadence.interval_s / 10)),
@@ -402,10 +406,15 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             setup.lock.release()
 
 
-def _instruments(sources: Sequence[str]) -> list:
-    """The instruments of ``--source`` options (each a one-line error when malformed)."""
+def _instruments(sources: Sequence[str], certs: Path | None = None) -> tuple[list, list]:
+    """The instruments of ``--source`` options (each a one-line error when malformed), and apart from
+    them the consensus archives (``consensus-archive=URL``), checked against ``certs``."""
     if not sources:
-        return []
-    from kistexp.metrics.instruments import parse_source
+        return [], []
+    from kistexp.dirauth.documents import load_key_certificates
+    from kistexp.metrics.instruments import ConsensusArchivePoller, parse_source
 
-    return [parse_source(text) for text in sources]
+    certificates = load_key_certificates(certs) if certs is not None else ()
+    parsed = [parse_source(text, certificates=certificates) for text in sources]
+    archives = [p for p in parsed if isinstance(p, ConsensusArchivePoller)]
+    return [p for p in parsed if not isinstance(p, ConsensusArchivePoller)], archives
