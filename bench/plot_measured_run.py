@@ -61,7 +61,7 @@ def main() -> int:
         xs, ys = groups.setdefault(value_of(labels), ([], []))
         xs.append(t_us / 1e6 - t0)
         ys.append(value)
-    fig, ax = plt.subplots(figsize=(9, 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 4.6), dpi=110)
     for name, (xs, ys) in sorted(groups.items()):
         ax.scatter(xs, ys, s=12, label=f"{PARAM} held: {name}")
     top = max(v for _, v, _ in rows)
@@ -73,7 +73,7 @@ def main() -> int:
     ax.set_xlabel("seconds since the first measurement (one plan hour = one 10 s voting round)")
     ax.set_ylabel(f"{args.metric} (s)")
     ax.set_ylim(0, top * 1.25)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     ax.set_title("Measured 1 MiB download times through a local tor network", fontsize=10)
     fig.tight_layout()
     fig.savefig(args.output)
