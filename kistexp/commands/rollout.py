@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import typer
 from rich.table import Table
 
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json
+from kistexp.output import console, emit_json, plain, say
 
 _ISO = "%Y-%m-%d %H:%M"
 
@@ -21,6 +22,17 @@ def _t(value) -> str:
     if isinstance(value, dt.datetime):
         return value.strftime(_ISO)
     return "" if value is None else str(value)
+
+
+def _health(exp: Path):
+    """The journal's authority health (``kistexp.rollout.watch.HealthSummary``), or None when the
+    directory holds no rollout journal to read it from."""
+    from kistexp.rollout.watch import health_summary
+
+    try:
+        return health_summary(exp)
+    except KistexpError:
+        return None
 
 
 def dry_run_cmd(
@@ -51,37 +63,47 @@ def dry_run_cmd(
     if exp is None and predictions is None:
         raise KistexpError(f"{plan_path}: a dry run draws from the population's predictions: make them with "
                            f"`kistexp simulate {plan_path} --dir EXP`, then pass --dir EXP")
+    import tempfile
+
     from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from kistexp.output import progress_bar
 
-    with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), as_json=as_json) as bar:
-        task = bar.add_task("rehearsing", total=1.0)
-        r = dry_run(plan, Path(exp) if exp else None, injections=inject, seed=seed,
-                    predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates,
-                    progress=lambda f, what: bar.update(task, completed=f, description=what), commands=command)
+    # without --dir the journal lives in a scratch directory kept until its health is read
+    with tempfile.TemporaryDirectory(prefix="kistexp-dry-run-") as scratch:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                          TimeElapsedColumn(), as_json=as_json) as bar:
+            task = bar.add_task("rehearsing", total=1.0)
+            r = dry_run(plan, Path(exp) if exp else Path(scratch) / "exp", injections=inject, seed=seed,
+                        predictions_from=Path(predictions) if predictions else None, approve_gates=not stop_at_gates,
+                        progress=lambda f, what: bar.update(task, completed=f, description=what), commands=command)
+        health = _health(Path(r.journal).parent)
     if as_json:
-        emit_json(r.to_json())
+        emit_json({**r.to_json(), **({"authority_health": health.to_json()} if health else {})})
         return
-    table = Table(title=f"dry run of {r.plan}", show_lines=False)
-    for col in ("time (UTC)", "what", "stage", "detail"):
-        table.add_column(col)
-    rows = [(c["valid_after"], "consensus", "", " ".join(f"{k}={v}" for k, v in (c["params"] or {}).items()))
+    from kistexp.output import add_row, make_table, print_table
+
+    # plain cells: decision messages and outage lines carry the plan's names, never markup
+    table = make_table(f"dry run of {r.plan}", ("time (UTC)", "what", "stage", "detail"), show_lines=False)
+    rows = [(c["valid_after"], "consensus", "", " ".join(f"{k}={v}" for k, v in c["params"].items())
+             if c["params"] is not None else "none published (no majority-signed consensus)")
             for c in r.consensus_changes]
+    rows += [(o.start, "no-consensus", "", o.describe()) for o in (health.outages if health else ())]
     rows += [(d["at"], d["decision"], str(d["stage"]), d["message"]) for d in r.decisions]
     for at, what, stage, detail in sorted(rows, key=lambda x: x[0]):
-        table.add_row(_t(at), what, stage, detail)
-    console.print(table)
+        add_row(table, _t(at), what, stage, detail)
+    print_table(table)
     for rb in r.rollbacks:
-        console.print(f"rollback {rb['kind']} from stage {rb['from_stage']} at {rb['at']}: "
-                      f"{', '.join(rb['authorities_must_act'])} must act before {rb['act_before']}; "
-                      f"consensus {rb['valid_after']}; 99 % of relays back at {rb['relays_99pct']}, "
-                      f"clients at {rb['clients_99pct']}", highlight=False, soft_wrap=True)
+        say(f"rollback {rb['kind']} from stage {rb['from_stage']} at {rb['at']}: "
+            f"{', '.join(rb['authorities_must_act'])} must act before {rb['act_before']}; "
+            f"consensus {rb['valid_after']}; 99 % of relays back at {rb['relays_99pct']}, "
+            f"clients at {rb['clients_99pct']}")
     counts = "; ".join(f"{c}: " + ", ".join(f"{n} {o}" for o, n in sorted(v.items()))
                        for c, v in r.verdict_counts.items())
-    console.print(f"verdicts: {counts}", highlight=False, soft_wrap=True)
-    console.print(f"[bold]{r.status}[/bold] ({r.wall_s:.1f} s; journal {r.journal})", highlight=False)
+    say(f"verdicts: {counts}")
+    for o in health.outages if health else ():
+        say(o.describe(health.fmt), style="bold red")
+    say(plain(r.status, "bold"), f" ({r.wall_s:.1f} s; journal {r.journal})")
 
 
 def _replay(plan, files: list[str], exp: str | None, align: str | None, approve: bool, as_json: bool) -> None:
@@ -122,31 +144,195 @@ def run_cmd(
     localnet: str = typer.Option(None, "--localnet", help="--authorities local: drive this local tor network "
                                  "(kistexp localnet up DIR) instead of making one in EXP/localnet."),
     accept_plan_change: bool = typer.Option(False, "--accept-plan-change", help="Continue with an edited plan."),
-    predictions: str = typer.Option(None, "--predictions", help="Read predictions from this experiment directory."),
-    as_json: bool = typer.Option(False, "--json", help="Final status as JSON."),
+    predictions: str = typer.Option(None, "--predictions", help="--metrics predicted: read predictions from this "
+                                    "experiment directory."),
+    metrics: str = typer.Option("measured", "--metrics", help="measured (the network's own measurements) or "
+                                "predicted (drawn from the population's predictions, as a dry run)."),
+    source: list[str] = typer.Option([], "--source", help="A measuring instrument, KIND:NAME=URL_OR_PATH "
+                                     "(onionperf, metricsport, proc, prometheus), or consensus-archive=URL "
+                                     "(repeatable)."),
+    certs: str = typer.Option(None, "--certs", help="The authorities' key certificates that consensus-archive "
+                              "sources are checked against."),
+    as_json: bool = typer.Option(False, "--json", help="Nothing while running; the final status as JSON."),
+    json_lines: bool = typer.Option(False, "--json-lines", help="Each event as one JSON object per line, then "
+                                    "the final status as one."),
+    remind_every: float = typer.Option(300.0, "--remind-every", help="While paused, a reminder line every S "
+                                       "seconds (0: none)."),
+    notify_command: str = typer.Option(None, "--notify-command", help="Run this command (no shell; words as "
+                                       "shlex splits them) with the event as JSON on stdin and in KISTEXP_EVENT "
+                                       "on each pause, criterion failure, rollback, outage and the run's end."),
+    notify_url: str = typer.Option(None, "--notify-url", help="POST each such event as JSON to this URL."),
+    metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics of the rollout on "
+                                     "this port (0: any free one) while it runs."),
+    metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="Address the metrics server "
+                                        "listens on."),
 ) -> None:
-    """Drive the plan in real time; rerun on the same directory to resume after any stop."""
+    """Drive the plan in real time; rerun on the same directory to resume after any stop.
+
+    Prints what happens as it happens (stages, looks, intents, pauses and what resolves them,
+    rollbacks, authority outages); Ctrl-C or SIGTERM stops it cleanly, and a rerun resumes."""
+    from kistexp.rollout.notify import Notifier
     from kistexp.rollout.runs import live_run, status_view
 
-    live_run(Path(plan_path), Path(exp), authorities, interval_s=interval, accept_plan_change=accept_plan_change,
-             predictions_from=Path(predictions) if predictions else None, argv=sys.argv,
-             localnet=Path(localnet) if localnet else None)
+    if as_json and json_lines:
+        raise KistexpError("--json and --json-lines: pick one")
+    if remind_every < 0:
+        raise KistexpError(f"--remind-every {remind_every:g}: seconds, 0 or more")
+    notifier = Notifier(notify_command, notify_url, warn=_warn)  # a malformed option is refused before anything
+    exporter = None
+    if metrics_port is not None:
+        from kistexp.rollout.exporter import Exporter
+
+        exporter = Exporter(Path(exp), metrics_port, metrics_address)  # a port in use: one line, nothing started
+    stopper = _Stopper()
+    feed_thread = None
+    ended, outcome = "", None
+    try:
+        stopper.install()
+        if exporter is not None and not (as_json or json_lines):
+            say(f"metrics of this rollout at {exporter.url}")
+        notifier.start()
+        feed_thread = _start_feed(Path(exp), exp, as_json, json_lines, notifier, remind_every, interval, authorities)
+        outcome = live_run(Path(plan_path), Path(exp), authorities, interval_s=interval,
+                           accept_plan_change=accept_plan_change,
+                           predictions_from=Path(predictions) if predictions else None, argv=sys.argv,
+                           localnet=Path(localnet) if localnet else None, metrics=metrics, sources=tuple(source),
+                           certs=Path(certs) if certs else None)
+    except KeyboardInterrupt:
+        ended = "SIGTERM" if stopper.signum == signal.SIGTERM else "Ctrl-C"
+    except BaseException as exc:
+        ended = f"error: {exc}" if isinstance(exc, KistexpError) else f"error: {type(exc).__name__}"
+        raise
+    finally:
+        stopper.finishing = True  # a second signal now would cut the clean-up short: it is ignored
+        if feed_thread is not None:
+            feed_thread.stop()
+            if feed_thread.error is not None:
+                _warn(f"the event feed stopped: {feed_thread.error}")
+        end = {"kind": "end", "at": dt.datetime.now(dt.timezone.utc), "severity": "info" if not ended else "warning",
+               "experiment_dir": exp, "stopped_by": ended or None,
+               "text": f"run ended: {outcome.describe()}" if outcome is not None else
+               f"run stopped ({ended}); the journal keeps its place"}
+        notifier.submit(end)
+        notifier.close(5.0 if ended else 20.0)
+        if exporter is not None:
+            exporter.close()
+        stopper.restore()
+    if ended:
+        say(f"kistexp: stopped by {ended}; the journal keeps the run's place: rerun "
+            f"`kistexp run {plan_path} --dir {exp}` to resume", err=True)
+        raise typer.Exit(143 if ended == "SIGTERM" else 130)
     view = status_view(Path(exp))
-    emit_json(view) if as_json else console.print(view["summary"], highlight=False)
+    if json_lines:
+        _json_line({"kind": "end", "status": view})
+    elif as_json:
+        emit_json(view)
+    else:
+        console.print(view["summary"], highlight=False)
+
+
+def _warn(message: str) -> None:
+    say(f"kistexp: warning: {message}", err=True)
+
+
+def _json_line(obj: dict) -> None:
+    import json
+
+    from kistexp.output import _default
+
+    sys.stdout.write(json.dumps(obj, default=_default, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+class _Stopper:
+    """SIGTERM takes the path of Ctrl-C: both raise KeyboardInterrupt in the main thread, so
+    ``live_run``'s ``finally`` closes the run's row and stops any network kistexp started. A second
+    signal while that clean-up runs is ignored (with a line saying so) rather than cut it short."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.finishing = False
+        self._old: dict[int, object] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (an embedding caller): its own handling stays
+                return
+
+    def _handle(self, signum, _frame) -> None:
+        if self.finishing or self.signum is not None:
+            say("kistexp: already stopping (the run's place is kept; kill -9 stops at once)", err=True)
+            return
+        self.signum = signum
+        raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+
+_STYLES = {"critical": "bold red", "warning": "yellow"}
+
+
+def _start_feed(exp_path: Path, shown: str, as_json: bool, json_lines: bool, notifier, remind_every: float,
+                interval: int, mode: str):
+    """The feed thread of a run: lines on stdout (or JSON lines), and the events that need a person
+    to the notifier. A resumed run shows only what is new."""
+    from kistexp.rollout.watch import Feed, FeedThread
+
+    feed = Feed(exp_path, shown)
+    if (exp_path / "experiment.db").is_file():
+        feed.prime()
+
+    def emit(ev) -> None:
+        if ev.notify:
+            notifier.submit(ev.to_json(experiment_dir=shown))
+        if json_lines:
+            _json_line(ev.to_json())
+        elif not as_json:
+            say(ev.line(feed.ctx.fmt if feed.ctx is not None else _ISO), style=_STYLES.get(ev.severity))
+            sys.stdout.flush()  # a pipe (a log, a test) sees each line as it happens
+
+    poll = 2.0 if mode == "instructions" else min(1.0, max(0.2, interval / 10))
+    return FeedThread(feed, emit, poll_s=poll, reminder_s=remind_every).start()
 
 
 def status_cmd(
     exp: str = typer.Argument(..., metavar="DIR", help="Experiment directory."),
-    as_json: bool = typer.Option(False, "--json", help="Status as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Status as JSON (with --watch: one JSON object per line, "
+                                 "each time it changes)."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until the rollout ends or Ctrl-C."),
+    every: float = typer.Option(2.0, "--interval", help="--watch: seconds between refreshes (at least 0.5)."),
 ) -> None:
-    """Where the rollout is (read-only; works while a run is active)."""
-    from kistexp.rollout.runs import status_view
-
-    view = status_view(Path(exp))
+    """Where the rollout is, with the authorities' health (read-only; works while a run is active)."""
+    if watch:
+        _watch_status(exp, every, as_json)
+        return
+    view, health = _status_with_health(exp)
     if as_json:
         emit_json(view)
         return
-    from kistexp.output import print_table
+
+    for part in _status_parts(exp, view, health):
+        _print_part(part)
+
+
+def _status_with_health(exp: str) -> tuple[dict, object]:
+    from kistexp.rollout.runs import status_view
+
+    view = status_view(Path(exp))
+    health = _health(Path(exp))
+    if health is not None:
+        view["authority_health"] = health.to_json()
+    return view, health
+
+
+def _status_parts(exp: str, view: dict, health) -> list:
+    """The status as printed: the criteria table, the times, the authorities' last round and any
+    stretch without a majority-signed consensus."""
     from kistexp.report.data import verdict_looks
     from kistexp.report.html import effect_limit, effect_origin
     from kistexp.report.terminal import status_table, times_table
@@ -155,25 +341,113 @@ def status_cmd(
     spec, _, _ = load_spec(Path(exp))
     limits = {c.name: effect_limit(c.comparison, c.threshold) for c in spec.criteria}
     origins = {c.name: effect_origin(c.comparison) for c in spec.criteria}
-    print_table(status_table(view, verdict_looks(exp), limits, origins=origins))
-    print_table(times_table(view))
+    parts: list = [status_table(view, verdict_looks(exp), limits, origins=origins), times_table(view)]
+    if health is not None:
+        parts.append(health.last_round_text())
+        current = health.current_outage
+        for o in health.outages:
+            prefix = "NOW: " if o is current else "earlier: "
+            parts.append(plain(prefix + o.describe(health.fmt), "bold red" if o is current else "yellow"))
+    return parts
+
+
+def _watch_status(exp: str, every: float, as_json: bool) -> None:
+    """``status --watch``: a live view at a terminal (rich Live), plain blocks when piped, JSON lines
+    with --json; each refresh at most every ``every`` seconds; ends at a terminal state or Ctrl-C."""
+    import json
+    import time
+
+    from rich.console import Group
+    from rich.live import Live
+
+    from kistexp.output import _default
+    from kistexp.rollout.state import TERMINAL
+
+    if not every >= 0.5 or every > 3600:
+        raise KistexpError(f"--interval {every:g}: between 0.5 and 3600 seconds")
+    view, health = _status_with_health(exp)  # not an experiment: one line, before any screen is drawn
+    last = None
+
+    def render():
+        stamp = f"{exp} at {dt.datetime.now(dt.timezone.utc):%H:%M:%S} UTC (every {every:g} s; Ctrl-C to stop)"
+        return Group(*(_renderable(p) for p in _status_parts(exp, view, health)), _renderable(stamp))
+
+    try:
+        if as_json:
+            while True:
+                text = json.dumps(view, default=_default, sort_keys=True)
+                if text != last:
+                    sys.stdout.write(text + "\n")
+                    sys.stdout.flush()
+                    last = text
+                if view["state"] in TERMINAL:
+                    return
+                time.sleep(every)
+                view, health = _refresh(exp, view, health)
+        elif console.is_terminal:
+            with Live(render(), console=console, auto_refresh=False, transient=False) as live:
+                while view["state"] not in TERMINAL:
+                    time.sleep(every)
+                    view, health = _refresh(exp, view, health)
+                    live.update(render(), refresh=True)
+        else:
+            while True:
+                key = json.dumps(view, default=_default, sort_keys=True)
+                if key != last:  # a log gets a block when something changed, not one per refresh
+                    say(f"--- {exp} at {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+                    for part in _status_parts(exp, view, health):
+                        _print_part(part)
+                    sys.stdout.flush()
+                    last = key
+                if view["state"] in TERMINAL:
+                    return
+                time.sleep(every)
+                view, health = _refresh(exp, view, health)
+    except KeyboardInterrupt:
+        return  # Ctrl-C is how a watch ends: the last view stays on the screen
+
+
+def _print_part(part) -> None:
+    """A table as a table; a line as one line (never hard-wrapped: pagers and logs fold it)."""
+    console.print(_renderable(part), soft_wrap=not isinstance(part, Table))
+
+
+def _renderable(part):
+    return plain(part) if isinstance(part, str) else part
+
+
+def _refresh(exp: str, view: dict, health) -> tuple[dict, object]:
+    """A new reading; the previous one when the journal cannot be read this time (busy a moment)."""
+    try:
+        return _status_with_health(exp)
+    except KistexpError:
+        return view, health
 
 
 def history_cmd(
     exp: str = typer.Argument(..., metavar="DIR", help="Experiment directory."),
     as_json: bool = typer.Option(False, "--json", help="History as JSON."),
 ) -> None:
-    """Every decision and operator command, in order (read-only)."""
+    """Every decision and operator command, in order, with the authorities' outages (read-only)."""
     from kistexp.rollout.runs import history_view
 
     view = history_view(Path(exp))
+    health = _health(Path(exp))
+    if health is not None:
+        view["consensus_outages"] = [o.to_json() for o in health.outages]
+        view["authority_outages"] = [o.to_json() for o in health.authority_outages]
     if as_json:
         emit_json(view)
         return
     from kistexp.output import print_table
     from kistexp.report.terminal import history_table
 
-    print_table(history_table(view))
+    outages = []
+    if health is not None:
+        outages = [{"at": o.start, "what": "no-consensus", "detail": o.describe(health.fmt)} for o in health.outages]
+        outages += [{"at": o.start, "what": "authority-down", "detail": o.describe(health.fmt)}
+                    for o in health.authority_outages]
+    print_table(history_table({**view, "outages": outages}))
 
 
 def _command(kind: str, exp: str, args: dict, as_json: bool) -> None:
@@ -242,11 +516,26 @@ def register(app: typer.Typer) -> None:
         if not dry:
             raise KistexpError("rollback acts through the running engine: use `kistexp abort DIR --kind K`, "
                                "or --dry-run to preview")
-        plans = rollback_preview(Path(exp), dt.datetime.now(dt.timezone.utc))
+        from kistexp.rollout.rollback import with_health
+        from kistexp.rollout.runs import load_spec
+
+        now = dt.datetime.now(dt.timezone.utc)
+        plans = rollback_preview(Path(exp), now)
+        health = _health(Path(exp))
+        if health is not None:
+            spec, st, _ = load_spec(Path(exp))
+            plans = [with_health(p, spec, st.values, st.stage, now, health.down_since(), health.fmt) for p in plans]
         if as_json:
             emit_json(plans)
             return
         for p in plans:
-            console.print(f"{p['kind']:<15} -> {p['consensus']}  act: {', '.join(p['authorities_must_act']) or '-'}"
-                          f" before {p['act_before']}; relays 99 % {p['relays_99pct']}, clients 99 % "
-                          f"{p['clients_99pct']}", highlight=False, soft_wrap=True)
+            acting = p.get("authorities_must_act_marked", p["authorities_must_act"])
+            alt = p.get("without_down")
+            instead = ""
+            if alt is not None:
+                instead = (f"; with the down ones unchanged: {', '.join(alt['authorities_must_act']) or '-'}"
+                           if alt["possible"] else "; not possible without the down ones")
+            say(f"{p['kind']:<15} -> {p['consensus']}  act: {', '.join(acting) or '-'} before {p['act_before']}"
+                f"{instead}; relays 99 % {p['relays_99pct']}, clients 99 % {p['clients_99pct']}")
+        if health is not None and health.last is not None:
+            say(health.last_round_text())

@@ -26,7 +26,14 @@ from kistexp.metrics.series import Prediction, from_us
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
-from kistexp.rollout.journal import Journal
+from kistexp.rollout.journal import (
+    AuthorityOutage,
+    ConsensusOutage,
+    Journal,
+    RoundHealth,
+    authority_outages,
+    consensus_outages,
+)
 from kistexp.rollout.rollback import RollbackPlan, plan_rollback
 from kistexp.rollout.runs import load_spec
 from kistexp.rollout.spec import RolloutSpec
@@ -94,6 +101,9 @@ class ExperimentData:
     rollbacks: tuple[Rollback, ...]
     rehearsals: tuple[RollbackPlan, ...]  # each kind from where the record ends
     stage_names: tuple[str, ...]  # index -> name, 0 = "baseline"
+    rounds: tuple[RoundHealth, ...] = ()  # each round's votes and consensus signers
+    outages: tuple[ConsensusOutage, ...] = ()  # stretches without a majority-signed consensus
+    authority_outages: tuple[AuthorityOutage, ...] = ()
 
     def stage_name(self, index: int) -> str:
         return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
@@ -229,6 +239,7 @@ def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
     try:
         store = MetricStore(conn)
         figures = summarize_predictions(store.load_predictions(), list(names))
+        rounds = journal.round_health(spec.authorities)
         return ExperimentData(
             path=exp.path, mode=meta.get("mode", "live"), spec=spec, status=status,
             votes=tuple(journal.votes()), consensuses=tuple(journal.consensuses()),
@@ -237,7 +248,8 @@ def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
             batches=_batches(conn, journal), measured=_measured(store, spec, names, journal.transitions()),
             figures=tuple(figures),
             rollbacks=_rollbacks(spec, journal, status), rehearsals=_rehearsals(spec, journal, status),
-            stage_names=names)
+            stage_names=names, rounds=rounds, outages=consensus_outages(rounds, spec.hour),
+            authority_outages=authority_outages(rounds, spec.hour))
     finally:
         journal.close()
 

@@ -22,6 +22,7 @@ from kistexp.rollout.spec import LIVE_CADENCE
 
 Progress = Callable[[float, str], None]
 ISO = "%Y-%m-%d %H:%M UTC"
+ISO_MIN = "%Y-%m-%d %H:%M"
 # metric -> (unit shown, factor) for relay costs; CPU as % of one core like tor's operators read it
 DISPLAY = {"relay_cpu_utilization": ("% of a core", 100.0), "relay_rss_bytes": ("MB", 1e-6),
            "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6)}
@@ -184,6 +185,9 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         "stages": stage_list,
         "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,
         "status": data.status.describe(),
+        # one line per stretch without a majority-signed consensus, and per authority outage
+        "outages": [o.describe(ISO_MIN) for o in data.outages],
+        "authority_outages": [o.describe(ISO_MIN) for o in data.authority_outages],
         "last_event": max((d["at"] for d in data.decisions), default=None),
     }
 

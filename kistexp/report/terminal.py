@@ -84,12 +84,15 @@ def times_table(view: Mapping) -> Table:
 
 
 def history_table(view: Mapping) -> Table:
-    """Decisions and operator commands, in time order, one row each."""
+    """Decisions, operator commands and authority outages (``view["outages"]``), in time order, one row each."""
     table = make_table(title="decisions and commands", columns=(("time (UTC)", {"no_wrap": True}), "what", "stage",
                                                                   "detail"), title_justify="left")
     rows = [(d["at"], d["decision"], str(d["stage"]), d["message"], None) for d in view["decisions"]]
     rows += [(c["at"], f"command {c['kind']}", "", f"by {c['user'] or '?'}: {c['state']} {c['result']}".strip(),
               "cyan") for c in view["commands"]]
+    # stretches without a majority-signed consensus and authorities without a vote, from their first round
+    rows += [(o["at"], o["what"], "", o["detail"], "bold red" if o["what"] == "no-consensus" else "red")
+             for o in view.get("outages", ())]
     for at, what, stage, detail, style in sorted(rows, key=lambda r: r[0]):
         style = style or ("bold red" if what.startswith("rollback") else "yellow" if what.startswith("pause")
                           else None)

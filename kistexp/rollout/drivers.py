@@ -89,6 +89,8 @@ class LiveDriver:
 
     def _wake(self) -> None:
         with self._lock:
+            if self.done.is_set():
+                return  # the run is ending (see run): no step, and above all no re-arming
             try:
                 self._check_jump()
                 if self.heartbeat is not None:
@@ -123,6 +125,12 @@ class LiveDriver:
             if not self.done.wait(timeout_s):
                 raise TimeoutError(f"live run not finished within {timeout_s} s")
         finally:
+            # Interrupted (Ctrl-C, SIGTERM) while a step runs on a pool thread, that step re-arms the wakeup
+            # when it ends, and add_job needs the job store lock that shutdown(wait=True) holds while it waits
+            # for the step: a deadlock. So the step under way finishes first (it holds self._lock), and
+            # `done` keeps every later wakeup from stepping or re-arming.
+            with self._lock:
+                self.done.set()
             self._sched.shutdown(wait=True)
         if self.error is not None:
             raise self.error

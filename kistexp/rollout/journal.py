@@ -688,6 +688,8 @@ def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[s
             if "signed" in rest:
                 health_rounds.add(va)
             state = str(rest.get("state") or "")
+            if state == "no-consensus":
+                continue  # nothing was published to read who voted from: the round's votes stay as seen
             if rest.get("voted") is not None or state:
                 # the health row is the engine's own verdict on the round: it replaces the vote rows'
                 for bucket in (voted, down, stale):
@@ -707,7 +709,7 @@ def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[s
         return tuple(sorted(names, key=lambda a: (order.get(a, len(order)), a)))
 
     out = []
-    for va in sorted(set(voted) | set(down) | set(stale) | set(seen_consensus)):
+    for va in sorted(set(voted) | set(down) | set(stale) | set(seen_consensus) | health_rounds):
         params, names = seen_consensus.get(va, (None, []))
         names_set = set(names) | signed.get(va, set())
         if va not in seen_consensus and va in health_rounds:

@@ -132,3 +132,20 @@ def plan_rollback(spec: RolloutSpec, kind: str, current: Values, stage: int, now
         clients_50=eta(spec, va, 0.5, NodeClass.CLIENT), clients_99=eta(spec, va, 0.99, NodeClass.CLIENT),
         note="; ".join(notes),
     )
+
+
+def with_health(plan: dict, spec: RolloutSpec, current: Values, stage: int, now: dt.datetime,
+                down: dict[str, dt.datetime], fmt: str = "%Y-%m-%d %H:%M") -> dict:
+    """``plan`` (a ``RollbackPlan.to_json()``) with what the authorities' health adds, as new keys only:
+    ``authorities_down`` (each authority it names that served no vote in the last round seen, with
+    the round it has been down since) and, when one of them is, ``without_down``: the authorities
+    that must act if the down ones cannot be changed (they vote what they have when they return)."""
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    named = {a: down[a] for a in plan["authorities_must_act"] if a in down}
+    out = {**plan, "authorities_down": {a: t.strftime(iso) for a, t in named.items()}}
+    out["authorities_must_act_marked"] = [f"{a} (down since {named[a]:{fmt}})" if a in named else a
+                                          for a in plan["authorities_must_act"]]
+    if named:
+        alt = plan_rollback(spec, plan["kind"], current, stage, now, unreachable=tuple(down))
+        out["without_down"] = {"authorities_must_act": list(alt.must_act), "possible": alt.possible}
+    return out

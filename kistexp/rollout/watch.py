@@ -1,0 +1,1194 @@
+"""The rollout as it happens, read from its journal (docs/watching.md).
+
+Everything here is a *reader* of the ``rollout_*`` tables: it needs no hook in the engine, so it
+shows a dry run, a live run against fake authorities, a local tor network or the real one alike,
+and it may run in the process driving the rollout or in another one (``kistexp status --watch``).
+
+Three layers:
+
+* ``JournalTail.poll()`` reads, on a read-only connection and in one read transaction (so a status
+  row and the decision written with it arrive together), the rows added since the last poll: by row
+  id for the append-only tables, as a whole for the few small tables whose rows change state
+  (intents, commands, runs).
+* ``feed(ctx, state, rows)`` is a pure function from those rows to ``FeedEvent`` lines in plain words
+  (stage entered, each look's verdict per criterion, intents acted/verified/done, pauses with what
+  resolves them, rollbacks with the authorities that must act, authority outages, consensuses,
+  metric gaps), and the state the next call continues from. It touches no clock and no file.
+* ``follow(exp_dir, emit, stop_event, poll_s)`` polls until ``stop_event`` is set (then drains once
+  more), emitting each event, and a reminder every ``reminder_s`` while the rollout is paused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shlex
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from kistexp.expdir import DB_NAME
+from kistexp.metrics.series import from_us
+from kistexp.rollout.journal import (
+    CONSENSUS_MISSING,
+    CONSENSUS_SIGNED,
+    CONSENSUS_UNCHECKED,
+    AuthorityOutage,
+    ConsensusOutage,
+    RoundHealth,
+    _table_columns,
+    authority_outages,
+    consensus_outages,
+    round_health,
+    status_from_json,
+)
+from kistexp.rollout.spec import RolloutSpec
+from kistexp.rollout.state import (
+    ABORTED,
+    BASELINE,
+    COMPLETED,
+    MEASURING,
+    PAUSED,
+    PENDING,
+    ROLLING_BACK,
+    TRANSITIONING,
+    WASHOUT,
+    Command,
+    Status,
+)
+
+INFO, WARNING, CRITICAL = "info", "warning", "critical"
+DEFAULT_REMINDER_S = 300.0
+
+
+# --- rows ----------------------------------------------------------------------------------------
+
+Pairs = tuple[tuple[str, object], ...]
+
+
+def _pairs(mapping: Mapping | None) -> Pairs:
+    return tuple(sorted((str(k), v) for k, v in (mapping or {}).items()))
+
+
+@attrs.frozen
+class StatusRow:
+    id: int
+    event_key: str
+    at: dt.datetime
+    status: Status
+
+
+@attrs.frozen
+class DecisionRow:
+    id: int
+    event_key: str
+    at: dt.datetime
+    decision: str
+    stage: int
+    valid_after: dt.datetime | None
+    message: str
+
+
+@attrs.frozen
+class TransitionRow:
+    seq: int
+    at: dt.datetime
+    from_state: str
+    to_state: str
+    stage: int
+    kind: str
+    targets: Pairs
+    valid_after: dt.datetime
+    cause: str
+
+
+@attrs.frozen
+class VerdictRow:
+    id: int
+    criterion: str
+    window_end: dt.datetime
+    stage: int
+    outcome: str
+    effect: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n_baseline: int
+    n_stage: int
+    shadow: bool
+    detail: str
+    reason: str = ""
+
+
+@attrs.frozen
+class IntentRow:
+    id: int
+    seq: int
+    authority: str
+    desired: Pairs
+    valid_after: dt.datetime
+    state: str
+    attempts: int
+    error: str
+    changed: dt.datetime | None  # when it reached its state, as journaled
+
+
+@attrs.frozen
+class CommandRow:
+    id: int
+    kind: str
+    args: Pairs
+    user: str
+    queued: dt.datetime
+    state: str
+    result: str
+
+
+@attrs.frozen
+class RunRow:
+    id: int
+    pid: int
+    host: str
+    start: dt.datetime
+    end: dt.datetime | None
+    reason: str
+
+
+@attrs.frozen
+class VoteRow:
+    authority: str
+    valid_after: dt.datetime
+    served: bool
+
+
+@attrs.frozen
+class ConsensusRow:
+    valid_after: dt.datetime
+    params: Pairs | None  # None: none published, or (``published``) not known
+    signers: tuple[str, ...]
+    published: bool | None = None  # None: as ``params`` says; the engine's health rows know it without params
+
+    @property
+    def was_published(self) -> bool:
+        return self.params is not None if self.published is None else self.published
+
+
+@attrs.frozen
+class HealthRow:
+    """``rollout_authority_health`` (newer schemas): the engine's own word on one authority's round."""
+
+    valid_after: dt.datetime
+    authority: str
+    state: str  # ok | down | stale | not-signing (or whatever a newer engine writes)
+
+
+@attrs.frozen
+class GapRow:
+    """A collection window a source delivered nothing for: a ``missing`` (or empty) metric batch, or
+    a failing ``rollout_source_health`` poll (newer schemas)."""
+
+    source: str
+    window: dt.datetime
+    metric: str = ""
+    instance: str = ""
+    problem: str = ""
+
+
+@attrs.frozen
+class ExposureRow:
+    at: dt.datetime
+    stage: int
+    population: str
+    expected: float | None
+    observed: float | None
+    short: bool
+    detail: str
+
+
+@attrs.frozen
+class JournalRows:
+    """What one poll read: rows new since the previous poll, and the small mutable tables whole."""
+
+    statuses: tuple[StatusRow, ...] = ()
+    decisions: tuple[DecisionRow, ...] = ()
+    transitions: tuple[TransitionRow, ...] = ()
+    verdicts: tuple[VerdictRow, ...] = ()
+    intents: tuple[IntentRow, ...] = ()  # every intent
+    commands: tuple[CommandRow, ...] = ()  # every command
+    runs: tuple[RunRow, ...] = ()  # every run
+    votes: tuple[VoteRow, ...] = ()
+    consensuses: tuple[ConsensusRow, ...] = ()
+    health: tuple[HealthRow, ...] = ()
+    gaps: tuple[GapRow, ...] = ()
+    batches: tuple[dt.datetime, ...] = ()  # windows of the metric batches with samples added
+    exposure: tuple[ExposureRow, ...] = ()
+    rewritten: bool = False  # the journal was started afresh (a new dry run in the same directory)
+
+
+# --- events --------------------------------------------------------------------------------------
+
+@attrs.frozen
+class FeedEvent:
+    """One line of the feed. ``at`` is the journal's time of what happened (run time: the plan's
+    clock of a dry run, the wall clock of a live run); ``notify`` marks what notifications carry
+    (pauses, criterion failures, rollbacks, consensus outages, the end)."""
+
+    at: dt.datetime | None
+    kind: str
+    text: str
+    severity: str = INFO
+    notify: bool = False
+    data: Pairs = ()
+
+    def line(self, fmt: str = "%Y-%m-%d %H:%M") -> str:
+        return f"{self.at:{fmt}} {self.text}" if self.at is not None else self.text
+
+    def to_json(self, **extra: object) -> dict:
+        return {"at": self.at, "kind": self.kind, "severity": self.severity, "text": self.text,
+                "notify": self.notify, **dict(self.data), **extra}
+
+
+@attrs.frozen
+class FeedContext:
+    """What the feed knows besides the rows: the spec (stage names, criteria limits, authorities)
+    and the directory as the user named it, for the commands it suggests."""
+
+    exp: str
+    spec: RolloutSpec | None = None
+    experiment: str = ""
+
+    @property
+    def fmt(self) -> str:
+        # an accelerated run's plan hour is seconds long: minutes alone would not tell its events apart
+        if self.spec is not None and self.spec.cadence.interval_s < 3600:
+            return "%H:%M:%S"
+        return "%Y-%m-%d %H:%M"
+
+    @property
+    def n_authorities(self) -> int:
+        return len(self.spec.authorities) if self.spec is not None else 0
+
+    def where(self, stage: int) -> str:
+        if stage == 0:
+            return "baseline"
+        if self.spec is not None and 1 <= stage <= self.spec.n_stages:
+            return f"stage {stage} ({self.spec.stage(stage).name})"
+        return f"stage {stage}"
+
+    def t(self, at: dt.datetime | None) -> str:
+        return "?" if at is None else f"{at:{self.fmt}}"
+
+
+@attrs.frozen
+class FeedState:
+    """Where the feed is: the last status and what it said about the tables that change in place."""
+
+    status: Status | None = None
+    status_at: dt.datetime | None = None
+    paused_at: dt.datetime | None = None
+    collected_since_pause: int = 0
+    intents: tuple[tuple[int, str, str], ...] = ()  # (id, state, error)
+    commands: tuple[tuple[int, str], ...] = ()
+    runs: tuple[tuple[int, bool], ...] = ()  # (id, ended)
+    last_targets: Pairs | None = None
+    last_consensus: Pairs | None = None
+    consensus_seen: bool = False
+    consensus_va: dt.datetime | None = None  # the newest round whose consensus was told
+    params_va: dt.datetime | None = None  # the newest round whose parameters were read
+    last_good: dt.datetime | None = None
+    outage_start: dt.datetime | None = None
+    outage_last: dt.datetime | None = None
+    outage_rounds: int = 0
+    authorities: tuple[tuple[str, str, dt.datetime], ...] = ()  # (name, condition, since) of those not ok
+
+
+# --- plain words ---------------------------------------------------------------------------------
+
+def values_text(values: Iterable[tuple[str, object]] | Mapping | None) -> str:
+    items = values.items() if isinstance(values, Mapping) else (values or ())
+    return " ".join(f"{k}={v}" for k, v in items) or "(no plan parameter)"
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1f} %"
+
+
+def _limit_pct(x: float) -> str:
+    return f"{x:+.4g} %"
+
+
+def effect_text(comparison: str, threshold: float, effect: float | None, low: float | None, high: float | None,
+                unit: str = "") -> str:
+    """A verdict's effect in plain words: relative comparisons as a change in %, absolute ones as a
+    difference in the metric's unit, ``above``/``below`` as the stage's value; with the interval
+    and the limit. The journal keeps the judge's scale (the ratio stage/baseline for relative
+    comparisons), so a ratio of 1.706 is "+70.6 %"."""
+    u = f" {unit}" if unit else ""
+    if comparison.startswith("relative"):
+        def show(x: float) -> str:
+            return _pct(100 * (x - 1))
+        limit = _limit_pct(100 * (threshold if comparison == "relative-increase" else -threshold))
+    elif comparison.startswith("absolute"):
+        def show(x: float) -> str:
+            return f"{x:+.3g}{u}"
+        limit = f"{threshold if comparison == 'absolute-increase' else -threshold:+.3g}{u}"
+    else:
+        def show(x: float) -> str:
+            return f"{x:.3g}{u}"
+        limit = f"{comparison} {threshold:.3g}{u}"
+    if effect is None:
+        return f"(no estimate) vs limit {limit}"
+    interval = f" [{show(low)}, {show(high)}]" if low is not None and high is not None else ""
+    return f"{show(effect)}{interval} vs limit {limit}"
+
+
+# the commands that may lift each pause reason, in the order they are suggested; each is checked
+# against the state machine before it is offered (only what `kistexp CMD DIR` would accept is named)
+_RESOLVERS: dict[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]] = {
+    "manual": (("resume", ()),),
+    "freeze": (("resume", ()),),
+    "gate": (("promote", ()),),
+    "inconclusive": (("promote", ()),),
+    "stepped-back": (("promote", ()), ("undo", ())),
+    "criterion-hold": (("promote", ()), ("promote", (("force", "True"),))),
+    "not-in-consensus": (("undo", (("to_stage", "{stage}"),)),),
+    "drift": (("undo", ()),),
+    "error": (("undo", (("to_stage", "{stage}"),)),),
+    "plan-changed": (("undo", ()),),
+}
+_HINTS = {"not-in-consensus": "once the authorities vote again", "drift": "after checking the authority",
+          "error": "once the collector delivers again", "plan-changed": "after restoring or accepting the plan"}
+
+
+def _command_text(exp: str, kind: str, args: tuple[tuple[str, str], ...]) -> str:
+    flags = []
+    for k, v in args:
+        if k == "to_stage":
+            flags.append(f"--to-stage {v}")
+        elif k == "force":
+            flags.append("--force")
+    return " ".join(["kistexp", kind, shlex.quote(exp), *flags])
+
+
+def resolving_commands(ctx: FeedContext, status: Status) -> tuple[str, ...]:
+    """The commands that would lift ``status``'s pause, as the state machine judges them now
+    (a command it would refuse is not suggested), ending with abort."""
+    from kistexp.rollout.machine import step
+
+    out: list[str] = []
+    hint = ""
+    for reason in sorted(status.reasons, key=lambda r: list(_RESOLVERS).index(r) if r in _RESOLVERS else 99):
+        hint = hint or _HINTS.get(reason, "")
+        for kind, raw_args in _RESOLVERS.get(reason, ()):
+            args = tuple((k, v.format(stage=status.stage)) for k, v in raw_args)
+            text = _command_text(ctx.exp, kind, args)
+            if text in out:
+                continue
+            if ctx.spec is not None:
+                trial = step(ctx.spec, status, Command(ctx.spec.start, kind, args, "feed"))
+                if trial.refused:
+                    continue
+            if kind == "promote" and any(c.startswith(f"kistexp promote {shlex.quote(ctx.exp)}") for c in out):
+                continue  # promote --force only where a plain promote is refused
+            out.append(text)
+    out.append(_command_text(ctx.exp, "abort", ()))
+    if hint and len(out) > 1:
+        out[0] = f"{out[0]} ({hint})"
+    return tuple(out)
+
+
+def _resolve_text(ctx: FeedContext, status: Status) -> str:
+    return " | ".join(resolving_commands(ctx, status))
+
+
+def _must_act(ctx: FeedContext, kind: str, current: Pairs | None, stage: int, at: dt.datetime
+              ) -> tuple[tuple[str, ...], dt.datetime | None]:
+    """The fewest authorities that must act for this rollback and the deadline, as the engine's
+    own rollback planner computes them (``kistexp rollback --dry-run``)."""
+    if ctx.spec is None:
+        return (), None
+    from kistexp.rollout.rollback import plan_rollback
+
+    values = tuple(current) if current is not None else ctx.spec.baseline_values
+    try:
+        plan = plan_rollback(ctx.spec, kind, values, stage, at)
+    except (ValueError, KeyError):
+        return (), None
+    return plan.must_act, plan.deadline
+
+
+# --- the pure function ---------------------------------------------------------------------------
+
+# at one instant: the looks before the rollback or hold they caused, a decision before its intents
+_RANK = {"run": 0, "command": 1, "look": 2, "state": 3, "stage": 3, "pause": 3, "transition": 4, "rollback": 4,
+         "decision": 5, "intent": 6, "authority": 7, "consensus": 8, "outage": 8, "gap": 9, "exposure": 9}
+
+
+def feed(ctx: FeedContext, state: FeedState, rows: JournalRows) -> tuple[tuple[FeedEvent, ...], FeedState]:
+    """The feed lines for ``rows`` read after ``state``, and the state after them (no I/O)."""
+    events: list[FeedEvent] = []
+    if rows.rewritten:
+        state = FeedState()
+        events.append(FeedEvent(None, "run", "the journal was started afresh (a new dry run here); following it"))
+    state = _runs(ctx, state, rows.runs, events)
+    state = _commands(ctx, state, rows.commands, events)
+    state = _transitions(ctx, state, rows, events)
+    state = _statuses(ctx, state, rows, events)
+    _verdicts(ctx, rows.verdicts, events)
+    state = _intents(ctx, state, rows.intents, events)
+    state = _authorities(ctx, state, rows.votes, rows.health, events)
+    state = _consensuses(ctx, state, rows.consensuses, events)
+    _gaps(ctx, rows.gaps, events)
+    _exposure(ctx, rows.exposure, events)
+    if state.paused_at is not None and rows.batches:
+        since = sum(1 for w in rows.batches if w >= state.paused_at)
+        state = attrs.evolve(state, collected_since_pause=state.collected_since_pause + since)
+    # one line each: texts from the journal (an actuator's error, a cause) may hold line breaks
+    events = [e if " ".join(e.text.split()) == e.text else attrs.evolve(e, text=" ".join(e.text.split()))
+              for e in events]
+    # in time order, then by what reads best first at one instant (a decision before its looks' lines)
+    order = sorted(range(len(events)), key=lambda i: (
+        events[i].at or dt.datetime.min.replace(tzinfo=dt.timezone.utc), _RANK.get(events[i].kind, 10), i))
+    return tuple(events[i] for i in order), state
+
+
+def _runs(ctx: FeedContext, state: FeedState, runs: Sequence[RunRow], events: list[FeedEvent]) -> FeedState:
+    known = dict(state.runs)
+    for r in runs:
+        if r.id not in known:
+            events.append(FeedEvent(r.start, "run", f"run #{r.id} started (pid {r.pid} on {r.host})",
+                                    data=(("run", r.id),)))
+        if r.end is not None and not known.get(r.id, False):
+            events.append(FeedEvent(r.end, "run", f"run #{r.id} ended: {r.reason or 'stopped'}",
+                                    data=(("run", r.id), ("reason", r.reason))))
+        known[r.id] = r.end is not None
+    return attrs.evolve(state, runs=tuple(sorted(known.items())))
+
+
+def _commands(ctx: FeedContext, state: FeedState, commands: Sequence[CommandRow], events: list[FeedEvent]
+              ) -> FeedState:
+    known = dict(state.commands)
+    for c in commands:
+        args = " ".join(f"{k}={v}" for k, v in c.args if v not in (None, False, ""))
+        what = f"command {c.kind}{' ' + args if args else ''} (#{c.id}) by {c.user or '?'}"
+        if c.id not in known and c.state == "queued":
+            events.append(FeedEvent(c.queued, "command", f"{what}: queued", data=(("command", c.kind),)))
+        elif known.get(c.id) != c.state and c.state != "queued":
+            events.append(FeedEvent(c.queued, "command", f"{what}: {c.state}{': ' + c.result if c.result else ''}",
+                                    WARNING if c.state == "refused" else INFO, data=(("command", c.kind),)))
+        known[c.id] = c.state
+    return attrs.evolve(state, commands=tuple(sorted(known.items())))
+
+
+def _transitions(ctx: FeedContext, state: FeedState, rows: JournalRows, events: list[FeedEvent]) -> FeedState:
+    # a rollback's kind is in the decision written with it (same instant, same target consensus)
+    kinds = {(d.at, d.valid_after): d.decision for d in rows.decisions if d.valid_after is not None}
+    current = state.last_targets
+    for t in rows.transitions:
+        values = values_text(t.targets)
+        data: Pairs = (("stage", t.stage), ("valid_after", t.valid_after), ("targets", dict(t.targets)))
+        if t.kind == "rollback":
+            decision = kinds.get((t.at, t.valid_after), "rollback:")
+            kind = decision.split(":", 1)[1] if decision.startswith("rollback:") else ""
+            acting, deadline = _must_act(ctx, kind, current, t.stage, t.at) if kind else ((), None)
+            who = f"; must act: {', '.join(acting)}" if acting else ""
+            when = f" before {ctx.t(deadline)}" if acting and deadline is not None else ""
+            # the failing look has its own line just before; the cause's judge detail stays in the data
+            failed = re.match(r"criterion '(.*)' failed", t.cause)
+            why = f" after {failed.group(1)!r} failed" if failed else f" ({t.cause})" if t.cause else ""
+            events.append(FeedEvent(
+                t.at, "rollback", f"ROLLBACK {kind or '?'} from {ctx.where(t.stage)}{why}: participants vote "
+                f"{values} for the consensus of {ctx.t(t.valid_after)}{who}{when}", CRITICAL, True,
+                data + (("rollback_kind", kind), ("authorities_must_act", list(acting)), ("cause", t.cause))))
+        elif t.kind == "reassert":
+            events.append(FeedEvent(t.at, "transition", f"re-asserting {values} for the consensus of "
+                                    f"{ctx.t(t.valid_after)} ({t.cause})", WARNING, data=data))
+        else:
+            what = {"stage": "next", "retry": "retried", "undo": "undo to"}.get(t.kind, t.kind)
+            events.append(FeedEvent(t.at, "transition", f"{ctx.where(t.stage)} {what}: participants vote {values} "
+                                    f"for the consensus of {ctx.t(t.valid_after)} ({t.cause})", data=data))
+        current = t.targets
+    return attrs.evolve(state, last_targets=current)
+
+
+def _statuses(ctx: FeedContext, state: FeedState, rows: JournalRows, events: list[FeedEvent]) -> FeedState:
+    by_key: dict[str, list[DecisionRow]] = {}
+    for d in rows.decisions:
+        by_key.setdefault(d.event_key, []).append(d)
+    said: set[str] = set()
+    for s in rows.statuses:
+        prev = state.status or Status()
+        new = s.status
+        messages = [d.message for d in by_key.get(s.event_key, ()) if d.message]
+        why = f" ({'; '.join(messages)})" if messages else ""
+        ev = _status_event(ctx, prev, new, s.at, why)
+        if ev is not None:
+            events.append(ev)
+            said.add(s.event_key)
+        paused_at = state.paused_at
+        if new.state == PAUSED and (prev.state != PAUSED or paused_at is None):
+            paused_at = s.at
+        elif new.state != PAUSED:
+            paused_at = None
+        collected = state.collected_since_pause if paused_at == state.paused_at else 0  # a new pause counts anew
+        state = attrs.evolve(state, status=new, status_at=s.at, paused_at=paused_at, collected_since_pause=collected)
+    for d in rows.decisions:
+        # a decision whose status change was told above, or that made a transition (its own line), is said
+        if d.event_key in said or d.valid_after is not None:
+            continue
+        if d.decision == "hold":
+            text = f"{ctx.where(d.stage)} extended one hour: {d.message.removeprefix('hold: ')}"
+            events.append(FeedEvent(d.at, "decision", text, data=(("decision", d.decision),)))
+        elif d.decision in ("clock-jump", "frozen"):
+            events.append(FeedEvent(d.at, "decision", f"{d.decision}: {d.message}", WARNING,
+                                    data=(("decision", d.decision),)))
+        elif d.decision and not any(s.event_key == d.event_key for s in rows.statuses):
+            events.append(FeedEvent(d.at, "decision", f"{d.decision}: {d.message}".rstrip(": "),
+                                    data=(("decision", d.decision),)))
+    return state
+
+
+def _status_event(ctx: FeedContext, prev: Status, new: Status, at: dt.datetime, why: str) -> FeedEvent | None:
+    data: Pairs = (("state", new.state), ("stage", new.stage), ("reasons", sorted(new.reasons)),
+                   ("values", dict(new.values)))
+    if new.state == PAUSED:
+        added = new.reasons - prev.reasons if prev.state == PAUSED else new.reasons
+        if prev.state == PAUSED and not added:
+            if new.reasons != prev.reasons:
+                return FeedEvent(at, "pause", f"still PAUSED ({', '.join(sorted(new.reasons))}) at "
+                                 f"{ctx.where(new.stage)}{why}; resolve with: {_resolve_text(ctx, new)}", WARNING,
+                                 data=data)
+            return None
+        return FeedEvent(at, "pause", f"PAUSED ({', '.join(sorted(new.reasons))}) at {ctx.where(new.stage)}{why}; "
+                         f"resolve with: {_resolve_text(ctx, new)}",
+                         CRITICAL if new.reasons & {"drift", "not-in-consensus", "error", "criterion-hold"}
+                         else WARNING, True, data + (("resolve_with", list(resolving_commands(ctx, new))),))
+    if new.state == prev.state and new.reasons == prev.reasons and new.stage == prev.stage:
+        return None  # counters, extensions, deadlines: the decision's own line tells them
+    if new.state in (TRANSITIONING, ROLLING_BACK):
+        return None  # the transition's own line tells it
+    if new.state == COMPLETED:
+        return FeedEvent(at, "state", f"COMPLETED at {ctx.where(new.stage)}{why}", INFO, True, data)
+    if new.state == ABORTED:
+        return FeedEvent(at, "state", f"ABORTED from {ctx.where(new.aborted_stage or new.stage)}{why}", CRITICAL, True,
+                         data)
+    resumed = "resumed: " if prev.state == PAUSED else ""
+    if new.state == BASELINE:
+        if prev.state == PENDING:
+            text = f"baseline started: {values_text(new.values)}; decision due {ctx.t(new.decision_at)}"
+        else:
+            text = f"{resumed}back at the baseline: {values_text(new.values)}"
+            if new.stage_va is not None:
+                text += f" in the consensus of {ctx.t(new.stage_va)}"
+        return FeedEvent(at, "stage", text, data=data)
+    if new.state == WASHOUT:
+        until = ""
+        if ctx.spec is not None and new.stage_va is not None:
+            until = f"; washout until {ctx.t(new.stage_va + ctx.spec.washout)}"
+        return FeedEvent(at, "stage", f"{resumed}{ctx.where(new.stage)} entered: the consensus of "
+                         f"{ctx.t(new.stage_va)} carries {values_text(new.values)}{until}", data=data)
+    if new.state == MEASURING:
+        return FeedEvent(at, "stage", f"{resumed}{ctx.where(new.stage)} measuring ({values_text(new.values)}); "
+                         f"decision due {ctx.t(new.decision_at)}", data=data)
+    return FeedEvent(at, "state", f"{resumed}{new.describe()}{why}", data=data)
+
+
+def _verdicts(ctx: FeedContext, verdicts: Sequence[VerdictRow], events: list[FeedEvent]) -> None:
+    from kistexp.metrics import catalogue
+
+    for v in verdicts:
+        crit = None
+        if ctx.spec is not None:
+            crit = next((c for c in ctx.spec.criteria if c.name == v.criterion), None)
+        outcome = v.outcome.upper()
+        if v.outcome in ("pass", "fail", "inconclusive") and crit is not None:
+            m = catalogue.get(crit.metric)
+            words = effect_text(crit.comparison, crit.threshold, v.effect, v.ci_low, v.ci_high, m.unit if m else "")
+            if v.outcome == "inconclusive":
+                words += f" ({v.reason or v.detail or 'inconclusive'})"
+        else:
+            words = v.detail or v.reason or ""
+        shadow = " (shadow: never acted on)" if v.shadow else ""
+        text = f"look {ctx.where(v.stage)}: {v.criterion}: {outcome} {words}".rstrip() + shadow
+        failed = v.outcome == "fail" and not v.shadow
+        severity = CRITICAL if failed else WARNING if v.outcome in ("error", "fail") else INFO
+        events.append(FeedEvent(v.window_end, "look", text, severity, failed, data=(
+            ("criterion", v.criterion), ("outcome", v.outcome), ("effect", v.effect), ("ci_low", v.ci_low),
+            ("ci_high", v.ci_high), ("stage", v.stage), ("n_baseline", v.n_baseline), ("n_stage", v.n_stage))))
+
+
+_INTENT_WORDS = {"acted": "acted: {who} set to {values} for the consensus of {va}",
+                 "verified": "verified: the votes of {who} carry {values} for the consensus of {va}",
+                 "done": "done: the consensus of {va} carries {values} ({who})",
+                 "superseded": "superseded: {values} for the consensus of {va} ({who}); a later round takes over",
+                 "failed": "failed: {values} for the consensus of {va} ({who})"}
+
+
+def _intents(ctx: FeedContext, state: FeedState, intents: Sequence[IntentRow], events: list[FeedEvent]
+             ) -> FeedState:
+    known = {i: (s, e) for i, s, e in state.intents}
+    groups: dict[tuple[str, dt.datetime, Pairs], list[IntentRow]] = {}
+    for it in intents:
+        before = known.get(it.id)
+        if before is None and it.state == "intended" and not it.error:
+            pass  # written with its transition, whose line names the values and the consensus
+        elif before is None or before[0] != it.state:
+            groups.setdefault((it.state, it.valid_after, it.desired), []).append(it)
+        if it.state == "intended" and it.error and (before is None or before[1] != it.error):
+            events.append(FeedEvent(it.changed or it.valid_after, "intent",
+                                    f"could not act on {it.authority} yet (attempt {it.attempts}): {it.error}",
+                                    WARNING, data=(("authority", it.authority), ("state", it.state))))
+        known[it.id] = (it.state, it.error)
+    for (st, va, desired), items in groups.items():
+        if st == "intended":
+            continue
+        names = ", ".join(dict.fromkeys(i.authority for i in items))
+        at = max((i.changed for i in items if i.changed is not None), default=va)
+        words = _INTENT_WORDS.get(st, st + ": {values} for the consensus of {va} ({who})")
+        events.append(FeedEvent(at, "intent", "intent " + words.format(who=names, values=values_text(desired),
+                                                                        va=ctx.t(va)),
+                                WARNING if st == "failed" else INFO,
+                                data=(("state", st), ("authorities", [i.authority for i in items]),
+                                      ("valid_after", va), ("desired", dict(desired)))))
+    return attrs.evolve(state, intents=tuple(sorted((i, s, e) for i, (s, e) in known.items())))
+
+
+def _authorities(ctx: FeedContext, state: FeedState, votes: Sequence[VoteRow], health: Sequence[HealthRow],
+                 events: list[FeedEvent]) -> FeedState:
+    """Outages per authority, told when an authority's condition changes (not every round)."""
+    cond = {name: (c, since) for name, c, since in state.authorities}
+    rank = {a: i for i, a in enumerate(ctx.spec.authorities)} if ctx.spec is not None else {}
+    observations = sorted([(v.valid_after, v.authority, "ok" if v.served else "down") for v in votes]
+                          + [(h.valid_after, h.authority, h.state or "ok") for h in health],
+                          key=lambda o: (o[0], rank.get(o[1], len(rank)), o[1]))
+    changes: dict[tuple[dt.datetime, str], list[str]] = {}
+    for va, name, c in observations:
+        was = cond.get(name, ("ok", va))[0]
+        if c == was:
+            continue
+        if c == "ok":
+            since = cond.pop(name)[1]
+            changes.setdefault((va, f"back:{was}:{ctx.t(since)}"), []).append(name)
+        else:
+            cond[name] = (c, va)
+            changes.setdefault((va, c), []).append(name)
+    for (va, c), names in sorted(changes.items()):
+        if c.startswith("back:"):
+            _, was, since = c.split(":", 2)
+            events.append(FeedEvent(va, "authority", f"voting again in the round of {ctx.t(va)}: {', '.join(names)} "
+                                    f"({was} since {since})", data=(("condition", "ok"), ("authorities", names))))
+            continue
+        what = {"down": "no vote served", "stale": "an old vote served (not counted)",
+                "not-signing": "vote counted but no signature"}.get(c, c)
+        down = sorted(n for n, (cc, _) in cond.items() if cc != "ok")
+        of = f" ({len(down)} of {ctx.n_authorities} not voting)" if ctx.n_authorities and c == "down" else ""
+        events.append(FeedEvent(va, "authority", f"authority outage in the round of {ctx.t(va)}: {what} by "
+                                f"{', '.join(names)}{of}", CRITICAL if c == "down" else WARNING,
+                                data=(("condition", c), ("authorities", list(names)))))
+    return attrs.evolve(state, authorities=tuple(sorted((n, c, s) for n, (c, s) in cond.items())))
+
+
+def _consensuses(ctx: FeedContext, state: FeedState, rows: Sequence[ConsensusRow], events: list[FeedEvent]
+                 ) -> FeedState:
+    """Each round once for its outage lines (a round is read again after a restart, and from both the
+    consensus rows and the engine's health rows); each change of the parameters once, from the first
+    row of the round that has them."""
+    n = ctx.n_authorities
+    interval = ctx.spec.hour if ctx.spec is not None else None
+    for c in sorted(rows, key=lambda r: r.valid_after):
+        signed = len(c.signers)
+        majority = c.was_published and (not c.signers or not n or signed * 2 > n)
+        of = f"signed by {signed} of {n}" if c.signers and n else "signers not recorded" if not c.signers else \
+            f"signed by {signed}"
+        fresh = state.consensus_va is None or c.valid_after > state.consensus_va
+        if fresh:
+            state = attrs.evolve(state, consensus_va=c.valid_after)
+            state = _round_outage(ctx, state, c, majority, of, interval, events)
+        if not majority:
+            continue
+        state = attrs.evolve(state, last_good=max(c.valid_after, state.last_good or c.valid_after))
+        if c.params is None or (state.params_va is not None and c.valid_after <= state.params_va):
+            continue  # signed by a majority, its parameters not read here (or told already)
+        state = attrs.evolve(state, params_va=c.valid_after)
+        if not state.consensus_seen or c.params != state.last_consensus:
+            before = dict(state.last_consensus or ())
+            now = dict(c.params)
+            if state.consensus_seen and state.last_consensus is not None:
+                words = ", ".join(f"{k} {before.get(k, 'absent')} -> {now.get(k, 'absent')}"
+                                  for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k))
+            else:
+                words = values_text(c.params)
+            missing = ""
+            if c.signers and ctx.spec is not None:
+                absent = [a for a in ctx.spec.authorities if a not in c.signers]
+                missing = f"; not signed by {', '.join(absent)}" if absent else ""
+            events.append(FeedEvent(c.valid_after, "consensus", f"consensus of {ctx.t(c.valid_after)}: {words} "
+                                    f"({of}{missing})", data=(("valid_after", c.valid_after), ("params", now),
+                                                              ("signers", list(c.signers)))))
+        state = attrs.evolve(state, last_consensus=c.params, consensus_seen=True)
+    return state
+
+
+def _round_outage(ctx: FeedContext, state: FeedState, c: ConsensusRow, majority: bool, of: str,
+                  interval: dt.timedelta | None, events: list[FeedEvent]) -> FeedState:
+    """A round without a majority-signed consensus starts or extends the stretch; one with it ends it."""
+    if majority:
+        if state.outage_start is not None:
+            rounds = state.outage_rounds
+            events.append(FeedEvent(c.valid_after, "outage", f"majority-signed consensus again for "
+                                    f"{ctx.t(c.valid_after)} ({of}) after {rounds} round{'s' if rounds != 1 else ''} "
+                                    f"without one ({ctx.t(state.outage_start)} .. {ctx.t(state.outage_last)})",
+                                    data=(("valid_after", c.valid_after), ("rounds", rounds),
+                                          ("since", state.outage_start))))
+            state = attrs.evolve(state, outage_start=None, outage_last=None, outage_rounds=0)
+        return state
+    gap = state.outage_last is not None and interval is not None and c.valid_after - state.outage_last > interval
+    if state.outage_start is None or gap:
+        state = attrs.evolve(state, outage_start=c.valid_after, outage_rounds=0)
+    rounds = state.outage_rounds + 1
+    state = attrs.evolve(state, outage_last=c.valid_after, outage_rounds=rounds)
+    what = "none published" if not c.was_published else f"published but only {of}"
+    last = f"; last majority-signed consensus {ctx.t(state.last_good)}" if state.last_good else ""
+    first = rounds == 1
+    if not first and rounds % 3:
+        return state  # a long outage is told at its start, every third round, and at its end
+    text = (f"no majority-signed consensus for the round of {ctx.t(c.valid_after)} ({what}){last}" if first
+            else f"still no majority-signed consensus: round of {ctx.t(c.valid_after)}, {rounds} rounds "
+                 f"since {ctx.t(state.outage_start)} ({what})")
+    events.append(FeedEvent(c.valid_after, "outage", text, CRITICAL, first, data=(
+        ("valid_after", c.valid_after), ("rounds", rounds), ("since", state.outage_start),
+        ("signers", list(c.signers)))))
+    return state
+
+
+def _gaps(ctx: FeedContext, gaps: Sequence[GapRow], events: list[FeedEvent]) -> None:
+    groups: dict[tuple[str, dt.datetime, str, str], list[str]] = {}
+    for g in gaps:
+        groups.setdefault((g.source, g.window, g.instance, g.problem), []).append(g.metric)
+    hour = ctx.spec.hour if ctx.spec is not None else dt.timedelta(hours=1)
+    for (source, window, instance, problem), metrics in sorted(groups.items()):
+        who = f"{source} {instance}" if instance else source
+        what = ", ".join(m for m in dict.fromkeys(metrics) if m)
+        tail = f" ({what})" if what else ""
+        tail += f": {problem}" if problem else ""
+        events.append(FeedEvent(window + hour, "gap", f"metric gap: no {who} samples for {ctx.t(window)} .. "
+                                f"{ctx.t(window + hour)}{tail}", WARNING,
+                                data=(("source", source), ("window", window), ("metrics", list(dict.fromkeys(metrics))),
+                                      ("instance", instance), ("problem", problem))))
+
+
+def _exposure(ctx: FeedContext, rows: Sequence[ExposureRow], events: list[FeedEvent]) -> None:
+    for e in rows:
+        if not e.short:
+            continue
+        seen = "unknown" if e.observed is None else f"{100 * e.observed:.0f} %"
+        want = "?" if e.expected is None else f"{100 * e.expected:.0f} %"
+        detail = f" ({e.detail})" if e.detail else ""
+        events.append(FeedEvent(e.at, "exposure", f"exposure short at {ctx.where(e.stage)}: {seen} of "
+                                f"{e.population} run its values, {want} expected{detail}", WARNING,
+                                data=(("population", e.population), ("observed", e.observed),
+                                      ("expected", e.expected))))
+
+
+def reminder(ctx: FeedContext, state: FeedState) -> FeedEvent | None:
+    """While paused: since when, why, that metrics are still collected, and what resolves it."""
+    st = state.status
+    if st is None or st.state != PAUSED or state.paused_at is None:
+        return None
+    n = state.collected_since_pause
+    collecting = (f"still collecting ({n} metric batch{'es' if n != 1 else ''} since)" if n
+                  else "no metric batch collected since")
+    return FeedEvent(None, "reminder", f"paused since {ctx.t(state.paused_at)} ({', '.join(sorted(st.reasons))}) at "
+                     f"{ctx.where(st.stage)}; {collecting}; resolve with: {_resolve_text(ctx, st)}", WARNING,
+                     data=(("paused_at", state.paused_at), ("reasons", sorted(st.reasons))))
+
+
+# --- reading the journal -------------------------------------------------------------------------
+
+_APPEND_ONLY = ("rollout_status", "rollout_decisions", "rollout_transitions", "rollout_verdicts",
+                "rollout_votes_seen", "rollout_consensus_seen", "rollout_metric_batches", "rollout_authority_health",
+                "rollout_source_health", "rollout_exposure")
+
+
+def _time(us) -> dt.datetime | None:
+    return None if us is None else from_us(us)
+
+
+def _json(text, default=None):
+    try:
+        return json.loads(text) if text is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+class JournalTail:
+    """Reads what the journal gained since the last ``poll`` (see the module docstring). The
+    connection is read-only and SQLite's own (never a plain open() of the database: closing one
+    would drop the locks of a run in this process)."""
+
+    def __init__(self, exp_path: Path | str) -> None:
+        self.exp_path = Path(exp_path)
+        self.db = self.exp_path / DB_NAME
+        self.cursors: dict[str, int] = {}
+        self._conn: sqlite3.Connection | None = None
+        self._columns: dict[str, tuple[str, ...]] = {}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self._conn is not None:
+            return self._conn
+        if not self.db.is_file():
+            return None
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            row = conn.execute("SELECT value FROM rollout_meta WHERE key = 'cadence'").fetchone()
+        except sqlite3.Error:
+            conn.close()
+            return None  # being created, or not a rollout's database (yet)
+        if row is None:
+            conn.close()
+            return None
+        self._conn = conn
+        self._columns = {t: _table_columns(conn, t) for t in (*_APPEND_ONLY, "rollout_intents", "rollout_commands",
+                                                            "rollout_runs")}
+        return conn
+
+    def ready(self) -> bool:
+        return self._connect() is not None
+
+    def _new(self, conn: sqlite3.Connection, table: str, columns: Sequence[str], key: str = "rowid") -> list[dict]:
+        """Rows of ``table`` past its cursor, as dicts of the ``columns`` it has (missing ones are None)."""
+        have = self._columns.get(table, ())
+        if not have:
+            return []
+        picked = [c for c in columns if c in have]
+        cursor = self.cursors.get(table, 0)
+        rows = conn.execute(f"SELECT {key}, {', '.join(picked)} FROM {table} WHERE {key} > ? "  # noqa: S608
+                            f"ORDER BY {key}", (cursor,)).fetchall()
+        if rows:
+            self.cursors[table] = rows[-1][0]
+        return [{**dict.fromkeys(columns), **dict(zip(picked, r[1:], strict=True)), "_key": r[0]} for r in rows]
+
+    def _rewritten(self, conn: sqlite3.Connection) -> bool:
+        """A dry run deletes every row and starts again: the ids fall below the cursors."""
+        for table in ("rollout_status", "rollout_decisions"):
+            cursor = self.cursors.get(table, 0)
+            if cursor and self._columns.get(table):
+                top = conn.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0] or 0  # noqa: S608
+                if top < cursor:
+                    return True
+        return False
+
+    def poll(self) -> JournalRows | None:
+        """The rows added since the last poll; None while there is no rollout journal to read."""
+        conn = self._connect()
+        if conn is None:
+            return None
+        try:
+            conn.execute("BEGIN")  # one snapshot: a status row and its decision come together
+            try:
+                rewritten = self._rewritten(conn)
+                if rewritten:
+                    self.cursors.clear()
+                return self._read(conn, rewritten)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error:
+            self.close()  # a busy or replaced database: read again at the next poll
+            raise
+
+    def _read(self, conn: sqlite3.Connection, rewritten: bool) -> JournalRows:
+        statuses = []
+        for r in self._new(conn, "rollout_status", ("event_key", "at_us", "status"), "id"):
+            try:
+                statuses.append(StatusRow(r["_key"], r["event_key"], from_us(r["at_us"]),
+                                          status_from_json(r["status"])))
+            except (TypeError, ValueError, KeyError):
+                continue  # a status written by a newer engine this reader cannot parse: skipped, not fatal
+        decisions = [DecisionRow(r["_key"], r["event_key"], from_us(r["at_us"]), r["decision"], r["stage"],
+                                 _time(r["valid_after_us"]), r["message"] or "")
+                     for r in self._new(conn, "rollout_decisions", ("event_key", "at_us", "decision", "stage",
+                                                                   "valid_after_us", "message"), "id")]
+        transitions = [TransitionRow(r["seq"], from_us(r["at_us"]), r["from_state"], r["to_state"], r["stage"],
+                                     r["kind"], _pairs(_json(r["targets"], {})), from_us(r["valid_after_us"]),
+                                     r["cause"] or "")
+                       for r in self._new(conn, "rollout_transitions", ("seq", "at_us", "from_state", "to_state",
+                                                                       "stage", "kind", "targets", "valid_after_us",
+                                                                       "cause"), "seq")]
+        verdicts = [VerdictRow(r["_key"], r["criterion"], from_us(r["window_end_us"]), r["stage"], r["outcome"],
+                               r["effect"], r["ci_low"], r["ci_high"], r["n_baseline"] or 0, r["n_stage"] or 0,
+                               bool(r["shadow"]), r["detail"] or "", r["reason"] or "")
+                    for r in self._new(conn, "rollout_verdicts", (
+                        "criterion", "window_end_us", "stage", "outcome", "effect", "ci_low", "ci_high",
+                        "n_baseline", "n_stage", "shadow", "detail", "reason"), "id")]
+        intents = []
+        if self._columns.get("rollout_intents"):
+            for r in conn.execute("SELECT id, transition_seq, authority, desired, valid_after_us, state, attempts, "
+                                  "error, acted_us, verified_us, done_us FROM rollout_intents ORDER BY id"):
+                changed = {"acted": r[8], "verified": r[9], "done": r[10], "superseded": r[10],
+                           "failed": r[10]}.get(r[5])
+                intents.append(IntentRow(r[0], r[1], r[2], _pairs(_json(r[3], {})), from_us(r[4]), r[5], r[6] or 0,
+                                         r[7] or "", _time(changed)))
+        commands = []
+        if self._columns.get("rollout_commands"):
+            commands = [CommandRow(r[0], r[1], _pairs(_json(r[2], {})), r[3] or "", from_us(r[4]), r[5], r[6] or "")
+                        for r in conn.execute("SELECT id, kind, args, user, queued_us, state, result "
+                                              "FROM rollout_commands ORDER BY id")]
+        runs = []
+        if self._columns.get("rollout_runs"):
+            runs = [RunRow(r[0], r[1], r[2], from_us(r[3]), _time(r[4]), r[5] or "")
+                    for r in conn.execute("SELECT id, pid, host, start_us, end_us, reason FROM rollout_runs "
+                                          "ORDER BY id")]
+        votes = [VoteRow(r["authority"], from_us(r["valid_after_us"]), _json(r["params"]) is not None)
+                 for r in self._new(conn, "rollout_votes_seen", ("authority", "valid_after_us", "params"))]
+        consensuses = []
+        for r in self._new(conn, "rollout_consensus_seen", ("valid_after_us", "flavour", "params", "signers")):
+            if r["flavour"] not in (None, "microdesc"):
+                continue  # one flavour tells the round; the engine fetches microdesc
+            params = _json(r["params"])
+            signers = _json(r["signers"], [])
+            consensuses.append(ConsensusRow(from_us(r["valid_after_us"]),
+                                            _pairs(params) if isinstance(params, dict) else None,
+                                            tuple(str(s) for s in signers) if isinstance(signers, list) else ()))
+        health, rounds = [], {}
+        for r in self._new(conn, "rollout_authority_health", ("valid_after_us", "authority", "voted", "signed",
+                                                               "state")):
+            state = str(r["state"] or ("ok" if r["voted"] in (None, 1) else "down"))
+            va = from_us(r["valid_after_us"])
+            rounds.setdefault(va, []).append((r["authority"], state, bool(r["signed"])))
+            if state != "no-consensus":  # a round that published nothing says nothing of who voted
+                health.append(HealthRow(va, r["authority"], state))
+        # the engine's health rows tell each round's consensus too (every round, not only those a
+        # transition waited for): published or not, and who signed it; its parameters are in consensus_seen
+        for va, entries in rounds.items():
+            if r_signed := tuple(a for a, _, signed in entries if signed):
+                consensuses.append(ConsensusRow(va, None, r_signed, True))
+            elif all(st == "no-consensus" for _, st, _ in entries):
+                consensuses.append(ConsensusRow(va, None, (), False))
+        gaps, batches = [], []
+        # read by name: newer schemas add columns (origin, excluded, a problem text) to metric batches
+        batch_columns = ("source", "metric", "window_us", "n", "missing", "problem")
+        for r in self._new(conn, "rollout_metric_batches", batch_columns):
+            if r["missing"] or not r["n"]:
+                gaps.append(GapRow(r["source"] or "?", from_us(r["window_us"]), r["metric"] or "",
+                                   problem=str(r["problem"] or "")))
+            else:
+                batches.append(from_us(r["window_us"]))
+        for r in self._new(conn, "rollout_source_health", ("window_us", "source", "instance", "ok", "problem")):
+            if not r["ok"] and r["window_us"] is not None:
+                gaps.append(GapRow(r["source"] or "?", from_us(r["window_us"]), "", r["instance"] or "",
+                                   str(r["problem"] or "")))
+        exposure = [ExposureRow(from_us(r["at_us"]), r["stage"] or 0, r["population"] or "?", r["expected_share"],
+                                r["observed_share"], bool(r["short"]), str(r["detail"] or ""))
+                    for r in self._new(conn, "rollout_exposure", ("at_us", "stage", "population", "expected_share",
+                                                                  "observed_share", "short", "detail"), "id")
+                    if r["at_us"] is not None]
+        return JournalRows(tuple(statuses), tuple(decisions), tuple(transitions), tuple(verdicts), tuple(intents),
+                           tuple(commands), tuple(runs), tuple(votes), tuple(consensuses), tuple(health), tuple(gaps),
+                           tuple(batches), tuple(exposure), rewritten)
+
+
+def context_for(exp_path: Path | str, shown_as: str | None = None) -> FeedContext:
+    """The feed's context from the experiment directory (its plan copy and cadence); without a
+    spec when it cannot be read yet, so the feed still tells what it can."""
+    from kistexp.errors import KistexpError
+    from kistexp.rollout.runs import load_spec
+
+    shown = shown_as if shown_as is not None else str(exp_path)
+    try:
+        spec, _, meta = load_spec(Path(exp_path))
+    except (KistexpError, OSError, ValueError, KeyError, TypeError):
+        return FeedContext(shown)
+    return FeedContext(shown, spec, meta.get("experiment_id", ""))
+
+
+class Feed:
+    """A ``JournalTail`` and the pure ``feed`` together: ``poll()`` gives the new events."""
+
+    def __init__(self, exp_path: Path | str, shown_as: str | None = None) -> None:
+        self.exp_path = Path(exp_path)
+        self.shown_as = shown_as if shown_as is not None else str(exp_path)
+        self.tail = JournalTail(exp_path)
+        self.ctx: FeedContext | None = None
+        self.state = FeedState()
+
+    def poll(self) -> tuple[FeedEvent, ...]:
+        rows = self.tail.poll()
+        if rows is None:
+            return ()
+        if self.ctx is None or self.ctx.spec is None or rows.rewritten:
+            self.ctx = context_for(self.exp_path, self.shown_as)
+        events, self.state = feed(self.ctx, self.state, rows)
+        return events
+
+    def prime(self) -> None:
+        """Take in what the journal holds now without telling it (a resumed run shows what is new)."""
+        try:
+            self.poll()
+        except sqlite3.Error:
+            pass
+
+    def reminder(self) -> FeedEvent | None:
+        return None if self.ctx is None else reminder(self.ctx, self.state)
+
+    def close(self) -> None:
+        self.tail.close()
+
+
+def follow(exp_dir: Path | str, emit: Callable[[FeedEvent], None], stop_event: threading.Event,
+           poll_s: float = 1.0, *, reminder_s: float = DEFAULT_REMINDER_S, feed_: Feed | None = None,
+           monotonic: Callable[[], float] = time.monotonic) -> None:
+    """Emit the journal's events until ``stop_event`` is set, then once more (the last rows the
+    run wrote). While the rollout is paused a reminder goes out every ``reminder_s`` seconds. A
+    poll that cannot read (the database busy a moment) is retried at the next one."""
+    f = feed_ or Feed(exp_dir)
+    paused_since: float | None = None
+    last_reminder: float | None = None
+    try:
+        while True:
+            stopping = stop_event.is_set()
+            try:
+                for ev in f.poll():
+                    emit(ev)
+            except sqlite3.Error:
+                pass
+            st = f.state.status
+            if st is not None and st.state == PAUSED:
+                now = monotonic()
+                paused_since = paused_since if paused_since is not None else now
+                if reminder_s > 0 and now - (last_reminder or paused_since) >= reminder_s:
+                    ev = f.reminder()
+                    if ev is not None:
+                        emit(attrs.evolve(ev, at=None))
+                    last_reminder = now
+            else:
+                paused_since = last_reminder = None
+            if stopping:
+                return
+            stop_event.wait(poll_s)
+    finally:
+        if feed_ is None:
+            f.close()
+
+
+# --- authority health for the commands and the report ---------------------------------------------
+
+@attrs.frozen
+class HealthSummary:
+    """Each round's authority health, the stretches without a majority-signed consensus and each
+    authority's outages, as the journal holds them."""
+
+    rounds: tuple[RoundHealth, ...] = ()  # oldest first
+    outages: tuple[ConsensusOutage, ...] = ()
+    authority_outages: tuple[AuthorityOutage, ...] = ()
+    fmt: str = "%Y-%m-%d %H:%M"
+
+    @property
+    def last(self) -> RoundHealth | None:
+        return self.rounds[-1] if self.rounds else None
+
+    @property
+    def current_outage(self) -> ConsensusOutage | None:
+        return self.outages[-1] if self.outages and self.outages[-1].ongoing else None
+
+    def down_since(self) -> dict[str, dt.datetime]:
+        return {o.authority: o.start for o in self.authority_outages if o.ongoing}
+
+    def last_round_text(self) -> str:
+        """The newest round in one line: who voted, who was down (since when), the consensus."""
+        r = self.last
+        if r is None:
+            return "authorities: no round checked yet"
+        since = self.down_since()
+        parts = [f"round of {r.valid_after:{self.fmt}}"]
+        if r.votes_checked:
+            parts.append(f"{len(r.voted)} of {r.n_authorities} voted")
+            if r.down:
+                parts.append("no vote from " + ", ".join(
+                    f"{a} (down since {since[a]:{self.fmt}})" if a in since and since[a] != r.valid_after else a
+                    for a in r.down))
+            if r.stale:
+                parts.append(f"old votes from {', '.join(r.stale)}")
+        else:
+            parts.append("who voted is not known")
+        words = {CONSENSUS_SIGNED: f"consensus signed by {len(r.signed) or '?'} of {r.n_authorities}",
+                 CONSENSUS_MISSING: "no consensus published",
+                 CONSENSUS_UNCHECKED: "consensus not checked"}
+        parts.append(words.get(r.consensus, f"consensus signed by only {len(r.signed)} of {r.n_authorities}"))
+        return "authorities, " + "; ".join(parts)
+
+    def to_json(self) -> dict:
+        last = self.last
+        return {
+            "last_round": None if last is None else {
+                "valid_after": last.valid_after, "voted": list(last.voted), "down": list(last.down),
+                "stale": list(last.stale), "signed": list(last.signed), "consensus": last.consensus,
+                "params": dict(last.params) if last.params is not None else None},
+            "down_since": self.down_since(),
+            "consensus_outages": [o.to_json() for o in self.outages],
+            "authority_outages": [o.to_json() for o in self.authority_outages],
+        }
+
+
+def health_of(conn: sqlite3.Connection, spec: RolloutSpec | None) -> HealthSummary:
+    authorities = tuple(spec.authorities) if spec is not None else ()
+    rounds = round_health(conn, authorities)
+    interval = spec.hour if spec is not None else None
+    fmt = FeedContext("", spec).fmt
+    return HealthSummary(rounds, consensus_outages(rounds, interval), authority_outages(rounds, interval), fmt)
+
+
+def health_summary(exp_path: Path | str, spec: RolloutSpec | None = None) -> HealthSummary:
+    """The authority health of the experiment at ``exp_path``, read-only (beside a live run too)."""
+    from kistexp.rollout.runs import _ro, load_spec
+
+    if spec is None:
+        spec = load_spec(Path(exp_path))[0]
+    conn = _ro(Path(exp_path))
+    try:
+        return health_of(conn, spec)
+    finally:
+        conn.close()
+
+
+class FeedThread:
+    """``follow`` on a thread of its own, beside the engine of ``kistexp run``: ``stop()`` sets its
+    stop event, lets it read the journal's last rows, and joins it. An ``emit`` that fails (a closed
+    stdout) ends the feed, never the run; ``error`` keeps what it was."""
+
+    def __init__(self, feed_: Feed, emit: Callable[[FeedEvent], None], poll_s: float = 1.0,
+                 reminder_s: float = DEFAULT_REMINDER_S) -> None:
+        self.feed, self.emit, self.poll_s, self.reminder_s = feed_, emit, poll_s, reminder_s
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kistexp-feed", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            follow(self.feed.exp_path, self.emit, self.stop_event, self.poll_s, reminder_s=self.reminder_s,
+                   feed_=self.feed)
+        except Exception as exc:  # reported by the caller in one line; the run goes on without its feed
+            self.error = exc
+
+    def start(self) -> FeedThread:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.stop_event.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        if not self._thread.is_alive():  # a thread still reading keeps its connection (it is a daemon)
+            self.feed.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
