@@ -111,53 +111,20 @@ class _MetricsPort:
         self.server.server_close()
 
 
-MEASURED_PLAN = """
-[experiment]
-name = "measured-bench"
-kind = "staged"
-owner = "network-team"
-contact = "ops@example.org"
-description = "cost of measured collections"
-start = 2030-01-07T12:00:00Z
-tor_versions = ">=0.4.8.2"
-parameters = ["KISTSchedRunInterval"]
-
-[baseline]
-duration = "2d"
-values = { KISTSchedRunInterval = 10 }
-
-[[stages]]
-name = "two"
-duration = "2d"
-values = { KISTSchedRunInterval = 2 }
-
-[authorities]
-participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]
-
-[[criteria]]
-metric = "relay_bandwidth_bytes_per_s"
-statistic = "mean"
-comparison = "relative-decrease"
-threshold = 0.25
-min_samples = 10
-on_fail = "step-back"
-
-[[criteria]]
-metric = "relay_cpu_utilization"
-statistic = "mean"
-comparison = "relative-increase"
-threshold = 0.25
-min_samples = 10
-on_fail = "step-back"
-"""
+# the bundled plan, judged on the two relay metrics the ten measured sources provide
+MEASURED_CRITERIA = (("relay_bandwidth_bytes_per_s", "relative-decrease"),
+                     ("relay_cpu_utilization", "relative-increase"))
 
 
-def measured(hours: int) -> None:
-    """CPU per plan hour of a measured run's collections and looks, ten sources."""
+def measured(extra_hours: int) -> None:
+    """CPU per plan hour of a measured run's collections and looks, ten sources: the baseline and
+    ``extra_hours`` of stage 1, where every hour is also a look."""
     import os
 
+    import attrs
+
     from kistexp.metrics.instruments import MetricsPortInstrument, ProcInstrument
-    from kistexp.plan.loader import parse_plan
+    from kistexp.plan.model import Criterion
     from kistexp.rollout.assembly import assemble, measured_source
     from kistexp.rollout.dryrun import _start_fresh
     from kistexp.rollout.journal import Journal
@@ -165,7 +132,9 @@ def measured(hours: int) -> None:
     from kistexp.rollout.sources import MEASURED
     from kistexp.store.schema import open_db
 
-    spec = spec_from_plan(parse_plan(MEASURED_PLAN))
+    criteria = tuple(Criterion(metric, "mean", comparison, 0.25, 10, "step-back", name=metric)
+                     for metric, comparison in MEASURED_CRITERIA)
+    spec = spec_from_plan(attrs.evolve(load_plan(PLAN), criteria=criteria))
     port = _MetricsPort()
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "experiment.db"
@@ -175,7 +144,8 @@ def measured(hours: int) -> None:
         clock = rehearsal_clock(spec)
         instruments = [MetricsPortInstrument(f"relay{i}", port.url, clock=clock) for i in range(8)]
         instruments += [ProcInstrument(f"tor{i}", os.getpid(), clock=clock) for i in range(2)]
-        until = spec.baseline_start + dt.timedelta(hours=hours)
+        until = spec.start + dt.timedelta(hours=extra_hours)
+        hours = round((until - spec.baseline_start) / dt.timedelta(hours=1))
         with EmbeddedAuthorities(spec, clock, initial_configs(spec), until) as net:
             source = measured_source(db, instruments, clock, spec, "bench")
             engine = assemble(spec, journal, net.actuator, source, clock, experiment_id="bench")
@@ -196,7 +166,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--dir", type=Path, help="experiment directory with the bundled plan's predictions")
-    ap.add_argument("--measured-hours", type=int, default=72, help="plan hours of the measured-collection bench")
+    ap.add_argument("--measured-hours", type=int, default=24,
+                    help="plan hours of stage 1 after the baseline in the measured-collection bench")
     args = ap.parse_args()
     print(f"CPU: {_cpu_model()}")
     rounds(args.rounds)

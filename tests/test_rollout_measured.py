@@ -251,3 +251,20 @@ def test_exposure_on_the_real_network_follows_the_archived_consensus():
     early = stale.measure(1, {KIST: 2}, t0 + dt.timedelta(hours=1), t0 + dt.timedelta(hours=4))
     assert all(e.short and e.observed_share == 0.0 for e in early)
     assert "does not carry" in early[0].detail
+
+
+def test_a_rerun_dry_run_starts_its_sequential_tests_afresh(tmp_path):
+    from kistexp.rollout.dryrun import dry_run
+    from tests.rollout_helpers import write_predictions
+
+    write_predictions(tmp_path / "e", {"baseline": {}, "two": {}, "eight": {}})
+    plan = parse_plan(PLAN)
+    first = dry_run(plan, tmp_path / "e")
+    j = Journal(tmp_path / "e" / "experiment.db", durable=False)
+    looks = j.conn.execute("SELECT SUM(looks) FROM rollout_sequential").fetchone()[0]
+    j.close()
+    again = dry_run(plan, tmp_path / "e")
+    j = Journal(tmp_path / "e" / "experiment.db", durable=False)
+    assert j.conn.execute("SELECT SUM(looks) FROM rollout_sequential").fetchone()[0] == looks
+    j.close()
+    assert first.decisions == again.decisions

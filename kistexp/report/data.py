@@ -1,17 +1,16 @@
 """What a report shows, read from an experiment directory; nothing here computes a result.
 
 The run's spec and status come from ``kistexp.rollout.runs.load_spec`` (the plan copy and cadence the
-run was laid on); the journal's own readers (``kistexp.rollout.journal.Journal``) give decisions,
-transitions, intents, votes and consensuses; the few columns they leave out (a verdict's interval, operator
-commands, the phases of metric batches) are read here from the tables of
-``kistexp/store/schema.py``. Predictions come from ``MetricStore.load_predictions`` and are
-summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
+run was laid on); the journal's read-only reader (``kistexp.rollout.journal.JournalReader``) gives
+decisions, transitions, intents, votes, consensuses, verdicts, operator commands and the judged samples,
+which the report keeps in the shapes its pages take (the dicts of ``Journal``'s readers). Predictions
+come from ``MetricStore.load_predictions`` and are summarised by
+``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,14 +21,14 @@ import numpy as np
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
-from kistexp.metrics.series import Prediction, from_us
+from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
 from kistexp.rollout.journal import (
     AuthorityOutage,
     ConsensusOutage,
-    Journal,
+    JournalReader,
     RoundHealth,
     authority_outages,
     consensus_outages,
@@ -87,6 +86,11 @@ class ExperimentData:
     path: Path
     mode: str  # dry-run | live
     spec: RolloutSpec
+    # where the judged samples came from: measured (live), recorded (replay) or predicted (a dry run,
+    # or a live run asked to with --metrics predicted); journals from before measured runs: predicted
+    metrics: str
+    # samples left out of each (metric, phase name) because their nodes held another consensus (mid-switch)
+    excluded: tuple[tuple[str, str, int], ...]
     status: Status
     votes: tuple[dict, ...]  # authority, valid_after, params
     consensuses: tuple[dict, ...]  # valid_after, params, signers
@@ -111,25 +115,59 @@ class ExperimentData:
 
 # --- reading -----------------------------------------------------------------------------------
 
-def _has_journal(conn: sqlite3.Connection) -> bool:
+def _open_journal(exp: ExperimentDir) -> JournalReader:
+    """The journal's reader, or a one-line error saying how to make a journal when there is none."""
+    reader = None
     try:
-        row = conn.execute("SELECT value FROM rollout_meta WHERE key = 'cadence'").fetchone()
-    except sqlite3.Error:
-        return False
-    return row is not None
+        reader = JournalReader(exp.db_path)
+        if reader.meta().cadence is not None:
+            return reader
+    except (KistexpError, sqlite3.Error):
+        pass
+    if reader is not None:
+        reader.close()
+    raise ReportError(f"{exp.db_path}: no rollout journal in this experiment (make one with "
+                      f"kistexp dry-run PLAN --dir {exp.path} or kistexp run PLAN --dir {exp.path})")
 
 
-def _verdicts(conn: sqlite3.Connection) -> tuple[Verdict, ...]:
-    rows = conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, ci_low, ci_high, n_baseline, "
-                        "n_stage, shadow, detail FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
-    return tuple(Verdict(r[0], from_us(r[1]), r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10])
-                 for r in rows)
+def _verdicts(reader: JournalReader) -> tuple[Verdict, ...]:
+    return tuple(Verdict(v.criterion, v.window_end, v.stage, v.outcome, v.effect, v.ci_low, v.ci_high, v.n_baseline,
+                         v.n_stage, v.shadow, v.detail) for v in reader.looks())
 
 
-def _commands(conn: sqlite3.Connection) -> tuple[Command, ...]:
-    rows = conn.execute("SELECT kind, args, user, queued_us, state, result FROM rollout_commands "
-                        "ORDER BY id").fetchall()
-    return tuple(Command(r[0], json.loads(r[1]), r[2], from_us(r[3]), r[4], r[5]) for r in rows)
+def _commands(reader: JournalReader) -> tuple[Command, ...]:
+    return tuple(Command(c.kind, dict(c.args), c.user, c.queued, c.state, c.result) for c in reader.commands())
+
+
+# The journal's rows as the report's pages take them: the dicts of ``Journal``'s readers.
+
+def _votes(reader: JournalReader) -> tuple[dict, ...]:
+    rows = sorted(reader.votes_seen(), key=lambda v: (v.valid_after, v.authority))
+    return tuple({"authority": v.authority, "valid_after": v.valid_after,
+                  "params": None if v.params is None else dict(v.params)} for v in rows)
+
+
+def _consensuses(reader: JournalReader) -> tuple[dict, ...]:
+    rows = sorted(reader.consensus_seen(), key=lambda c: (c.valid_after, c.flavour))
+    return tuple({"valid_after": c.valid_after, "params": None if c.params is None else dict(c.params),
+                  "signers": list(c.signers)} for c in rows)
+
+
+def _transitions(reader: JournalReader) -> tuple[dict, ...]:
+    return tuple({"seq": t.seq, "at": t.at, "from": t.from_state, "to": t.to_state, "stage": t.stage, "kind": t.kind,
+                  "targets": dict(t.targets), "valid_after": t.valid_after, "cause": t.cause}
+                 for t in reader.transitions())
+
+
+def _decisions(reader: JournalReader) -> tuple[dict, ...]:
+    return tuple({"at": d.at, "decision": d.decision, "stage": d.stage, "valid_after": d.valid_after,
+                  "message": d.message} for d in reader.decisions())
+
+
+def _intents(reader: JournalReader) -> tuple[dict, ...]:
+    return tuple({"id": i.id, "idem_key": i.idem_key, "seq": i.seq, "authority": i.authority,
+                  "desired": dict(i.desired), "valid_after": i.valid_after, "state": i.state, "attempts": i.attempts,
+                  "evidence": i.evidence} for i in reader.intents())
 
 
 def _stage_of_phase(phase: str) -> int | None:
@@ -141,16 +179,27 @@ def _stage_of_phase(phase: str) -> int | None:
     return None
 
 
-def _batches(conn: sqlite3.Connection, journal: Journal) -> dict[tuple[str, int], np.ndarray]:
+def _excluded(reader: JournalReader, names: tuple[str, ...]) -> tuple[tuple[str, str, int], ...]:
+    """(metric, phase name, samples left out) wherever the mid-switch rule left samples out."""
+    out: dict[tuple[str, str], int] = {}
+    for b in reader.metric_batches():
+        stage = _stage_of_phase(b.phase)
+        if b.excluded and stage is not None:
+            key = (b.metric, names[stage] if stage < len(names) else b.phase)
+            out[key] = out.get(key, 0) + b.excluded
+    return tuple((m, p, n) for (m, p), n in sorted(out.items()))
+
+
+def _batches(reader: JournalReader) -> dict[tuple[str, int], np.ndarray]:
     out: dict[tuple[str, int], list[np.ndarray]] = {}
-    for metric, phase in conn.execute("SELECT DISTINCT metric, phase FROM rollout_metric_batches").fetchall():
+    for metric, phase in reader.metric_phases():
         stage = _stage_of_phase(phase)
         if stage is not None:
-            out.setdefault((metric, stage), []).append(journal.batch_values(metric, phase))
+            out.setdefault((metric, stage), []).append(reader.batch_values(metric, phase))
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
-def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...], transitions: list[dict]
+def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...], transitions: tuple[dict, ...]
               ) -> dict[tuple[str, str, str], np.ndarray]:
     """Stored relay-cost samples (collectors, operator reports) per relay class and the stage whose
     value was in effect when each was taken (``param_value``): the latest stage begun by then that runs
@@ -187,12 +236,12 @@ def _measured(store: MetricStore, spec: RolloutSpec, names: tuple[str, ...], tra
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[Rollback, ...]:
+def _rollbacks(spec: RolloutSpec, decisions: tuple[dict, ...], transitions: tuple[dict, ...], status: Status
+               ) -> tuple[Rollback, ...]:
     """Each rollback the journal decided, planned by the engine's own ``plan_rollback``; and the
     rehearsal: what reverting to the baseline would take at the end of the record."""
-    transitions = journal.transitions()
     out = []
-    for d in journal.decisions():
+    for d in decisions:
         if not d["decision"].startswith("rollback:") or d["decision"] == "rollback:hold":
             continue
         kind = d["decision"].split(":", 1)[1]
@@ -201,17 +250,15 @@ def _rollbacks(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[Rol
         current = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
         stage = prev[-1]["stage"] if prev else 0
         out.append(Rollback(d["at"], d["message"], plan_rollback(spec, kind, current, stage, d["at"]), False))
-    last = journal.decisions()
-    at = last[-1]["at"] if last else spec.baseline_start
+    at = decisions[-1]["at"] if decisions else spec.baseline_start
     out.append(Rollback(at, "rehearsal: revert to the baseline's values at the last journaled decision",
                         plan_rollback(spec, REVERT_DEFAULT, status.values, status.stage, at), True))
     return tuple(out)
 
 
-def _rehearsals(spec: RolloutSpec, journal: Journal, status: Status) -> tuple[RollbackPlan, ...]:
+def _rehearsals(spec: RolloutSpec, decisions: tuple[dict, ...], status: Status) -> tuple[RollbackPlan, ...]:
     """Every rollback kind from where the record ends, as ``kistexp rollback --dry-run`` answers it."""
-    last = journal.decisions()
-    at = last[-1]["at"] if last else spec.baseline_start
+    at = decisions[-1]["at"] if decisions else spec.baseline_start
     return tuple(plan_rollback(spec, kind, status.values, status.stage, at) for kind in ROLLBACK_KINDS)
 
 
@@ -220,38 +267,35 @@ def load_experiment(path: str | Path) -> ExperimentData:
     directory, a corrupt database and a directory whose database holds no rollout journal."""
     exp = ExperimentDir.open(path)  # StoreError: missing, not a directory, corrupt, newer schema
     try:
-        conn = exp.db
-        if not _has_journal(conn):
-            raise ReportError(f"{exp.db_path}: no rollout journal in this experiment (make one with "
-                              f"kistexp dry-run PLAN --dir {exp.path} or kistexp run PLAN --dir {exp.path})")
+        reader = _open_journal(exp)
         try:
-            return _read(exp, conn)
+            return _read(exp, reader)
         except (sqlite3.DatabaseError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ReportError(f"{exp.db_path}: corrupt rollout journal: {exc}") from None
+        finally:
+            reader.close()
     finally:
         exp.close()
 
 
-def _read(exp: ExperimentDir, conn: sqlite3.Connection) -> ExperimentData:
+def _read(exp: ExperimentDir, reader: JournalReader) -> ExperimentData:
     spec, status, meta = load_spec(exp.path)  # the spec the run was laid on: its plan copy and cadence
     names = ("baseline",) + tuple(s.name for s in spec.stages)
-    journal = Journal(exp.db_path, durable=False)
-    try:
-        store = MetricStore(conn)
-        figures = summarize_predictions(store.load_predictions(), list(names))
-        rounds = journal.round_health(spec.authorities)
+    store = MetricStore(exp.db)
+    figures = summarize_predictions(store.load_predictions(), list(names))
+    with reader.snapshot():  # the journal as of one commit, beside a run still writing it
+        rounds = reader.round_health(spec.authorities)
+        decisions, transitions = _decisions(reader), _transitions(reader)
         return ExperimentData(
-            path=exp.path, mode=meta.get("mode", "live"), spec=spec, status=status,
-            votes=tuple(journal.votes()), consensuses=tuple(journal.consensuses()),
-            transitions=tuple(journal.transitions()), decisions=tuple(journal.decisions()),
-            intents=tuple(journal.intents()), commands=_commands(conn), verdicts=_verdicts(conn),
-            batches=_batches(conn, journal), measured=_measured(store, spec, names, journal.transitions()),
+            path=exp.path, mode=meta.get("mode", "live"), spec=spec, metrics=meta.get("metrics") or "predicted",
+            excluded=_excluded(reader, names), status=status,
+            votes=_votes(reader), consensuses=_consensuses(reader), transitions=transitions, decisions=decisions,
+            intents=_intents(reader), commands=_commands(reader), verdicts=_verdicts(reader),
+            batches=_batches(reader), measured=_measured(store, spec, names, transitions),
             figures=tuple(figures),
-            rollbacks=_rollbacks(spec, journal, status), rehearsals=_rehearsals(spec, journal, status),
+            rollbacks=_rollbacks(spec, decisions, transitions, status), rehearsals=_rehearsals(spec, decisions, status),
             stage_names=names, rounds=rounds, outages=consensus_outages(rounds, spec.hour),
             authority_outages=authority_outages(rounds, spec.hour))
-    finally:
-        journal.close()
 
 
 @attrs.frozen
@@ -297,20 +341,18 @@ def metric_unit(metric: str) -> str:
 def verdict_looks(exp_path: str | Path) -> dict[str, list[dict]]:
     """Each criterion's verdicts in time order (effect and interval per look), read-only so it works
     beside a running engine; {} when the directory holds no journal."""
-    db = Path(exp_path) / "experiment.db"
     try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    except sqlite3.Error:
+        reader = JournalReader.of_experiment(exp_path)
+    except KistexpError:
         return {}
     try:
-        rows = conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, ci_low, ci_high "
-                            "FROM rollout_verdicts ORDER BY window_end_us, id").fetchall()
+        rows = reader.looks()
     except sqlite3.Error:
         return {}
     finally:
-        conn.close()
+        reader.close()
     out: dict[str, list[dict]] = {}
-    for r in rows:
-        out.setdefault(r[0], []).append({"window_end": from_us(r[1]), "stage": r[2], "outcome": r[3],
-                                         "effect": r[4], "ci_low": r[5], "ci_high": r[6]})
+    for v in rows:
+        out.setdefault(v.criterion, []).append({"window_end": v.window_end, "stage": v.stage, "outcome": v.outcome,
+                                                "effect": v.effect, "ci_low": v.ci_low, "ci_high": v.ci_high})
     return out

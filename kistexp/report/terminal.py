@@ -52,7 +52,9 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
     the last ``width`` effect estimates against the criterion's limit (the bar: how close the latest
     estimate came to it, measured from the criterion's "no effect" in ``origins``: 1 for the judge's
     ratios, 0 for differences)."""
-    table = make_table(title=f"{view['summary']} — values {view['values']}",
+    origin = view.get("metrics")
+    judged = f" — judged on {origin} metrics" if origin else ""
+    table = make_table(title=f"{view['summary']} — values {view['values']}{judged}",
                        columns=("criterion", "latest", ("effect, last looks", {"no_wrap": True}),
                                 ("latest / limit", {"no_wrap": True}), ("failed", {"justify": "right"}),
                                 ("inconclusive", {"justify": "right"}), ("errors in a row", {"justify": "right"})),

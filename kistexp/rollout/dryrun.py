@@ -398,16 +398,9 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
 
 def _start_fresh(journal: Journal, spec: RolloutSpec, metrics: str = PREDICTED) -> None:
     """A dry run rewrites the journal each time (its rows are a rehearsal, not a record)."""
-    with journal.write() as c:
-        for table in ("rollout_intents", "rollout_transitions", "rollout_events", "rollout_status",
-                      "rollout_decisions", "rollout_commands", "rollout_metric_batches", "rollout_verdicts",
-                      "rollout_votes_seen", "rollout_consensus_seen", "rollout_source_health", "rollout_exposure",
-                      "rollout_authority_health"):
-            c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
-        c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)",
-                      [("mode", "dry-run"), ("experiment_id", f"dry-run:{spec.plan_name}"), ("metrics", metrics),
-                       ("cadence", json.dumps(attrs.asdict(spec.cadence))), ("start", spec.start.isoformat()),
-                       ("plan_canon_sha256", spec.digest())])
+    journal.reset_for_rehearsal(mode="dry-run", experiment_id=f"dry-run:{spec.plan_name}", metrics=metrics,
+                                cadence=json.dumps(attrs.asdict(spec.cadence)), start=spec.start.isoformat(),
+                                plan_canon_sha256=spec.digest())
 
 
 def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: tuple[str, ...], where: str,

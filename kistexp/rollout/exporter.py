@@ -21,15 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kistexp.errors import KistexpError
-from kistexp.expdir import DB_NAME
-from kistexp.metrics.series import from_us
-from kistexp.rollout.journal import (
-    INTENT_STATES,
-    _table_columns,
-    consensus_outages,
-    round_health,
-    status_from_json,
-)
+from kistexp.rollout.journal import INTENT_STATES, JournalMeta, JournalReader, consensus_outages
 from kistexp.rollout.state import OUTCOMES, PAUSE_REASONS, STATES
 
 PREFIX = "kistexp_rollout"
@@ -50,7 +42,7 @@ class JournalCollector(Collector):
     def describe(self) -> list[Metric]:
         return []  # registering must not read the journal; every metric comes from collect()
 
-    def _load_spec(self, meta: dict):
+    def _load_spec(self, meta: JournalMeta):
         """The spec from the plan copy, loaded again only when the plan of record changes."""
         from kistexp.rollout.runs import load_spec
 
@@ -69,41 +61,34 @@ class JournalCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(f"{PREFIX}_up", "1 when the experiment's rollout journal could be read")
-        db = self.exp_path / DB_NAME
-        if not db.is_file():
+        try:
+            reader = JournalReader.of_experiment(self.exp_path)
+        except KistexpError:  # no database yet, or no journal in it
             up.add_metric([], 0)
             yield up
             return
         try:
-            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        except sqlite3.Error:
-            up.add_metric([], 0)
-            yield up
-            return
-        try:
-            conn.execute("BEGIN")  # one snapshot per scrape
-            families = list(self._families(conn))
-            conn.execute("COMMIT")
+            with reader.snapshot():  # one snapshot per scrape
+                families = list(self._families(reader))
         except sqlite3.Error:
             up.add_metric([], 0)
             yield up
             return
         finally:
-            conn.close()
+            reader.close()
         up.add_metric([], 1)
         yield up
         yield from families
 
-    def _families(self, conn: sqlite3.Connection) -> Iterator[Metric]:
-        meta = dict(conn.execute("SELECT key, value FROM rollout_meta"))
+    def _families(self, reader: JournalReader) -> Iterator[Metric]:
+        meta = reader.meta()
         spec = self._load_spec(meta)
         info = GaugeMetricFamily(f"{PREFIX}_info", "The experiment this exporter reads",
                                  labels=["experiment", "plan", "mode"])
         info.add_metric([meta.get("experiment_id", ""), spec.plan_name if spec else "", meta.get("mode", "")], 1)
         yield info
 
-        row = conn.execute("SELECT status FROM rollout_status ORDER BY id DESC LIMIT 1").fetchone()
-        status = status_from_json(row[0]) if row else None
+        status = reader.latest_status()
         state = GaugeMetricFamily(f"{PREFIX}_state", "1 for the rollout's current state", labels=["state"])
         current = status.state if status is not None else "PENDING"  # no status row yet: not started
         for s in STATES:
@@ -138,20 +123,17 @@ class JournalCollector(Collector):
                     g.add_metric([], when.timestamp())
                     yield g
 
-        yield from self._verdicts(conn, spec)
-        yield from self._intents(conn)
-        yield from self._health(conn, spec)
-        yield from self._gaps(conn)
-        yield from self._exposure(conn)
-        yield from self._runs(conn)
+        yield from self._verdicts(reader, spec)
+        yield from self._intents(reader)
+        yield from self._health(reader, spec)
+        yield from self._gaps(reader)
+        yield from self._exposure(reader)
+        yield from self._runs(reader)
 
-    def _verdicts(self, conn: sqlite3.Connection, spec) -> Iterator[Metric]:
+    def _verdicts(self, reader: JournalReader, spec) -> Iterator[Metric]:
         from kistexp.report.html import effect_limit
 
-        latest = {}
-        for r in conn.execute("SELECT criterion, window_end_us, stage, outcome, effect, ci_low, ci_high "
-                              "FROM rollout_verdicts ORDER BY window_end_us, id"):
-            latest[r[0]] = r
+        latest = reader.latest_verdicts()
         verdict = GaugeMetricFamily(f"{PREFIX}_criterion_verdict", "1 for each criterion's latest outcome",
                                     labels=["criterion", "outcome"])
         scale = "the judge's scale: ratio stage/baseline for relative comparisons, difference for absolute ones"
@@ -168,10 +150,10 @@ class JournalCollector(Collector):
         for name in names:
             r = latest.get(name)
             for o in OUTCOMES:
-                verdict.add_metric([name, o], 1 if r is not None and r[3] == o else 0)
+                verdict.add_metric([name, o], 1 if r is not None and r.outcome == o else 0)
             if r is not None:
-                look.add_metric([name], from_us(r[1]).timestamp())
-                for fam, value in ((effect, r[4]), (low, r[5]), (high, r[6])):
+                look.add_metric([name], r.window_end.timestamp())
+                for fam, value in ((effect, r.effect), (low, r.ci_low), (high, r.ci_high)):
                     if value is not None:
                         fam.add_metric([name], value)
             if spec is not None:
@@ -180,17 +162,16 @@ class JournalCollector(Collector):
                     limit.add_metric([name], effect_limit(c.comparison, c.threshold))
         yield from (verdict, effect, low, high, limit, look)
 
-    def _intents(self, conn: sqlite3.Connection) -> Iterator[Metric]:
-        counts = dict(conn.execute("SELECT state, COUNT(*) FROM rollout_intents GROUP BY state"))
+    def _intents(self, reader: JournalReader) -> Iterator[Metric]:
+        counts = reader.intent_counts()
         fam = GaugeMetricFamily(f"{PREFIX}_intents", "Intents by state", labels=["state"])
         for s in INTENT_STATES:
             fam.add_metric([s], counts.get(s, 0))
         yield fam
 
-    def _health(self, conn: sqlite3.Connection, spec) -> Iterator[Metric]:
-        authorities = tuple(spec.authorities) if spec is not None else tuple(
-            r[0] for r in conn.execute("SELECT DISTINCT authority FROM rollout_votes_seen ORDER BY authority"))
-        rounds = round_health(conn, authorities)
+    def _health(self, reader: JournalReader, spec) -> Iterator[Metric]:
+        authorities = tuple(spec.authorities) if spec is not None else reader.vote_authorities()
+        rounds = reader.round_health(authorities)
         good = [r for r in rounds if r.majority]
         va = GaugeMetricFamily(f"{PREFIX}_consensus_valid_after_timestamp_seconds",
                                "Valid-after of the last majority-signed consensus seen")
@@ -235,51 +216,34 @@ class JournalCollector(Collector):
         stretches.add_metric([], len(outages))
         yield stretches
 
-    def _gaps(self, conn: sqlite3.Connection) -> Iterator[Metric]:
-        gaps: dict[str, int] = {}
-        if {"source", "missing", "n"} <= set(_table_columns(conn, "rollout_metric_batches")):
-            for source, n in conn.execute("SELECT source, COUNT(*) FROM rollout_metric_batches "
-                                          "WHERE missing != 0 OR n = 0 GROUP BY source"):
-                gaps[source] = gaps.get(source, 0) + n
-        if {"source", "ok"} <= set(_table_columns(conn, "rollout_source_health")):
-            for source, n in conn.execute("SELECT source, COUNT(*) FROM rollout_source_health WHERE ok = 0 "
-                                          "GROUP BY source"):
-                gaps[source] = gaps.get(source, 0) + n
+    def _gaps(self, reader: JournalReader) -> Iterator[Metric]:
+        gaps = reader.gaps_by_source()
         fam = CounterMetricFamily(f"{PREFIX}_metric_gaps", "Collection windows (or instance polls) that delivered "
                                   "nothing, by source", labels=["source"])
         for source, n in sorted(gaps.items()):
             fam.add_metric([source], n)
         yield fam
 
-    def _exposure(self, conn: sqlite3.Connection) -> Iterator[Metric]:
-        cols = set(_table_columns(conn, "rollout_exposure"))
+    def _exposure(self, reader: JournalReader) -> Iterator[Metric]:
         share = GaugeMetricFamily(f"{PREFIX}_exposure_share", "Share of the population running the stage's values "
                                   "at the latest exposure row", labels=["population", "kind"])
         short = GaugeMetricFamily(f"{PREFIX}_exposure_short", "1 when the latest exposure falls short of the "
                                   "prediction", labels=["population"])
-        if {"population", "at_us"} <= cols:
-            picked = [c for c in ("expected_share", "observed_share", "short") if c in cols]
-            latest = {}
-            for r in conn.execute(f"SELECT population, {', '.join(picked) or 'NULL'} FROM rollout_exposure "  # noqa: S608
-                                  "ORDER BY at_us, rowid"):
-                latest[r[0]] = dict(zip(picked, r[1:], strict=False))
-            for pop, r in sorted(latest.items()):
-                for kind, col in (("expected", "expected_share"), ("observed", "observed_share")):
-                    if r.get(col) is not None:
-                        share.add_metric([pop, kind], r[col])
-                if r.get("short") is not None:
-                    short.add_metric([pop], 1 if r["short"] else 0)
+        for pop, e in sorted(reader.latest_exposure().items()):
+            for kind, value in (("expected", e.expected_share), ("observed", e.observed_share)):
+                if value is not None:
+                    share.add_metric([pop, kind], value)
+            short.add_metric([pop], 1 if e.short else 0)
         yield from (share, short)
 
-    def _runs(self, conn: sqlite3.Connection) -> Iterator[Metric]:
+    def _runs(self, reader: JournalReader) -> Iterator[Metric]:
         active = GaugeMetricFamily(f"{PREFIX}_run_active", "1 while a run's row is open (a run drives the rollout)")
-        row = conn.execute("SELECT COUNT(*) FROM rollout_runs WHERE end_us IS NULL").fetchone()
-        active.add_metric([], 1 if row and row[0] else 0)
+        active.add_metric([], 1 if reader.open_runs() else 0)
         yield active
-        beat = conn.execute("SELECT heartbeat_us FROM rollout_owner WHERE id = 1").fetchone()
-        if beat is not None:
+        owner = reader.owner()
+        if owner is not None:
             g = GaugeMetricFamily(f"{PREFIX}_heartbeat_timestamp_seconds", "The running owner's last heartbeat")
-            g.add_metric([], from_us(beat[0]).timestamp())
+            g.add_metric([], owner.heartbeat.timestamp())
             yield g
 
 

@@ -21,7 +21,7 @@ from kistexp.clock import Clock
 from kistexp.expdir import DB_NAME, ExperimentDir
 from kistexp.plan.loader import load_plan
 from kistexp.plan.model import Plan
-from kistexp.rollout.journal import Journal, RunLock, status_from_json
+from kistexp.rollout.journal import Journal, JournalReader, RunLock
 from kistexp.rollout.machine import initial_status, step
 from kistexp.rollout.rollback import plan_rollback
 from kistexp.rollout.sources import MeasuredMetrics
@@ -159,36 +159,16 @@ def plan_watch(plan_path: Path, journal: Journal):
 
 # --- read-only views -----------------------------------------------------------------------------
 
-def _ro(exp_path: Path) -> sqlite3.Connection:
-    db = Path(exp_path) / DB_NAME
-    if not db.is_file():
-        raise RolloutError(f"{exp_path}: not an experiment directory (no {DB_NAME})")
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        conn.execute("SELECT 1 FROM rollout_meta LIMIT 1")
-    except sqlite3.Error as exc:
-        raise RolloutError(f"{db}: cannot read the rollout journal: {exc}") from None
-    return conn
-
-
-def _meta(conn: sqlite3.Connection) -> dict[str, str]:
-    return dict(conn.execute("SELECT key, value FROM rollout_meta"))
-
-
 def load_spec(exp_path: Path) -> tuple[RolloutSpec, Status, dict]:
-    conn = _ro(exp_path)
-    try:
-        meta = _meta(conn)
+    with JournalReader.of_experiment(exp_path) as reader:
+        meta = reader.meta().as_dict()
         if "cadence" not in meta:
             raise RolloutError(f"{exp_path}: no rollout has run here")
         plan = load_plan(Path(exp_path) / "plan.toml")
         spec = spec_from_plan(plan, Cadence(**json.loads(meta["cadence"])),
                               start=dt.datetime.fromisoformat(meta["start"]))
-        row = conn.execute("SELECT status FROM rollout_status ORDER BY id DESC LIMIT 1").fetchone()
-        status = status_from_json(row[0]) if row else initial_status(spec)
-        return spec, status, meta
-    finally:
-        conn.close()
+        status = reader.latest_status()
+        return spec, status if status is not None else initial_status(spec), meta
 
 
 def status_view(exp_path: Path) -> dict:
@@ -204,20 +184,12 @@ def status_view(exp_path: Path) -> dict:
 
 
 def history_view(exp_path: Path) -> dict:
-    conn = _ro(exp_path)
-    try:
-        from kistexp.metrics.series import from_us
-
-        decisions = [{"at": from_us(r[0]), "decision": r[1], "stage": r[2],
-                      "valid_after": None if r[3] is None else from_us(r[3]), "message": r[4]}
-                     for r in conn.execute("SELECT at_us, decision, stage, valid_after_us, message "
-                                           "FROM rollout_decisions ORDER BY id")]
-        commands = [{"kind": r[0], "args": json.loads(r[1]), "user": r[2], "at": from_us(r[3]), "state": r[4],
-                     "result": r[5]} for r in conn.execute("SELECT kind, args, user, queued_us, state, result "
-                                                           "FROM rollout_commands ORDER BY id")]
-        return {"decisions": decisions, "commands": commands}
-    finally:
-        conn.close()
+    with JournalReader.of_experiment(exp_path) as reader, reader.snapshot():
+        decisions = [{"at": d.at, "decision": d.decision, "stage": d.stage, "valid_after": d.valid_after,
+                      "message": d.message} for d in reader.decisions()]
+        commands = [{"kind": c.kind, "args": dict(c.args), "user": c.user, "at": c.queued, "state": c.state,
+                     "result": c.result} for c in reader.commands()]
+    return {"decisions": decisions, "commands": commands}
 
 
 def rollback_preview(exp_path: Path, now: dt.datetime) -> list[dict]:

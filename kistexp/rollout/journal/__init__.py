@@ -4,6 +4,12 @@ Rules (§3.1): no external effect without a durable intent; effects are whole se
 observed (votes, consensus), not an API's answer; the status is the journal's last status row.
 Writers use ``BEGIN IMMEDIATE`` on an autocommit connection so a read-then-write never fails
 half way with SQLITE_BUSY (§3.6). The run lock is ``flock`` on a separate ``run.lock`` (§3.7).
+
+Every SQL statement on a ``rollout_*`` table lives in this package (tests/test_rollout_journal_sql.py
+holds the rest of kistexp to it): ``Journal`` here is the writer (the engine's, the dry run's and the
+control commands'); ``reader.JournalReader`` is the read-only reader of everything else (status,
+history, the event feed, the exporter, the report); ``rows`` holds the frozen rows they return,
+``codec`` how columns hold values, ``health`` the authorities' health derived from the journal.
 """
 
 from __future__ import annotations
@@ -13,126 +19,89 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
-import math
 import os
 import socket
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import numpy as np
 
 from kistexp.metrics.series import from_us, to_us
+from kistexp.rollout.journal.codec import (
+    Pairs,
+    _finite,
+    desired_params,
+    loads,
+    pairs,
+    sequential_from_dict,
+    sequential_to_dict,
+    status_from_json,
+    status_to_json,
+    values_json,
+)
+from kistexp.rollout.journal.health import (
+    CONSENSUS_MISSING,
+    CONSENSUS_SIGNED,
+    CONSENSUS_UNCHECKED,
+    CONSENSUS_UNSIGNED,
+    AuthorityOutage,
+    ConsensusOutage,
+    RoundHealth,
+    _table_columns,
+    authority_outages,
+    consensus_outages,
+    down_since,
+    round_health,
+)
+from kistexp.rollout.journal.reader import JournalReader
+from kistexp.rollout.journal.rows import (
+    INTENT_STATES,
+    AuthorityHealthRow,
+    BatchInfoRow,
+    BatchRow,
+    CommandRow,
+    ConsensusSeenRow,
+    DecisionRow,
+    ExposureRow,
+    IntentRow,
+    JournalMeta,
+    OwnerRow,
+    RunRow,
+    SourceHealthRow,
+    StatusRow,
+    TransitionRow,
+    VerdictRow,
+    VoteSeenRow,
+)
 from kistexp.rollout.spec import RolloutError
-from kistexp.rollout.state import Counters, Status, Transition
+from kistexp.rollout.state import Status, Transition
 from kistexp.store.schema import open_db
 
+__all__ = [
+    "BUSY_TIMEOUT_S", "CONSENSUS_MISSING", "CONSENSUS_SIGNED", "CONSENSUS_UNCHECKED", "CONSENSUS_UNSIGNED",
+    "HEARTBEAT_EVERY_S", "HEARTBEAT_STALE_S", "INTENT_STATES", "LOCK_NAME", "REHEARSAL_TABLES", "AuthorityHealthRow",
+    "AuthorityOutage", "BatchInfoRow", "BatchRow", "CommandRow", "ConsensusOutage", "ConsensusSeenRow", "DecisionRow",
+    "ExposureRow", "IntentRow", "Journal", "JournalLockedError", "JournalMeta", "JournalReader", "LockedError",
+    "OwnerRow", "Pairs", "RoundHealth", "RunLock", "RunRow", "SourceHealthRow", "StatusRow", "TransitionRow",
+    "VerdictRow", "VoteSeenRow", "_table_columns", "authority_outages", "consensus_outages",
+    "desired_params", "down_since", "loads", "pairs", "round_health", "sequential_from_dict", "sequential_to_dict",
+    "status_from_json", "status_to_json", "values_json",
+]
+
 LOCK_NAME = "run.lock"
-INTENT_STATES = ("intended", "acted", "verified", "done", "superseded", "failed")
 
-
-# --- Status <-> JSON --------------------------------------------------------------------------
-
-def _iso(t: dt.datetime | None) -> str | None:
-    return None if t is None else t.isoformat()
-
-
-def _dt(s: str | None) -> dt.datetime | None:
-    return None if s is None else dt.datetime.fromisoformat(s)
-
-
-def status_to_json(st: Status) -> str:
-    d = attrs.asdict(st, recurse=False)
-    d["values"] = [list(kv) for kv in st.values]
-    for k in ("target_va", "stage_va", "decision_at"):
-        d[k] = _iso(d[k])
-    d["reasons"] = sorted(st.reasons)
-    d["counters"] = [[name, attrs.asdict(c)] for name, c in st.counters]
-    return json.dumps(d, sort_keys=True)
-
-
-def status_from_json(text: str) -> Status:
-    d = json.loads(text)
-    d["values"] = tuple(tuple(kv) for kv in d["values"])
-    for k in ("target_va", "stage_va", "decision_at"):
-        d[k] = _dt(d[k])
-    d["reasons"] = frozenset(d["reasons"])
-    d["counters"] = tuple((name, Counters(**c)) for name, c in d["counters"])
-    return Status(**d)
-
-
-def values_json(values) -> str:
-    return json.dumps({k: v for k, v in values}, sort_keys=True)
-
-
-def _finite(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
-def sequential_to_dict(state) -> dict:
-    d = attrs.asdict(state)
-    d["fractions"] = list(state.fractions)
-    return d
-
-
-def sequential_from_dict(d: dict):
-    from kistexp.judge import SequentialState
-
-    return SequentialState(**{**d, "fractions": tuple(d["fractions"])})
-
-
-def desired_params(values) -> dict[str, int]:
-    """The ConsensusParams set an authority is asked to run: unset keys are left out."""
-    return {k: int(v) for k, v in values if v != "unset"}
+# The rows a rehearsal (a dry run, a replay) writes: it empties them before it starts, its rows being a
+# rehearsal and not a record. Runs, the owner and plan acknowledgements are records and stay. The
+# sequential tests' states go too: a rerun starts each criterion's test afresh, as the first run did,
+# instead of continuing the previous rehearsal's looks (reruns give the same decisions, rollout.md §7.10).
+REHEARSAL_TABLES = ("rollout_intents", "rollout_transitions", "rollout_events", "rollout_status",
+                    "rollout_decisions", "rollout_commands", "rollout_metric_batches", "rollout_verdicts",
+                    "rollout_votes_seen", "rollout_consensus_seen", "rollout_source_health", "rollout_exposure",
+                    "rollout_authority_health", "rollout_sequential")
 
 
 # --- the lock ---------------------------------------------------------------------------------
-
-@attrs.frozen(eq=False)
-class BatchRow:
-    source: str
-    metric: str
-    phase: str
-    window: dt.datetime
-    values: np.ndarray
-    relays: tuple[tuple[str, int], ...] | None
-    origin: str
-
-
-@attrs.frozen
-class SourceHealthRow:
-    window: dt.datetime
-    source: str
-    instance: str
-    ok: bool
-    n_samples: int
-    problem: str
-
-
-@attrs.frozen
-class ExposureRow:
-    at: dt.datetime
-    stage: int
-    population: str
-    expected_share: float
-    observed_share: float | None
-    n_nodes: int
-    n_on_target: int
-    n_pinned: int
-    n_unknown: int
-    short: bool
-    detail: str
-
-
-@attrs.frozen
-class AuthorityHealthRow:
-    valid_after: dt.datetime
-    authority: str
-    voted: bool
-    signed: bool
-    state: str
-
 
 class LockedError(RolloutError):
     """Another ``kistexp run`` holds the experiment directory."""
@@ -185,6 +154,10 @@ def _pid_alive(pid: int) -> bool:
 
 
 class Journal:
+    """The journal's writer: the engine's, the dry run's and the control commands' one connection,
+    which also answers the engine's own reads (its dict-shaped readers). Read-only views use
+    ``JournalReader``, which never takes a write lock."""
+
     def __init__(self, db_path: Path, *, durable: bool = True) -> None:
         self.path = Path(db_path)
         open_db(self.path).close()  # checks the file and brings the schema up to date
@@ -240,6 +213,14 @@ class Journal:
     def set_meta(self, **items: str) -> None:
         with self.write() as c:
             c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)", items.items())
+
+    def reset_for_rehearsal(self, **meta: str) -> None:
+        """Empty the rows a rehearsal writes (``REHEARSAL_TABLES``) and set ``meta``, in one transaction:
+        a reader never sees half of an old rehearsal beside the new one's meta."""
+        with self.write() as c:
+            for table in REHEARSAL_TABLES:
+                c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+            c.executemany("INSERT OR REPLACE INTO rollout_meta (key, value) VALUES (?, ?)", meta.items())
 
     # runs and owner (messages only; the lock is the flock)
     def begin_run(self, argv: list[str], now: dt.datetime) -> int:
@@ -408,9 +389,9 @@ class Journal:
 
     def source_health(self, only_problems: bool = False) -> list[SourceHealthRow]:
         where = " WHERE ok = 0" if only_problems else ""
-        rows = self.conn.execute("SELECT window_us, source, instance, ok, n_samples, problem FROM "
+        rows = self.conn.execute("SELECT window_us, source, instance, ok, n_samples, problem, id FROM "
                                  f"rollout_source_health{where} ORDER BY window_us, id").fetchall()
-        return [SourceHealthRow(from_us(r[0]), r[1], r[2], bool(r[3]), r[4], r[5]) for r in rows]
+        return [SourceHealthRow(from_us(r[0]), r[1], r[2], bool(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def consensus_params_by_va(self) -> dict[int, dict]:
         """valid-after (µs) -> the params of the consensus seen for it (published ones only)."""
@@ -431,9 +412,9 @@ class Journal:
 
     def exposures(self) -> list[ExposureRow]:
         rows = self.conn.execute("SELECT at_us, stage, population, expected_share, observed_share, n_nodes, "
-                                 "n_on_target, n_pinned, n_unknown, short, detail FROM rollout_exposure "
+                                 "n_on_target, n_pinned, n_unknown, short, detail, id FROM rollout_exposure "
                                  "ORDER BY at_us, population").fetchall()
-        return [ExposureRow(from_us(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10])
+        return [ExposureRow(from_us(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), r[10], r[11])
                 for r in rows]
 
     def authority_health_seen(self, valid_after: dt.datetime, rows: list[tuple[str, bool, bool, str]]) -> None:
@@ -444,9 +425,9 @@ class Journal:
                           [(to_us(valid_after), a, int(v), int(s), st) for a, v, s, st in rows])
 
     def authority_health(self) -> list[AuthorityHealthRow]:
-        rows = self.conn.execute("SELECT valid_after_us, authority, voted, signed, state FROM "
+        rows = self.conn.execute("SELECT valid_after_us, authority, voted, signed, state, rowid FROM "
                                  "rollout_authority_health ORDER BY valid_after_us, authority").fetchall()
-        return [AuthorityHealthRow(from_us(r[0]), r[1], bool(r[2]), bool(r[3]), r[4]) for r in rows]
+        return [AuthorityHealthRow(from_us(r[0]), r[1], bool(r[2]), bool(r[3]), r[4], r[5]) for r in rows]
 
     # engine bookkeeping
     def last_fires(self) -> dict[str, dt.datetime]:
@@ -555,244 +536,5 @@ class Journal:
         return [{"authority": r[0], "valid_after": from_us(r[1]), "params": json.loads(r[2])} for r in rows]
 
     def round_health(self, authorities: tuple[str, ...] | list[str]) -> tuple[RoundHealth, ...]:
-        """Each round's votes and consensus signers (``round_health`` below), read only."""
+        """Each round's votes and consensus signers (``health.round_health``), read only."""
         return round_health(self.conn, authorities)
-
-
-# --- authority health, read-only (rollout.md §3.5 votes_seen, consensus_seen) -------------------------
-#
-# These readers take any SQLite connection to the experiment database, a read-only one included
-# (``kistexp status`` beside a live run, the feed, the exporter, the report), and never write. Tables
-# and columns that newer schemas add (``rollout_authority_health``) are read when present, by name.
-
-CONSENSUS_SIGNED, CONSENSUS_UNSIGNED, CONSENSUS_MISSING, CONSENSUS_UNCHECKED = (
-    "signed", "unsigned", "missing", "unchecked")
-
-
-@attrs.frozen
-class RoundHealth:
-    """One voting round as the journal saw it: whose vote was served, who signed its consensus.
-
-    ``consensus`` is ``signed`` (published and signed by more than half of the configured
-    authorities), ``unsigned`` (published with fewer names), ``missing`` (looked for, none
-    published) or ``unchecked`` (the engine did not look at this round's consensus)."""
-
-    valid_after: dt.datetime
-    n_authorities: int
-    voted: tuple[str, ...] = ()
-    down: tuple[str, ...] = ()  # asked for their vote, none served
-    stale: tuple[str, ...] = ()  # served an old vote (newer schemas' authority health only)
-    signed: tuple[str, ...] = ()
-    consensus: str = CONSENSUS_UNCHECKED
-    params: tuple[tuple[str, int], ...] | None = None
-
-    @property
-    def majority(self) -> bool:
-        return self.consensus == CONSENSUS_SIGNED
-
-    @property
-    def votes_checked(self) -> bool:
-        return bool(self.voted or self.down or self.stale)
-
-
-@attrs.frozen
-class ConsensusOutage:
-    """A stretch of consecutive rounds seen without a majority-signed consensus."""
-
-    start: dt.datetime  # valid-after of the first round seen without one
-    end: dt.datetime  # valid-after of the last such round
-    rounds: int
-    ongoing: bool  # no majority-signed consensus seen after it
-    last_good: dt.datetime | None  # the majority-signed consensus seen before it
-    recovered: dt.datetime | None  # the first majority-signed one seen after it
-    down: tuple[str, ...]  # authorities that served no vote in any of its rounds
-
-    def describe(self, fmt: str = "%Y-%m-%d %H:%M") -> str:
-        span = (f"at {self.start:{fmt}}" if self.start == self.end
-                else f"from {self.start:{fmt}} to {self.end:{fmt}}")
-        words = [f"no majority-signed consensus {span} ({self.rounds} round{'s' if self.rounds != 1 else ''}"
-                 + (", still none at the last look)" if self.ongoing else f"; back at {self.recovered:{fmt}})")]
-        if self.down:
-            words.append(f"no vote from {', '.join(self.down)}")
-        if self.last_good is not None:
-            words.append(f"last majority-signed consensus seen before it: {self.last_good:{fmt}}")
-        return "; ".join(words)
-
-    def to_json(self) -> dict:
-        return {"start": self.start, "end": self.end, "rounds": self.rounds, "ongoing": self.ongoing,
-                "last_good": self.last_good, "recovered": self.recovered, "down": list(self.down)}
-
-
-@attrs.frozen
-class AuthorityOutage:
-    """Consecutive rounds in which one authority served no vote."""
-
-    authority: str
-    start: dt.datetime
-    end: dt.datetime
-    rounds: int
-    ongoing: bool  # still without a vote in the last round whose votes were fetched
-
-    def describe(self, fmt: str = "%Y-%m-%d %H:%M") -> str:
-        span = f"at {self.start:{fmt}}" if self.start == self.end else f"from {self.start:{fmt}} to {self.end:{fmt}}"
-        tail = ", still down at the last look" if self.ongoing else ""
-        return f"{self.authority}: no vote {span} ({self.rounds} round{'s' if self.rounds != 1 else ''}{tail})"
-
-    def to_json(self) -> dict:
-        return attrs.asdict(self)
-
-
-def _table_columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
-    """The columns of ``table`` ('' if it does not exist): newer schemas add some, older lack them."""
-    try:
-        return tuple(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))  # noqa: S608 - our names
-    except sqlite3.Error:
-        return ()
-
-
-def _loads(text) -> object:
-    try:
-        return json.loads(text) if isinstance(text, (str, bytes)) else None
-    except ValueError:
-        return None
-
-
-def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[str]) -> tuple[RoundHealth, ...]:
-    """Every round the journal holds votes or a consensus for, oldest first, with who voted, who
-    was down and who signed. ``authorities`` are the configured ones (the majority is more than
-    half of them). A consensus the engine fetched went through the directory client, which accepts
-    only one signed by a majority; one recorded without signer names is taken as that."""
-    n = len(authorities)
-    voted: dict[int, set[str]] = {}
-    down: dict[int, set[str]] = {}
-    stale: dict[int, set[str]] = {}
-    signed: dict[int, set[str]] = {}
-    seen_consensus: dict[int, tuple[object, list[str]]] = {}
-    health_rounds: set[int] = set()  # rounds the engine wrote its own health rows for (newer schemas)
-    if _table_columns(conn, "rollout_votes_seen"):
-        for auth, va, params in conn.execute("SELECT authority, valid_after_us, params FROM rollout_votes_seen"):
-            (down if _loads(params) is None else voted).setdefault(va, set()).add(auth)
-    if _table_columns(conn, "rollout_consensus_seen"):
-        # one flavour decides; microdesc is the one the engine fetches, others only where it is absent
-        for va, params, signers in conn.execute(
-                "SELECT valid_after_us, params, signers FROM rollout_consensus_seen "
-                "ORDER BY valid_after_us, flavour = 'microdesc'"):
-            names = _loads(signers)
-            seen_consensus[va] = (_loads(params), [str(s) for s in names] if isinstance(names, list) else [])
-    cols = _table_columns(conn, "rollout_authority_health")
-    if {"valid_after_us", "authority"} <= set(cols):
-        picked = [c for c in ("voted", "signed", "state") if c in cols]
-        for row in conn.execute(f"SELECT valid_after_us, authority, {', '.join(picked) or 'NULL'} "  # noqa: S608
-                                "FROM rollout_authority_health"):
-            va, auth, rest = row[0], row[1], dict(zip(picked, row[2:], strict=True))
-            if "signed" in rest:
-                health_rounds.add(va)
-            state = str(rest.get("state") or "")
-            if state == "no-consensus":
-                continue  # nothing was published to read who voted from: the round's votes stay as seen
-            if rest.get("voted") is not None or state:
-                # the health row is the engine's own verdict on the round: it replaces the vote rows'
-                for bucket in (voted, down, stale):
-                    bucket.get(va, set()).discard(auth)
-                if state == "stale":
-                    target = stale
-                elif state == "down" or rest.get("voted") == 0:
-                    target = down
-                else:
-                    target = voted
-                target.setdefault(va, set()).add(auth)
-            if rest.get("signed"):
-                signed.setdefault(va, set()).add(auth)
-    order = {a: i for i, a in enumerate(authorities)}
-
-    def ordered(names) -> tuple[str, ...]:
-        return tuple(sorted(names, key=lambda a: (order.get(a, len(order)), a)))
-
-    out = []
-    for va in sorted(set(voted) | set(down) | set(stale) | set(seen_consensus) | health_rounds):
-        params, names = seen_consensus.get(va, (None, []))
-        names_set = set(names) | signed.get(va, set())
-        if va not in seen_consensus and va in health_rounds:
-            # no consensus row, but the engine recorded who signed this round's: as many as signed it
-            state = (CONSENSUS_SIGNED if len(names_set) * 2 > n else
-                     CONSENSUS_UNSIGNED if names_set else CONSENSUS_MISSING)
-        elif va not in seen_consensus:
-            state = CONSENSUS_UNCHECKED
-        elif not isinstance(params, dict):
-            state = CONSENSUS_MISSING
-        elif not names_set or len(names_set) * 2 > n:
-            state = CONSENSUS_SIGNED
-        else:
-            state = CONSENSUS_UNSIGNED
-        out.append(RoundHealth(
-            valid_after=from_us(va), n_authorities=n, voted=ordered(voted.get(va, ())),
-            down=ordered(down.get(va, ())), stale=ordered(stale.get(va, ())), signed=ordered(names_set),
-            consensus=state,
-            params=tuple(sorted((str(k), v) for k, v in params.items())) if isinstance(params, dict) else None))
-    return tuple(out)
-
-
-def _interval(rounds: tuple[RoundHealth, ...], interval: dt.timedelta | None) -> dt.timedelta | None:
-    if interval is not None:
-        return interval
-    steps = [b.valid_after - a.valid_after for a, b in zip(rounds, rounds[1:], strict=False)]
-    positive = [s for s in steps if s > dt.timedelta(0)]
-    return min(positive) if positive else None
-
-
-def consensus_outages(rounds: tuple[RoundHealth, ...], interval: dt.timedelta | None = None
-                      ) -> tuple[ConsensusOutage, ...]:
-    """Stretches of consecutive rounds checked without a majority-signed consensus. A stretch ends
-    at a majority-signed one, and also where the checked rounds are more than one ``interval``
-    apart: what happened in rounds nobody looked at is not claimed."""
-    checked = tuple(r for r in rounds if r.consensus != CONSENSUS_UNCHECKED)
-    step = _interval(checked, interval)
-    out: list[ConsensusOutage] = []
-    current: list[RoundHealth] = []
-    last_good: dt.datetime | None = None
-
-    def close(recovered: dt.datetime | None, ongoing: bool) -> None:
-        if current:
-            down = tuple(dict.fromkeys(a for r in current for a in r.down))  # in the order first seen
-            out.append(ConsensusOutage(current[0].valid_after, current[-1].valid_after, len(current), ongoing,
-                                       last_good, recovered, down))
-            current.clear()
-
-    for r in checked:
-        if r.majority:
-            close(r.valid_after, False)
-            last_good = r.valid_after
-            continue
-        if current and step is not None and r.valid_after - current[-1].valid_after > step:
-            close(None, False)  # a gap nobody looked at: the stretch seen ends here, its end unknown
-        current.append(r)
-    close(None, True)
-    return tuple(out)
-
-
-def authority_outages(rounds: tuple[RoundHealth, ...], interval: dt.timedelta | None = None
-                      ) -> tuple[AuthorityOutage, ...]:
-    """Per authority, stretches of consecutive rounds (votes fetched) in which it served no vote."""
-    checked = tuple(r for r in rounds if r.votes_checked)
-    step = _interval(checked, interval)
-    open_: dict[str, list[dt.datetime]] = {}
-    out: list[AuthorityOutage] = []
-    prev: dt.datetime | None = None
-    for r in checked:
-        gap = prev is not None and step is not None and r.valid_after - prev > step
-        for auth in list(open_):
-            if gap or auth not in r.down:
-                times = open_.pop(auth)
-                out.append(AuthorityOutage(auth, times[0], times[-1], len(times), False))
-        for auth in r.down:
-            open_.setdefault(auth, []).append(r.valid_after)
-        prev = r.valid_after
-    for auth, times in open_.items():
-        out.append(AuthorityOutage(auth, times[0], times[-1], len(times), True))
-    return tuple(sorted(out, key=lambda o: (o.start, o.authority)))
-
-
-def down_since(rounds: tuple[RoundHealth, ...], interval: dt.timedelta | None = None) -> dict[str, dt.datetime]:
-    """The authorities without a vote in the last round whose votes were fetched, each with the
-    first round of the stretch it has been down since."""
-    return {o.authority: o.start for o in authority_outages(rounds, interval) if o.ongoing}
