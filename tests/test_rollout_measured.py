@@ -268,3 +268,27 @@ def test_a_rerun_dry_run_starts_its_sequential_tests_afresh(tmp_path):
     assert j.conn.execute("SELECT SUM(looks) FROM rollout_sequential").fetchone()[0] == looks
     j.close()
     assert first.decisions == again.decisions
+
+
+def test_on_the_real_network_only_relays_whose_tor_takes_the_value_count_as_exposed(shared_data):
+    import collections
+
+    from kistexp.dirauth.documents import parse_network_status
+    from kistexp.rollout.exposure import version_share
+
+    doc = parse_network_status((shared_data / "consensus-2022-11-19-10-00-00").read_bytes(), "consensus")
+    versions = tuple(collections.Counter(r.version for r in doc.routers if r.version).items())
+    counted = sum(n for _, n in versions)
+    assert counted > 6000
+    # 100 ms is inside every KIST tor's bounds: in November 2022 every relay runs it as given
+    everyone, n = version_share(versions, {KIST: 100})
+    assert n == counted and everyone > 0.99
+    # 1 ms too, then (every relay was older than 0.4.8.2); add 3,000 relays of 0.4.8.9, which raise
+    # 1 to 2 (bug 40808), and only the older ones take it as given
+    old_only, _ = version_share(versions, {KIST: 1})
+    assert old_only == pytest.approx(everyone)
+    mixed, n_mixed = version_share(versions + (("Tor 0.4.8.9", 3000),), {KIST: 1})
+    assert n_mixed == counted + 3000
+    assert mixed == pytest.approx(everyone * counted / (counted + 3000))
+    assert version_share(versions + (("Tor 0.4.8.9", 3000),), {KIST: 2})[0] == pytest.approx(
+        (everyone * counted + 3000) / (counted + 3000))

@@ -113,10 +113,37 @@ class NodeExposureProbe:
                 if any(v.population == pop for v in seen)]
 
 
+def version_share(versions: Sequence[tuple[str, int]], want: Mapping[str, int]) -> tuple[float, int] | None:
+    """The share of relays whose tor version runs every value of ``want`` as given (not clamped to its
+    bounds, and read at all: ``kistexp.params.effective_value``, dirspec-params.md §4), from the
+    consensus's version lines; (share, relays counted), None when no version is known."""
+    from kistexp import params
+
+    total = honoured = 0
+    for text, n in versions:
+        try:
+            version = params.TorVersion.parse(text.removeprefix("Tor ").split(" ")[0])
+        except ValueError:
+            continue
+        total += n
+        ok = True
+        for key, value in want.items():
+            if params.get(key) is None:
+                continue  # not a parameter kistexp knows the bounds of: no opinion
+            try:
+                ok &= params.effective_value(key, value, version).value == value
+            except ValueError:  # this version does not read the parameter
+                ok = False
+        honoured += n if ok else 0
+    return (honoured / total, total) if total else None
+
+
 class ConsensusExposureProbe:
     """Exposure on the real network, where no node can be asked: the consensus in force at the look
-    (from the run's own fetches, ``consensus_at``) either carries the stage's values, and then the
-    propagation model's share of relays and clients holds them, or it does not, and none do."""
+    (from a consensus archive, or the run's own fetches: ``consensus_at``) either carries the stage's
+    values, and then the propagation model's share of relays and clients holds them, or it does not,
+    and none do. When the archive gives the relays' versions, only relays whose version runs the
+    values as given count as exposed (an older tor clamps a value outside its bounds)."""
 
     def __init__(self, consensus_at, cadence: Cadence) -> None:
         self.consensus_at, self.share = consensus_at, PropagationShare(cadence)
@@ -130,13 +157,19 @@ class ConsensusExposureProbe:
                 out.append(Exposure(at, stage, pop, 0.0, None, 0, 0, 0, 0, True,
                                     f"{pop}: no consensus seen at {at:%Y-%m-%d %H:%M} UTC"))
                 continue
-            va, params = found
+            va, params = found[0], found[1]
+            versions = found[2] if len(found) > 2 else ()
             carries = all(params.get(k) == x for k, x in want.items())
             expected = self.share(pop, (at - (stage_va or va)).total_seconds())
             observed = expected if carries else 0.0
             detail = (f"{pop}: the consensus of {va:%Y-%m-%d %H:%M} UTC "
                       f"{'carries' if carries else 'does not carry'} the stage's values; "
                       f"propagation gives {observed:.0%}")
+            by_version = version_share(versions, want) if pop == "relays" and versions else None
+            if by_version is not None:
+                share, counted = by_version
+                observed *= share
+                detail += f"; {share:.0%} of {counted} relays run a tor that takes the values as given"
             out.append(Exposure(at, stage, pop, round(expected, 4), round(observed, 4), 0, 0, 0, 0,
                                 observed + TOLERANCE < expected, detail))
         return out
@@ -149,18 +182,22 @@ class ArchiveView:
 
     def __init__(self, pollers, clock, store=None) -> None:
         self.pollers, self.clock, self.store = list(pollers), clock, store
-        self._seen: dict[dt.datetime, Mapping[str, int]] = {}
+        self._seen: dict[dt.datetime, tuple[dict, tuple]] = {}
         self.problems: list[str] = []
 
-    def consensus_at(self, at: dt.datetime) -> tuple[dt.datetime, dict] | None:
+    def consensus_at(self, at: dt.datetime) -> tuple[dt.datetime, dict, tuple] | None:
+        """(valid-after, params, relays' versions with counts) of the newest consensus at or before ``at``."""
         now = self.clock.now()
         for p in self.pollers:
             reading = p.poll(now)
             if reading.problem:
                 self.problems.append(reading.problem)
             for c in reading.consensuses:
-                self._seen[c.valid_after] = dict(c.params)
+                self._seen[c.valid_after] = (dict(c.params), tuple(c.versions))
                 if self.store is not None and c.record is not None:
                     self.store.save_consensus(c.record)
         older = [va for va in self._seen if va <= at]
-        return (max(older), dict(self._seen[max(older)])) if older else None
+        if not older:
+            return None
+        params, versions = self._seen[max(older)]
+        return max(older), dict(params), versions

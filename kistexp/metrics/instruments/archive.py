@@ -12,6 +12,7 @@ are only ever taken from the listing as file names: a link elsewhere is never fo
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import re
 import time
@@ -61,6 +62,9 @@ class ArchivedConsensus:
     signers: tuple[str, ...] = ()
     signer_nicknames: tuple[str, ...] = ()
     record: ConsensusRecord | None = attrs.field(default=None, hash=False)  # for MetricStore.save_consensus
+    # the relays' tor versions from the consensus's "v" lines (what their descriptors say), with counts:
+    # which of them run a param's value as given and which clamp it or do not read it (exposure checks)
+    versions: tuple[tuple[str, int], ...] = ()
 
 
 @attrs.frozen
@@ -206,5 +210,6 @@ class ConsensusArchivePoller:
         nicknames = {a.v3ident: a.nickname for a in doc.authorities}
         record = ConsensusRecord(doc.valid_after, doc.flavor, doc.digest, doc.relay_count, check.total, check.valid,
                                  True, where, dict(doc.params))
+        versions = collections.Counter(r.version for r in doc.routers if r.version)
         return ArchivedConsensus(va, dict(doc.params), tuple(signers), tuple(nicknames.get(s, "") for s in signers),
-                                 record)
+                                 record, tuple(sorted(versions.items())))
