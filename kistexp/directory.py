@@ -560,7 +560,9 @@ class DirectoryClient:
                 return accept(self.fetch_once(ep, path))
             except KistexpError as exc:
                 problems.append(str(exc))
-        raise DirectoryError(f"no authority served {what}: " + "; ".join(problems))
+        # one line a person can read: a long path (nine certificate fingerprints) is shown once, clipped
+        short = path if len(path) <= _PATH_SHOWN else path[:_PATH_SHOWN - 3] + "..."
+        raise DirectoryError(f"no authority served {what}: " + "; ".join(p.replace(path, short) for p in problems))
 
     # -- key certificates ----------------------------------------------------------
 
@@ -636,13 +638,19 @@ class DirectoryClient:
         not parse, is older than the one held, or lacks enough valid signatures is
         rejected with a clear error and the consensus held so far is kept.
         """
+        return self.fetch_consensus_document(flavour, endpoint)[0]
+
+    def fetch_consensus_document(self, flavour: str = "microdesc",
+                                 endpoint: Endpoint | str | None = None) -> tuple[NetworkStatus, Fetched]:
+        """``fetch_consensus`` with the response it came in (``Fetched.body``: the document's exact bytes,
+        decoded), for saving the document as served."""
         check_flavour(flavour)
         self._require_identities(f"{flavour} consensus")
         if not self.certificates:
             self.fetch_certificates()
         path = CONSENSUS_PATHS[flavour]
 
-        def accept(f: Fetched) -> NetworkStatus:
+        def accept(f: Fetched) -> tuple[NetworkStatus, Fetched]:
             where = f"{f.endpoint.nickname} {f.url}"
             doc = documents.parse_network_status(f.body, where)
             if doc.is_vote or doc.flavor != flavour:
@@ -653,7 +661,7 @@ class DirectoryClient:
                 raise DocumentError(f"{where}: consensus valid-after {doc.valid_after} is older than the "
                                     f"one held ({held.valid_after})")
             self.consensus[flavour] = doc
-            return doc
+            return doc, f
 
         if endpoint is not None:
             ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
@@ -704,6 +712,8 @@ MAX_RETRIES = 10
 #: Longest --timeout: a whole consensus over a slow link fits well within it.
 MAX_TIMEOUT_S = 3600.0
 _DIGITS = re.compile(r"[0-9]{1,20}")
+#: Longest URL path an error about several authorities repeats in full.
+_PATH_SHOWN = 48
 
 
 def check_flavour(flavour: str) -> str:

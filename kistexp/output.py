@@ -29,7 +29,7 @@ The API (stable; other command modules rely on it):
 ``emit_json(obj)``
     One JSON document on stdout (JSON escapes control characters itself).
 ``progress_bar(*columns, as_json=False, transient=True) -> rich.progress.Progress``
-    The progress bar of long work, on stderr and only at a terminal.
+    The progress bar of long work, on stderr and only at a terminal; it never moves backwards.
 """
 
 from __future__ import annotations
@@ -150,9 +150,21 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, default=_default, indent=2, sort_keys=False) + "\n")
 
 
+class _ForwardProgress(Progress):
+    """A Progress whose ``update(completed=...)`` never moves a bar back (``reset`` still can)."""
+
+    def update(self, task_id: Any, *, completed: float | None = None, **kwargs: Any) -> None:
+        if completed is not None:
+            shown = next((t.completed for t in self.tasks if t.id == task_id), None)
+            if shown is not None and completed < shown:
+                completed = shown
+        super().update(task_id, completed=completed, **kwargs)
+
+
 def progress_bar(*columns: str | ProgressColumn, as_json: bool = False, transient: bool = True) -> Progress:
     """The bar of a long command, on stderr, drawn only for a person at a terminal: with ``--json``
     or a piped stderr it draws nothing, so a script's stdout stays one document and its stderr holds
-    nothing but a one-line error (a transient bar that never drew still ends with a blank line)."""
-    return Progress(*columns, console=err_console, transient=transient,
-                    disable=as_json or not err_console.is_terminal)
+    nothing but a one-line error (a transient bar that never drew still ends with a blank line).
+    The bar only moves forward: a ``completed`` below the one shown keeps the one shown."""
+    return _ForwardProgress(*columns, console=err_console, transient=transient,
+                            disable=as_json or not err_console.is_terminal)

@@ -57,6 +57,10 @@ def _contract_cases(tmp_path: Path, microdesc: Path) -> dict[str, tuple[list[str
         "show": (["show", plan, "--json"], "json"),
         "params": (["params", "KISTSchedRunInterval", "--json"], "json"),
         "consensus inspect": (["consensus", "inspect", str(microdesc), "--json"], "json"),
+        # nothing listens on port 9: no authority serves a consensus, nothing is written
+        "consensus fetch": (["consensus", "fetch", "--authority",
+                             "a=127.0.0.1:9/F533C81CEF0BC0267857C99B2F471ADF249FA232", "--timeout", "1",
+                             "-o", str(tmp_path / "fetched"), "--json"], "error"),
         "authorities whatif": (["authorities", "whatif", "--n-authorities", "3", "--vote",
                                 "a=KISTSchedRunInterval=2", "--vote", "b=KISTSchedRunInterval=2", "--json"], "json"),
         # nothing listens on port 9: each authority is reported unreachable, or the command refuses
@@ -135,7 +139,7 @@ def test_an_error_inside_a_progress_bar_leaves_only_its_line(tmp_path):
     for argv, message in (
         (["fidelity", "--real-from", str(tmp_path / "missing.json")], "cannot read a fidelity report"),
         (["simulate", plan, "--dir", str(tmp_path / "sim"), "--consensus", str(tmp_path / "none.txt")],
-         "cannot read vote or consensus"),
+         "cannot read consensus: no such file"),
         (["metrics", "import", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--dir", str(tmp_path / "exp")],
          "a.json: cannot read"),
     ):

@@ -142,7 +142,15 @@ def test_switchback_runs_treatment_and_control(tmp_path):
 @pytest.mark.slow
 def test_simulate_plan_predictions(tmp_path):
     plan = _tiny_plan(tmp_path, SWITCHBACK)
-    result = simulate_plan(plan, traffic=TrafficModel(bandwidth_scale=0.2, warmup_s=4))
+    seen: list[tuple[float, str]] = []
+    result = simulate_plan(plan, traffic=TrafficModel(bandwidth_scale=0.2, warmup_s=4),
+                           progress=lambda f, what: seen.append((f, what)))
+    # progress only moves forward (it once fell back to a run's start at its end), from 0 to 1
+    fractions = [f for f, _ in seen]
+    assert fractions[0] == 0.0 and fractions[-1] == pytest.approx(1.0)
+    assert all(a <= b + 1e-12 for a, b in zip(fractions, fractions[1:], strict=False))
+    assert seen[0][1] == "network 1: sampling and building"
+    assert "network 2: treatment -> control" in {w for _, w in seen}
     assert result.stages == ("baseline", "treatment", "control")
     assert result.networks == 2 and result.relays_per_network == (30, 30)
     assert result.windows_s[0] == ("warm-up", 0.0, 4.0) and result.windows_s[-1][2] == 16.0
@@ -171,7 +179,7 @@ def test_cli_simulate_saves_and_reuses(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["simulate", str(plan), "--dir", str(exp), "--json", "--load", "0.3"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # stderr may say the simulator is being compiled
     assert data["dir"] == str(exp) and data["stages"] == ["baseline", "treatment", "control"]
     assert (exp / "experiment.db").is_file() and (exp / "plan.toml").is_file()
     again = runner.invoke(app, ["simulate", str(plan), "--dir", str(exp), "--stored", "--json"])

@@ -1,5 +1,6 @@
 """`kistexp consensus inspect FILE [--certs FILE]`: header, relay count, params and signature check
-of a vote or consensus file (docs/consensus.md)."""
+of a vote or consensus file (docs/consensus.md); `kistexp consensus fetch [-o FILE]`: today's consensus
+from the directory authorities, verified and saved (kistexp/consensus_fetch.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from kistexp.errors import DirectoryError, DocumentError
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 
 consensus_app = typer.Typer(
-    name="consensus", help="Inspect votes and consensuses (ns or microdesc flavour).", no_args_is_help=True
+    name="consensus", help="Inspect votes and consensuses (ns or microdesc flavour); fetch today's.",
+    no_args_is_help=True,
 )
 
 
@@ -131,6 +133,50 @@ def inspect(
         _print(summary)
     if summary.signatures is not None and not summary.signatures.ok:
         raise DocumentError(f"{file}: not enough valid signatures: {summary.signatures.summary()}")
+
+
+@consensus_app.command("fetch")
+def fetch(
+    output: Path = typer.Option(None, "-o", "--output", help="File to write (default: consensus-<valid-after> "
+                                "in the current directory); written whole or not at all."),
+    flavour: str = typer.Option("ns", "--flavour", help="ns (with exit policies: what the population wants) or "
+                                "microdesc."),
+    authority: list[str] = typer.Option(
+        [], "--authority", metavar="NICK=HOST:PORT/V3IDENT",
+        help="DirPort to ask and the authority's pinned identity (repeatable); default: today's nine."),
+    certs: Path = typer.Option(None, "--certs", help="Key certificates to start from (e.g. tor's cached-certs); "
+                               "otherwise fetched from the authorities."),
+    certs_out: Path = typer.Option(None, "--certs-out", help="Also save the key certificates that verified it "
+                                   "(for --certs of the population commands and simulate)."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds each request may take in total (each "
+                                  "authority is asked once, in random order, until one serves a valid consensus)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Download the current consensus from the directory authorities, keep it only if more than half of
+    the pinned authorities signed it, and write it atomically. Exit 1 with one line when no authority
+    serves a valid one (nothing is written)."""
+    from kistexp.consensus_fetch import fetch_consensus_file
+    from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES
+    from kistexp.output import err_console
+
+    status = None if as_json else err_console.status("asking the directory authorities...")
+    if status is not None:
+        status.start()
+    try:
+        saved = fetch_consensus_file(output, flavour=flavour, authorities=list(authority) or DEFAULT_AUTHORITIES,
+                                     certs=certs, certs_out=certs_out, timeout_s=timeout)
+    finally:
+        if status is not None:
+            status.stop()
+    if as_json:
+        emit_json(saved)
+        return
+    say(f"{saved.path}: {saved.flavour} consensus, valid-after {format_time(saved.valid_after)} UTC, "
+        f"{saved.relays} relays, {saved.size_bytes} bytes")
+    say(f"  from         {saved.authority} {saved.url}")
+    say(f"  signatures   {saved.signatures}")
+    if saved.certs_path:
+        say(f"  certificates {saved.certs_path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,10 @@ population_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_CONSENSUS = typer.Argument(None, help="ns or microdesc consensus (default: the shared 2022-11-19 one).")
+_CONSENSUS = typer.Argument(None, help="ns or microdesc consensus, plain or xz (default: the bundled 2022-11-19 one; "
+                            "kistexp consensus fetch gets today's).")
+_CERTS = typer.Option(None, "--certs", help="Authority key certificates (e.g. tor's cached-certs): refuse a CONSENSUS "
+                      "that the pinned authorities did not sign.")
 
 
 def _pct(x: float) -> str:
@@ -25,6 +28,7 @@ def _pct(x: float) -> str:
 @population_app.command("paths")
 def paths_cmd(
     consensus: Path = _CONSENSUS,
+    certs: Path = _CERTS,
     circuits: int = typer.Option(100_000, "--circuits", help="Circuits to draw."),
     seed: int = typer.Option(1, "--seed", help="Random seed."),
     port: int = typer.Option(443, "--port", help="Target port the exit must accept."),
@@ -39,7 +43,7 @@ def paths_cmd(
     from kistexp.population.sampling import sample
     from kistexp.population.summary import pick_frequencies
 
-    pop = load_population(consensus)
+    pop = load_population(consensus, certs=certs)
     if scale != 1.0:
         pop = sample(pop, scale, seed)
     with console.status(f"drawing {circuits} circuits", spinner="dots") if not as_json else _null():
@@ -80,24 +84,26 @@ class _null:
 @population_app.command("summary")
 def summary_cmd(
     consensus: Path = _CONSENSUS,
+    certs: Path = _CERTS,
     scale: float = typer.Option(1.0, "--scale", help="Share of relays to keep, in (0, 1] (tornettools)."),
     seed: int = typer.Option(1, "--seed", help="Sampling and class-assignment seed."),
     classes_toml: Path = typer.Option(None, "--classes", help="Relay-class shares TOML."),
     profiles_toml: Path = typer.Option(None, "--profiles", help="Hardware profiles TOML."),
-    geoip_file: Path = typer.Option(None, "--geoip", help="tor GeoIP file (default /usr/share/tor/geoip)."),
+    geoip_file: Path = typer.Option(None, "--geoip", help="tor's IPv4 GeoIP file, plain or xz (default: the bundled "
+                                    "copy of Debian's tor-geoipdb; /usr/share/tor/geoip is one)."),
     countries: int = typer.Option(12, "--countries", help="Countries shown in the table."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """The (sampled) population by flags, position class, relay class, country and weight."""
     from kistexp.population.classes import load_class_shares
-    from kistexp.population.geoip import DEFAULT_GEOIP, load_geoip
+    from kistexp.population.geoip import load_geoip
     from kistexp.population.relays import load_population
     from kistexp.population.sampling import sample
     from kistexp.population.summary import summarize
 
     shares = load_class_shares(classes_toml, profiles_toml)
-    geoip = load_geoip(geoip_file or DEFAULT_GEOIP)
-    pop = load_population(consensus)
+    geoip = load_geoip(geoip_file)
+    pop = load_population(consensus, certs=certs)
     if scale != 1.0:
         pop = sample(pop, scale, seed)
     s = summarize(pop, geoip=geoip, shares=shares, class_seed=seed, scale=scale)

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kistexp.output import console, emit_json, progress_bar
+from kistexp.output import console, emit_json, progress_bar, say
 
 # metric -> (unit label, factor applied before printing)
 _SHOW = {
@@ -78,11 +78,22 @@ def _print(plan_name: str, stages: list[str], figures, header: str, classes: int
         console.print(t)
 
 
+def _notice(bar, message: str) -> None:  # noqa: ANN001
+    """A line on stderr, shown at a terminal (above the bar) and in a pipe alike."""
+    if bar.live.is_started:
+        bar.console.print(f"kistexp: {message}", markup=False, highlight=False)
+    else:
+        say(f"kistexp: {message}", err=True)
+
+
 def simulate(
     plan: Path = typer.Argument(..., help="Experiment plan (TOML) with a [simulation] table."),
     exp_dir: Path = typer.Option(None, "--dir", help="Experiment directory for the predictions "
                                  "(default: experiments/<plan name>)."),
-    consensus: Path = typer.Option(None, "--consensus", help="Consensus to sample (default: the shared one)."),
+    consensus: Path = typer.Option(None, "--consensus", help="Consensus to sample, ns or microdesc, plain or xz "
+                                   "(default: the bundled 2022-11-19 one; kistexp consensus fetch gets today's)."),
+    certs: Path = typer.Option(None, "--certs", help="Authority key certificates: refuse a --consensus the pinned "
+                               "authorities did not sign."),
     load: float = typer.Option(0.4, "--load", help="Target mean relay utilisation, in (0, 1)."),
     loss: float = typer.Option(0.0, "--loss", help="Packet loss rate on every link, in [0, 0.5)."),
     stored: bool = typer.Option(False, "--stored", help="Print the predictions stored in --dir; run nothing."),
@@ -97,7 +108,13 @@ def simulate(
     from kistexp.expdir import ExperimentDir
     from kistexp.metrics.store import MetricStore
     from kistexp.plan.loader import load_plan
-    from kistexp.population.predict import plan_transitions, simulate_plan, summarize_predictions
+    from kistexp.population.predict import (
+        check_experiment_dir,
+        plan_transitions,
+        save_plan_predictions,
+        simulate_plan,
+        summarize_predictions,
+    )
     from kistexp.population.simnet import TrafficModel
 
     p = load_plan(plan)
@@ -117,16 +134,14 @@ def simulate(
     duration = p.simulation.duration.total_seconds()
     traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=min(10.0, duration / 6))
     traffic.validate()
-    exp = ExperimentDir.open_or_create(path)
-    if not exp.plan_path.exists():
-        exp.save_plan(plan)
+    check_experiment_dir(path)  # nothing is written until every prediction is made
     with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), as_json=as_json) as bar:
-        task = bar.add_task("sampling", total=1.0)
-        result = simulate_plan(p, consensus=consensus, traffic=traffic,
-                               progress=lambda f, what: bar.update(task, completed=f, description=what))
-    MetricStore(exp.db).save_predictions(result.predictions)
-    exp.close()
+        task = bar.add_task("loading the consensus", total=1.0)
+        result = simulate_plan(p, consensus=consensus, certs=certs, traffic=traffic,
+                               progress=lambda f, what: bar.update(task, completed=f, description=what),
+                               notify=lambda message: _notice(bar, message))
+    save_plan_predictions(path, plan, result.predictions)
     if as_json:
         out = attrs.asdict(result, filter=lambda a, _v: a.name not in ("predictions", "figures"))
         out["dir"] = str(path)

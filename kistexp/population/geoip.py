@@ -1,5 +1,8 @@
 """Country of an IPv4 address from tor's own GeoIP file (Debian ``tor-geoipdb``: /usr/share/tor/geoip).
 
+By default the copy bundled with the package (``kistexp/data/geoip.xz``, ``kistexp.population.bundled``); a
+path given by the user (plain or xz-compressed) wins.
+
 Format (tor ``src/lib/geoip/geoip.c``, population.md §4.1): ``#`` comments, then ``LOW,HIGH,CC`` lines with
 IPv4 addresses as unsigned 32-bit integers, ranges **inclusive**, sorted and non-overlapping; ``??`` is
 unknown. Look-up as tor does it, a binary search over the range starts (§4.2):
@@ -18,9 +21,14 @@ import attrs
 import numpy as np
 
 from kistexp.errors import PopulationError
+from kistexp.population.bundled import BUNDLED_GEOIP, bundled_label, maybe_xz, read_bundled
+from kistexp.safeio import read_bounded
 
-DEFAULT_GEOIP = Path("/usr/share/tor/geoip")
+#: ``None`` names the bundled table (tor's own file, kistexp/data/geoip.xz).
+DEFAULT_GEOIP = None
 UNKNOWN = "??"
+#: tor's IPv4 file is 9.5 MB (385,622 ranges); nothing larger is read or decompressed.
+MAX_GEOIP_BYTES = 64 * 1024 * 1024
 
 
 @attrs.frozen(eq=False)
@@ -65,12 +73,15 @@ def parse_geoip(text: str, source: str) -> GeoIP:
         if not line or line[0] == "#":
             continue
         parts = line.split(",")
+        if ":" in parts[0]:
+            raise PopulationError(f"{source}: line {n}: an IPv6 range (tor's geoip6 file?); relays are placed by "
+                                  "IPv4 address: give tor's IPv4 table (geoip)")
         try:
             lo, hi = int(parts[0]), int(parts[1])
             cc = parts[2].strip().upper()
         except (ValueError, IndexError):
             raise PopulationError(f"{source}: line {n}: expected LOW,HIGH,CC, got {line[:40]!r}") from None
-        if len(parts) != 3 or not 0 <= lo <= hi <= 0xFFFFFFFF or len(cc) != 2:
+        if len(parts) != 3 or not 0 <= lo <= hi <= 0xFFFFFFFF or not _country_code(cc):
             raise PopulationError(f"{source}: line {n}: expected LOW,HIGH,CC, got {line[:40]!r}")
         if highs and lo <= highs[-1]:
             raise PopulationError(f"{source}: line {n}: range not sorted or overlaps the previous one")
@@ -82,14 +93,30 @@ def parse_geoip(text: str, source: str) -> GeoIP:
     return GeoIP(source, np.array(lows, dtype=np.uint64), np.array(highs, dtype=np.uint64), tuple(ccs))
 
 
-@lru_cache(maxsize=4)
-def load_geoip(path: str | Path = DEFAULT_GEOIP) -> GeoIP:
-    """Load (once per process) tor's IPv4 GeoIP file."""
-    p = Path(path)
+def _country_code(cc: str) -> bool:
+    return cc == UNKNOWN or (len(cc) == 2 and cc.isascii() and cc.isalpha())
+
+
+def geoip_text(data: bytes, source: str) -> str:
+    """A GeoIP file's bytes as text: ASCII only (a binary or other file is named, not guessed at)."""
     try:
-        text = p.read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
-        raise PopulationError(f"{p}: GeoIP file not found (tor's file: apt-get install tor-geoipdb)") from None
-    except OSError as exc:
-        raise PopulationError(f"{p}: cannot read GeoIP file: {exc.strerror or exc}") from None
-    return parse_geoip(text, str(p))
+        return data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise PopulationError(f"{source}: not a tor GeoIP file: non-ASCII byte at offset {exc.start}") from None
+
+
+def load_geoip(path: str | Path | None = DEFAULT_GEOIP) -> GeoIP:
+    """Load (once per process and file) tor's IPv4 GeoIP table: ``path`` (plain or xz), else the bundled copy."""
+    return _load_geoip(None if path is None else str(path))
+
+
+@lru_cache(maxsize=4)
+def _load_geoip(path: str | None) -> GeoIP:
+    if path is None:
+        data = read_bundled(BUNDLED_GEOIP, MAX_GEOIP_BYTES, "GeoIP table", PopulationError)
+        source = bundled_label(BUNDLED_GEOIP)
+    else:
+        raw = read_bounded(path, MAX_GEOIP_BYTES, "GeoIP file", PopulationError)
+        data = maybe_xz(raw, MAX_GEOIP_BYTES, path, "GeoIP file", PopulationError)
+        source = path
+    return parse_geoip(geoip_text(data, source), source)

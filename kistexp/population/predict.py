@@ -28,6 +28,7 @@ with 3 networks that range is close to their min-max).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -45,7 +46,7 @@ from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import POSITION_NAMES, SimNetwork, TrafficModel, build_network, relay_class_label
-from kistexp.sim import RunConfig, Simulation
+from kistexp.sim import RunConfig, Simulation, ensure_compiled, numbacache
 from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS, node_cpu_utilization, window_samples
 
 QUANTILES = tuple(round(q / 100, 2) for q in range(101))
@@ -187,10 +188,16 @@ def _layout(duration_s: float, warmup_s: float) -> tuple[float, float, float]:
     return warmup_s, warmup_s + r, warmup_s + 2 * r
 
 
-def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, traffic: TrafficModel | None = None,
-                  shares: ClassShares | None = None, byte_budget: float = DEFAULT_BYTE_BUDGET,
-                  progress: Callable[[float, str], None] | None = None) -> PlanPrediction:
-    """Run every transition of ``plan`` on each seed's network (see the module docstring)."""
+def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, certs: str | Path | None = None,
+                  traffic: TrafficModel | None = None, shares: ClassShares | None = None,
+                  byte_budget: float = DEFAULT_BYTE_BUDGET,
+                  progress: Callable[[float, str], None] | None = None,
+                  notify: Callable[[str], None] | None = None) -> PlanPrediction:
+    """Run every transition of ``plan`` on each seed's network (see the module docstring); ``consensus``
+    and ``certs`` as ``load_population`` takes them (default: the bundled consensus). ``progress`` is
+    called with the fraction done, never decreasing, and what runs; ``notify`` with a line about a first
+    compile of the simulator (``kistexp.sim.ensure_compiled``), which comes after the inputs are read, so
+    a bad input is reported at once."""
     wall0 = time.perf_counter()
     sim_cfg = plan.simulation
     duration = sim_cfg.duration.total_seconds()
@@ -202,12 +209,19 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, traffic: T
     shares = shares or load_class_shares()
     profiles = load_profiles()
     geoip = load_geoip()
-    full = load_population(consensus)
+    full = load_population(consensus, certs=certs)
+    took = ensure_compiled(notify)
+    if took is not None:
+        wall0 += took  # wall_s is the simulation's own time
+        if notify is not None:
+            notify(f"compiled in {took:.0f} s (kept in {numbacache.cache_base()})")
     rows: list[Prediction] = []
     relays_n, clients_n, scales, utils, achieved = [], [], [], [], []
     total = len(sim_cfg.seeds) * len(transitions)
     done = 0
     for net_i, seed in enumerate(sim_cfg.seeds):
+        if progress is not None:
+            progress(done / total, f"network {net_i + 1}: sampling and building")
         pop = sample(full, sim_cfg.population_scale, seed)
         sn = build_network(pop, duration_s=duration, seed=seed, interval_ms=10, traffic=traffic,
                            shares=shares, geoip=geoip, scale=sim_cfg.population_scale)
@@ -249,7 +263,8 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, traffic: T
             if t is transitions[0]:
                 achieved.append(achieved_utilisation(sn, stage_window))
             done += 1
-            step(0.0)
+            if progress is not None:  # the run's end (not step(): its _done is the run's start)
+                progress(done / total, what)
     stages = [t.to_stage for t in transitions]
     figures = summarize_predictions(rows, stages)
     return PlanPrediction(
@@ -338,3 +353,69 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
     return ValuesRun(figures, len(pop), len(sn.client_nodes) + len(sn.perf_nodes), sn.traffic.bandwidth_scale,
                      achieved_utilisation(sn, window), (sn.traffic.warmup_s, duration_s),
                      time.perf_counter() - wall0)
+
+
+# --- saving predictions: whole or not at all ---------------------------------------------------------
+
+
+def check_experiment_dir(path: str | Path) -> None:
+    """Before minutes of simulation: the experiment at ``path`` opens, or one can be made there. Nothing
+    is created (a run that fails or is stopped leaves no experiment behind)."""
+    from kistexp.expdir import DB_NAME, ExperimentDir
+    from kistexp.store.schema import StoreError
+
+    path = Path(path)
+    if (path / DB_NAME).exists():
+        ExperimentDir.open(path).close()
+        return
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"{path}: is a file, not an experiment directory")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent if existing.parent != existing else Path(".")
+    if not existing.is_dir():
+        raise StoreError(f"{path}: cannot create the experiment directory: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StoreError(f"{path}: cannot create the experiment directory: {existing} is not writable")
+
+
+def save_plan_predictions(path: str | Path, plan_file: str | Path,
+                          predictions: tuple[Prediction, ...] | list[Prediction]) -> None:
+    """Store ``predictions`` in the experiment at ``path``, creating it (with a copy of ``plan_file``) if it
+    has none. An existing experiment takes them in one transaction; a new one is built in a temporary
+    directory inside ``path`` and its database renamed into place last, so ``experiment.db`` exists only
+    once it holds every prediction (``make demo`` takes the file as the sign that predictions are made)."""
+    import shutil
+    import tempfile
+
+    from kistexp.expdir import DB_NAME, PLAN_NAME, ExperimentDir
+    from kistexp.metrics.store import MetricStore
+    from kistexp.store.schema import StoreError
+
+    path = Path(path)
+    if (path / DB_NAME).exists():
+        with ExperimentDir.open(path) as exp:
+            if not exp.plan_path.exists():
+                exp.save_plan(plan_file)
+            MetricStore(exp.db).save_predictions(predictions)
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".simulate-", dir=path))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot create the experiment directory: {exc.strerror or exc}") from None
+    try:
+        with ExperimentDir.create(tmp, plan_file) as exp:
+            MetricStore(exp.db).save_predictions(predictions)
+        try:
+            if not (path / PLAN_NAME).exists():
+                os.replace(tmp / PLAN_NAME, path / PLAN_NAME)
+            for suffix in ("-wal", "-shm"):  # none after a clean close (SQLite checkpoints), moved if any
+                if (tmp / (DB_NAME + suffix)).exists():
+                    os.replace(tmp / (DB_NAME + suffix), path / (DB_NAME + suffix))
+            os.replace(tmp / DB_NAME, path / DB_NAME)
+        except OSError as exc:
+            raise StoreError(f"{path / DB_NAME}: cannot move the new experiment into place: "
+                             f"{exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,10 @@ descriptors' observed bandwidth (§2.2). From a consensus alone we assume capaci
 ``CAPACITY_PER_WEIGHT`` bytes/s, floored at tornettools' minimum BandwidthRate of 102,400 B/s (§2.6).
 Factor 1000 (B in kB/s taken at face value): the shared consensus' ΣB = 94.1 GB/s = 753 Gbit/s, the order
 of the advertised bandwidth Tor Metrics shows for 2022; refine with descriptors (population.md §8).
+
+The default consensus is the one bundled with the package (``kistexp.population.bundled``: 2022-11-19 10:00,
+checked against its authorities' certificates each time it is read); a path given by the user wins and is
+checked against key certificates when they are given (``certs``).
 """
 
 from __future__ import annotations
@@ -22,13 +26,27 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from kistexp.dirauth.documents import load_network_status
+from kistexp.dirauth.authorities import AUTHORITY_SETS
+from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
+from kistexp.dirauth.documents import parse_key_certificates, parse_network_status, verify_signatures
+from kistexp.dirauth.keys import KeyCertificate
 from kistexp.dirauth.netstatus import NetworkStatus
 from kistexp.errors import DocumentError, PopulationError
+from kistexp.population.bundled import (
+    BUNDLED_CERTS,
+    BUNDLED_CONSENSUS,
+    BUNDLED_CONSENSUS_AUTHORITIES,
+    bundled_label,
+    maybe_xz,
+    read_bundled,
+)
 from kistexp.population.bwweights import BandwidthWeights, compute_weights, from_footer
 from kistexp.population.policy import REJECT_ALL, PolicySummary, parse_policy_summary
+from kistexp.safeio import read_bounded
 
-DEFAULT_CONSENSUS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "consensus-2022-11-19-10-00-00"
+#: ``None`` names the bundled consensus (kistexp/data/consensus-2022-11-19-10-00-00.xz).
+DEFAULT_CONSENSUS = None
+MAX_CERTS_BYTES = 1024 * 1024  # tor's cached-certs: about 21 KB for nine authorities
 CAPACITY_PER_WEIGHT = 1000.0  # bytes/s of capacity per kB/s of consensus weight (assumption, see above)
 MIN_CAPACITY = 102_400  # bytes/s, tornettools' floor for BandwidthRate
 
@@ -154,11 +172,58 @@ def population_from_status(doc: NetworkStatus) -> Population:
     return Population(doc.source, tuple(relays), weights, doc.params)
 
 
-def load_population(path: str | Path | None = None) -> Population:
-    """Read a consensus file (default: the shared 2022-11-19 ns consensus)."""
-    path = Path(path) if path is not None else DEFAULT_CONSENSUS
+def _read_consensus(path: str | Path | None) -> NetworkStatus:
+    if path is None:
+        data = read_bundled(BUNDLED_CONSENSUS, MAX_DOCUMENT_BYTES, "consensus", PopulationError)
+        source = bundled_label(BUNDLED_CONSENSUS)
+    else:
+        source = str(path)
+        raw = read_bounded(path, MAX_DOCUMENT_BYTES, "consensus", PopulationError)
+        data = maybe_xz(raw, MAX_DOCUMENT_BYTES, source, "consensus", PopulationError)
     try:
-        doc = load_network_status(path)
+        return parse_network_status(data, source)
     except DocumentError as exc:
         raise PopulationError(str(exc)) from None
+
+
+def _read_certificates(path: str | Path | None) -> tuple[KeyCertificate, ...]:
+    if path is None:
+        data = read_bundled(BUNDLED_CERTS, MAX_CERTS_BYTES, "key certificates", PopulationError)
+        source = bundled_label(BUNDLED_CERTS)
+    else:
+        source = str(path)
+        raw = read_bounded(path, MAX_CERTS_BYTES, "key certificates", PopulationError)
+        data = maybe_xz(raw, MAX_CERTS_BYTES, source, "key certificates", PopulationError)
+    try:
+        return parse_key_certificates(data, source)
+    except DocumentError as exc:
+        raise PopulationError(str(exc)) from None
+
+
+def verify_consensus(doc: NetworkStatus, certs: Sequence[KeyCertificate], sets: Sequence[str]) -> None:
+    """Accept ``doc`` if more than half of one pinned authority set (``AUTHORITY_SETS``) signed it with keys
+    certified by ``certs`` at its valid-after; else one line naming the file and the count."""
+    checks = []
+    for name in sets:
+        idents = [a.v3ident for a in AUTHORITY_SETS[name]]
+        check = verify_signatures(doc, certs, n_authorities=len(idents), authorities=idents)
+        if check.ok:
+            return
+        checks.append(check)
+    best = max(checks, key=lambda c: c.valid)
+    raise PopulationError(f"{doc.source}: consensus rejected (forged, altered or signed by other authorities): "
+                          f"{best.summary()}")
+
+
+def load_population(path: str | Path | None = None, *, certs: str | Path | None = None) -> Population:
+    """Read a consensus: ``path`` (ns or microdesc, plain or xz), else the bundled 2022-11-19 ns consensus.
+
+    With ``certs`` (e.g. tor's cached-certs) the consensus must carry valid signatures of more than half of
+    a pinned authority set (``AUTHORITY_SETS``). Without, the bundled consensus is checked against its bundled
+    certificates, and a user's file is parsed (a truncated or malformed one is refused) but not verified."""
+    doc = _read_consensus(path)
+    if certs is not None:
+        verify_consensus(doc, _read_certificates(certs), list(AUTHORITY_SETS))
+    elif path is None:
+        verify_consensus(doc, _read_certificates(None), [BUNDLED_CONSENSUS_AUTHORITIES])
     return population_from_status(doc)

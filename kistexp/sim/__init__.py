@@ -50,6 +50,7 @@ Network (``kistexp.sim.network``)::
 
     result = run(net, RunConfig(...), progress=None) -> SimResult    # deterministic per seed
     warm_up(keep_raw_delays=False) -> seconds   # compile or load the kernel before timed work
+    ensure_compiled(notify=None) -> seconds | None   # compile now if never done here, saying so first
 
 Steppable run (``kistexp.sim.simulation``; ``run()`` is its one-call form, identical results)::
 
@@ -146,7 +147,15 @@ from kistexp.sim.config import (  # noqa: E402
     NodeConfig,
     RunConfig,
 )
-from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer, run, warm_up  # noqa: E402
+from kistexp.sim.network import (  # noqa: E402
+    InteractiveFlow,
+    IntervalChange,
+    Network,
+    Transfer,
+    ensure_compiled,
+    run,
+    warm_up,
+)
 from kistexp.sim.result import SimResult  # noqa: E402
 from kistexp.sim.simulation import AppliedConsensus, Simulation, Window  # noqa: E402
 
@@ -166,6 +175,7 @@ __all__ = [
     "RunConfig",
     "SimResult",
     "Transfer",
+    "ensure_compiled",
     "run",
     "warm_up",
 ]

@@ -742,3 +742,21 @@ def warm_up(keep_raw_delays: bool = False) -> float:
     net.add_transfers([net.add_circuit([client, exit_])], [498], [100_000], [0.0])
     run(net, RunConfig(duration_s=0.2, cell_delays_max=100 if keep_raw_delays else 0))
     return time.perf_counter() - t0
+
+
+def ensure_compiled(notify: Callable[[str], None] | None = None) -> float | None:
+    """Compile the simulator now if this machine has not yet (``numbacache.is_compiled``), calling
+    ``notify`` with what is happening first; the seconds it took, or None when it was compiled already
+    (then nothing is said and loading the cache is left to the first run)."""
+    from kistexp.sim import numbacache
+
+    if numbacache.is_compiled():
+        return None
+    writable = numbacache._active is not None
+    if notify is not None:
+        notify("compiling the simulator, first run only (one to two minutes)" if writable else
+               f"compiling the simulator (one to two minutes; no writable cache at {numbacache.cache_base()}, "
+               "so every run compiles)")
+    took = warm_up()
+    numbacache.mark_compiled()
+    return took

@@ -12,6 +12,11 @@ Old directories are left alone (remove ``<base>`` by hand to reclaim the space).
 
 ``<base>`` is ``$KISTEXP_NUMBA_CACHE``, else ``$XDG_CACHE_HOME/kistexp/numba``, else
 ``~/.cache/kistexp/numba``.
+
+``is_compiled()`` tells whether this copy of the simulator has been compiled into the cache (a marker
+written by ``mark_compiled`` after a compile finished; numba keeps a copy's files apart by its source
+directory, so the marker is per source directory too): the commands say "compiling the simulator, first
+run only" before the minute or two of a first compile instead of sitting silent.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
+_active: Path | None = None  # the keyed directory use_keyed_cache chose
 COMPILED_MODULES = ("layout", "events", "pqueue", "chanheap", "cmux_ewma", "channel", "tcp", "kistlite", "kist",
                     "vanilla", "scheduler", "flowcontrol", "engine")
 
@@ -48,12 +54,38 @@ def cache_base() -> Path:
 
 def use_keyed_cache() -> Path:
     """Point numba's cache at this version's directory; call before the compiled modules load."""
+    global _active
     path = cache_base() / sources_digest()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:
         return path  # not writable: numba then compiles without a cache (it warns and goes on)
+    _active = path
     os.environ["NUMBA_CACHE_DIR"] = str(path)  # inherited by worker processes
     if "numba" in sys.modules:  # numba read its configuration at import: tell it as well
         sys.modules["numba"].config.CACHE_DIR = str(path)
     return path
+
+
+def _marker() -> Path | None:
+    if _active is None:
+        return None
+    return _active / f"compiled-{hashlib.sha256(str(_HERE).encode()).hexdigest()[:16]}"
+
+
+def is_compiled() -> bool:
+    """True when a compile of these sources, from this directory, finished into the cache."""
+    marker = _marker()
+    return marker is not None and marker.is_file()
+
+
+def mark_compiled() -> bool:
+    """Record that the compile finished (False when the cache cannot be written: every run compiles)."""
+    marker = _marker()
+    if marker is None:
+        return False
+    try:
+        marker.touch()
+    except OSError:
+        return False
+    return True

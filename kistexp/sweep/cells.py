@@ -97,15 +97,18 @@ def cell_key(*, model: str, consensus: str, geoip: str, scale: float, sample_see
 
 def expand(sweep: Sweep) -> list[CellTask]:
     """Every cell of the grid, networks sampled here once (the sampling is cheap and seeded)."""
+    from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
+    from kistexp.population.bundled import BUNDLED_CONSENSUS, BUNDLED_GEOIP, bundled_digest
     from kistexp.population.classes import load_class_shares
-    from kistexp.population.geoip import DEFAULT_GEOIP
-    from kistexp.population.relays import DEFAULT_CONSENSUS, load_population
+    from kistexp.population.geoip import MAX_GEOIP_BYTES
+    from kistexp.population.relays import load_population
     from kistexp.population.sampling import sample
 
-    consensus_path = sweep.consensus or str(DEFAULT_CONSENSUS)
-    full = load_population(consensus_path)
-    consensus = file_digest(str(consensus_path))
-    geoip = file_digest(str(DEFAULT_GEOIP)) if Path(DEFAULT_GEOIP).is_file() else "absent"
+    full = load_population(sweep.consensus)
+    # digests of the content (the bundled files': decompressed, so equal to their originals')
+    consensus = (file_digest(sweep.consensus) if sweep.consensus
+                 else bundled_digest(BUNDLED_CONSENSUS, MAX_DOCUMENT_BYTES))
+    geoip = bundled_digest(BUNDLED_GEOIP, MAX_GEOIP_BYTES)  # the cells' GeoIP table (load_geoip's default)
     model = model_version()
     networks = [sample(full, sweep.scale, s) for s in sweep.samples]
     mixes = [(name, load_class_shares(path)) for name, path in sweep.class_mixes]
