@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,54 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((address, 0))
         return s.getsockname()[1]
+
+
+class RawServer:
+    """A loopback TCP server for hostile-server tests: it reads each accepted connection's request,
+    then ``handler(server, conn)`` does whatever the server under test does (hang, drip, flood, lie),
+    sending with ``server.send`` (which counts the bytes in ``sent``) and waiting on ``server.stop``."""
+
+    def __init__(self, handler) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.handler, self.stop = handler, threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5)
+            conn.recv(65536)
+            self.handler(self, conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def send(self, conn: socket.socket, data: bytes) -> None:
+        conn.sendall(data)
+        self.sent += len(data)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
 
 
 @pytest.fixture(scope="session")

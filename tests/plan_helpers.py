@@ -37,3 +37,14 @@ threshold = 0.1
 min_samples = 100
 on_fail = "step-back"
 """
+
+
+def short_plan(name: str, stages: dict[str, int], criteria: str) -> str:
+    """VALID_PLAN renamed, with a 2 h baseline, 3 h ``stages`` (name -> KISTSchedRunInterval) and
+    ``criteria`` in place of its own criterion."""
+    head, _, rest = VALID_PLAN.partition("[[stages]]")
+    authorities = "[authorities]" + rest.partition("[authorities]")[2].partition("[[criteria]]")[0]
+    body = "".join(f'[[stages]]\nname = "{stage}"\nduration = "3h"\nvalues = {{ KISTSchedRunInterval = {v} }}\n\n'
+                   for stage, v in stages.items())
+    return (head.replace('name = "test-plan"', f'name = "{name}"', 1).replace('duration = "7d"', 'duration = "2h"', 1)
+            + body + authorities + criteria.lstrip("\n"))

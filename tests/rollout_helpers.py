@@ -9,6 +9,8 @@ from scipy.stats import norm
 from kistexp.expdir import ExperimentDir
 from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
+from kistexp.plan.loader import load_plan
+from kistexp.rollout.dryrun import DryRunResult, dry_run
 
 LEVELS = np.round(np.linspace(0, 1, 101), 2)
 MEDIANS = {"relay_cpu_utilization": 0.4, "client_ttlb_50kib_s": 0.8, "client_ttlb_1mib_s": 2.5,
@@ -40,6 +42,18 @@ KIST_EFFECTS = {
     "5ms": {"relay_cpu_utilization": 0.05, "client_ttlb_1mib_s": -0.03},
     "back-to-10ms": {},
 }
+
+KIST_PLAN = "plans/kist-run-interval-2020.toml"
+# +50 % relay CPU in stage 1 fails "relay CPU" (limit +25 %): the dry run steps back to the baseline
+STEP_BACK = "stage=1:relay_cpu_utilization=+50%"
+# five of the nine authorities, down from day 4: no majority-signed consensus while stage 1 waits
+FIVE_DOWN = ("moria1", "tor26", "dizum", "gabelmoo", "dannenberg")
+
+
+def dry_run_kist(path, injections: list[str]) -> DryRunResult:
+    """The dry run of KIST_PLAN in experiment directory ``path`` on KIST_EFFECTS' predictions."""
+    write_predictions(path, KIST_EFFECTS).close()
+    return dry_run(load_plan(KIST_PLAN), path, injections=injections)
 
 
 # the relay CPU criterion the rollout tests judge: mean CPU may rise at most 25 % before a step back

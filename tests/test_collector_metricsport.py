@@ -4,13 +4,11 @@ loopback, and servers that hang, drip or answer without end."""
 from __future__ import annotations
 
 import datetime as dt
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
-from conftest import free_port, have_real_tor
+from conftest import RawServer, free_port, have_real_tor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -91,51 +89,12 @@ def test_rates_between_scrapes_and_counter_reset():
 
 # --- bounded scraping ---------------------------------------------------------------------
 
-class _Server:
-    """A loopback TCP server whose handler gets each accepted socket."""
-
-    def __init__(self, handler):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.handler, self.stop = handler, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        self.sock.settimeout(0.2)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        try:
-            conn.recv(65536)
-            self.handler(conn, self.stop)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}/metrics"
-
-    def close(self):
-        self.stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
 def serve():
     servers = []
 
     def make(handler):
-        servers.append(_Server(handler))
+        servers.append(RawServer(handler))
         return servers[-1]
     yield make
     for s in servers:
@@ -143,55 +102,55 @@ def serve():
 
 
 def test_hanging_server_times_out(serve):
-    s = serve(lambda conn, stop: stop.wait(30))
+    s = serve(lambda server, conn: server.stop.wait(30))
     t0 = time.monotonic()
     with pytest.raises(prom.ScrapeError, match=r"no answer within 1 s"):
-        prom.scrape(s.url, limits=prom.Limits(timeout_s=1.0))
+        prom.scrape(s.url + "/metrics", limits=prom.Limits(timeout_s=1.0))
     assert time.monotonic() - t0 < 2.5
 
 
 def test_dripping_server_is_cut_at_the_deadline(serve):
-    def drip(conn, stop):
-        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
-        while not stop.is_set():
-            conn.sendall(b"# x\n")
+    def drip(server, conn):
+        server.send(conn, b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+        while not server.stop.is_set():
+            server.send(conn, b"# x\n")
             time.sleep(0.2)
     s = serve(drip)
     t0 = time.monotonic()
     with pytest.raises(prom.ScrapeError, match=r"answer not complete within 1 s"):
-        prom.scrape(s.url, limits=prom.Limits(timeout_s=1.0))
+        prom.scrape(s.url + "/metrics", limits=prom.Limits(timeout_s=1.0))
     assert time.monotonic() - t0 < 2.5
 
 
 def test_endless_answer_stops_at_the_size_cap(serve):
-    def flood(conn, stop):
-        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    def flood(server, conn):
+        server.send(conn, b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
         chunk = b"tor_relay_traffic_bytes 1\n" * 4096
-        while not stop.is_set():  # as much as the client will take: 10 GB if it kept reading
-            conn.sendall(chunk)
+        while not server.stop.is_set():  # as much as the client will take: 10 GB if it kept reading
+            server.send(conn, chunk)
     s = serve(flood)
     t0 = time.monotonic()
     with pytest.raises(SourceTooLarge, match=r"answer is over the 4194304-byte limit"):
-        prom.scrape(s.url)
+        prom.scrape(s.url + "/metrics")
     assert time.monotonic() - t0 < 5
 
 
 def test_declared_10gb_is_refused_before_reading(serve):
-    def big(conn, stop):
-        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 10000000000\r\n\r\n")
-        stop.wait(5)
+    def big(server, conn):
+        server.send(conn, b"HTTP/1.0 200 OK\r\nContent-Length: 10000000000\r\n\r\n")
+        server.stop.wait(5)
     s = serve(big)
     with pytest.raises(SourceTooLarge, match="Content-Length 10000000000"):
-        prom.scrape(s.url)
+        prom.scrape(s.url + "/metrics")
 
 
 def test_refused_and_bad_status(serve):
     port = free_port()
     with pytest.raises(prom.ScrapeError, match=f"127.0.0.1:{port}/metrics: ConnectError"):
         prom.scrape(f"http://127.0.0.1:{port}/metrics")
-    s = serve(lambda conn, stop: conn.sendall(b"HTTP/1.0 404 Not Found\r\n\r\n"))
+    s = serve(lambda server, conn: server.send(conn, b"HTTP/1.0 404 Not Found\r\n\r\n"))
     with pytest.raises(prom.ScrapeError, match="HTTP 404 Not Found"):
-        prom.scrape(s.url)
+        prom.scrape(s.url + "/metrics")
 
 
 # --- process CPU / RSS ------------------------------------------------------------------

@@ -14,7 +14,6 @@ import lzma
 import math
 import os
 import re
-import socket
 import ssl
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import free_port
+from conftest import RawServer, free_port
 
 from kistexp.dirauth.documents import load_key_certificates
 from kistexp.metrics.collectors import httpfetch
@@ -115,51 +114,6 @@ class FileServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-class RawServer:
-    """A loopback TCP server whose ``handler(conn, stop)`` does whatever a hostile server does."""
-
-    def __init__(self, handler) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.1)
-        self.handler, self.stop = handler, threading.Event()
-        self.sent = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        try:
-            conn.settimeout(5)
-            conn.recv(65536)
-            self.handler(self, conn)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def send(self, conn, data: bytes) -> None:
-        conn.sendall(data)
-        self.sent += len(data)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(2)
-        self.sock.close()
 
 
 @pytest.fixture

@@ -20,18 +20,15 @@ from kistexp.plan.loader import load_plan
 from kistexp.report.data import ReportError, load_experiment
 from kistexp.rollout.dryrun import dry_run
 from kistexp.safeio import write_atomic
-from tests.rollout_helpers import KIST_EFFECTS, write_predictions
+from tests.rollout_helpers import KIST_EFFECTS, KIST_PLAN, STEP_BACK, dry_run_kist, write_predictions
 
-PLAN = "plans/kist-run-interval-2020.toml"
-# +50 % relay CPU in stage 1 fails "relay CPU" (limit +25 %): the dry run steps back to the baseline
-INJECT = "stage=1:relay_cpu_utilization=+50%"
+PLAN = KIST_PLAN
 
 
 @pytest.fixture(scope="module")
 def rolled_back(tmp_path_factory):
     path = tmp_path_factory.mktemp("report") / "exp"
-    write_predictions(path, KIST_EFFECTS).close()
-    result = dry_run(load_plan(PLAN), path, injections=[INJECT])
+    result = dry_run_kist(path, [STEP_BACK])
     assert [r["kind"] for r in result.rollbacks] == ["step-back"]
     return path
 
@@ -352,7 +349,7 @@ def test_names_from_the_plan_are_text_not_markup(tmp_path):
     plan.write_text(text)
     exp = tmp_path / "exp"
     write_predictions(exp, KIST_EFFECTS).close()
-    dry_run(load_plan(str(plan)), exp, injections=[INJECT])
+    dry_run(load_plan(str(plan)), exp, injections=[STEP_BACK])
     out = tmp_path / "r.html"
     assert _cli("report", str(exp), "-o", str(out)).exit_code == 0
     html = out.read_text()

@@ -8,28 +8,21 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kistexp.plan.loader import load_plan
-from kistexp.rollout.dryrun import dry_run
 from kistexp.rollout.exporter import Exporter, ExporterError
-from tests.rollout_helpers import KIST_EFFECTS, write_predictions
-
-PLAN = "plans/kist-run-interval-2020.toml"
+from tests.rollout_helpers import FIVE_DOWN, STEP_BACK, dry_run_kist
 
 
 @pytest.fixture(scope="module")
 def rolled_back(tmp_path_factory):
     path = tmp_path_factory.mktemp("rb") / "exp"
-    write_predictions(path, KIST_EFFECTS).close()
-    dry_run(load_plan(PLAN), path, injections=["stage=1:relay_cpu_utilization=+50%"])
+    dry_run_kist(path, [STEP_BACK])
     return path
 
 
 @pytest.fixture(scope="module")
 def five_down(tmp_path_factory):
     path = tmp_path_factory.mktemp("down") / "exp"
-    write_predictions(path, KIST_EFFECTS).close()
-    dry_run(load_plan(PLAN), path, injections=[f"authority={a}:down@day4"
-                                               for a in ("moria1", "tor26", "dizum", "gabelmoo", "dannenberg")])
+    dry_run_kist(path, [f"authority={a}:down@day4" for a in FIVE_DOWN])
     return path
 
 
@@ -47,12 +40,17 @@ def value(samples: dict, metric: str, **labels) -> float:
     return samples[(metric, tuple(sorted(labels.items())))]
 
 
-def test_a_scrape_reads_state_verdicts_intents_and_consensus_from_the_journal(rolled_back):
-    ex = Exporter(rolled_back, 0)
+def scrape_exporter(exp) -> dict:
+    """One scrape of an exporter started on experiment directory ``exp`` and closed after."""
+    ex = Exporter(exp, 0)
     try:
-        m = scrape(ex.url)
+        return scrape(ex.url)
     finally:
         ex.close()
+
+
+def test_a_scrape_reads_state_verdicts_intents_and_consensus_from_the_journal(rolled_back):
+    m = scrape_exporter(rolled_back)
     assert value(m, "kistexp_rollout_up") == 1
     assert value(m, "kistexp_rollout_state", state="PAUSED") == 1
     assert value(m, "kistexp_rollout_state", state="MEASURING") == 0
@@ -74,11 +72,7 @@ def test_a_scrape_reads_state_verdicts_intents_and_consensus_from_the_journal(ro
 
 
 def test_an_outage_shows_as_authorities_down_and_rounds_without_a_majority(five_down):
-    ex = Exporter(five_down, 0)
-    try:
-        m = scrape(ex.url)
-    finally:
-        ex.close()
+    m = scrape_exporter(five_down)
     assert value(m, "kistexp_rollout_authority_voted", authority="dizum") == 0
     assert value(m, "kistexp_rollout_authority_voted", authority="bastet") == 1
     # nine rounds while stage 1 waited at least; every round since day 4 where the engine records each round
@@ -88,11 +82,7 @@ def test_an_outage_shows_as_authorities_down_and_rounds_without_a_majority(five_
 
 
 def test_a_directory_without_a_journal_scrapes_as_down(tmp_path):
-    ex = Exporter(tmp_path, 0)
-    try:
-        assert scrape(ex.url) == {("kistexp_rollout_up", ()): 0}
-    finally:
-        ex.close()
+    assert scrape_exporter(tmp_path) == {("kistexp_rollout_up", ()): 0}
 
 
 def test_a_port_in_use_is_one_line_and_close_frees_the_port_and_its_thread(rolled_back):

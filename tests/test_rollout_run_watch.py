@@ -16,34 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.plan_helpers import short_plan
 from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 from tests.test_rollout_notify import Receiver
 
 pytestmark = pytest.mark.slow
 
-PLAN = f"""\
-[experiment]
-name = "watched"
-kind = "staged"
-owner = "network-team"
-contact = "ops@example.org"
-description = "test"
-start = 2030-01-07T12:00:00Z
-tor_versions = ">=0.4.8.2"
-parameters = ["KISTSchedRunInterval"]
-
-[baseline]
-duration = "2h"
-values = {{ KISTSchedRunInterval = 10 }}
-
-[[stages]]
-name = "two"
-duration = "3h"
-values = {{ KISTSchedRunInterval = 2 }}
-
-[authorities]
-participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]
-{RELAY_CPU_CRITERION}"""
+PLAN = short_plan("watched", {"two": 2}, RELAY_CPU_CRITERION)
 
 
 class Run:

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from kistexp.cli import app
 from kistexp.plan.loader import load_plan, parse_plan
-from kistexp.rollout.dryrun import dry_run
 from kistexp.rollout.journal import (
     Journal,
     authority_outages,
@@ -46,15 +45,22 @@ from kistexp.rollout.watch import (
     reminder,
     resolving_commands,
 )
-from tests.rollout_helpers import KIST_EFFECTS, write_predictions
+from tests.plan_helpers import short_plan
+from tests.rollout_helpers import (
+    FIVE_DOWN,
+    KIST_EFFECTS,
+    KIST_PLAN,
+    RELAY_CPU_CRITERION,
+    dry_run_kist,
+    write_predictions,
+)
 
-PLAN = "plans/kist-run-interval-2020.toml"
+PLAN = KIST_PLAN
 SPEC = spec_from_plan(load_plan(PLAN))
 CTX = FeedContext("/exp dir", SPEC)
 T0 = dt.datetime(2027, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
 H = dt.timedelta(hours=1)
 M = dt.timedelta(minutes=1)
-FIVE_DOWN = ("moria1", "tor26", "dizum", "gabelmoo", "dannenberg")
 
 
 def cli(*argv):
@@ -104,6 +110,15 @@ def _status(i, key, at, **kw):
     return StatusRow(i, key, at, Status(**kw))
 
 
+def _intent(i, seq, authority, desired, va, state, attempts, error="", *, acted=None, done=None):
+    return IntentRow(i, f"intent-{i}", seq, authority, desired, va, state, attempts, error, "", va - 12 * M,
+                     acted, None, done)
+
+
+def _exposure(at, stage, population, expected, observed, short, detail):
+    return ExposureRow(at, stage, population, expected, observed, 6, 0, 0, 0, short, detail)
+
+
 def test_rows_become_one_plain_line_each_in_time_order():
     base = SPEC.values_of(0)
     two = SPEC.values_of(1)
@@ -141,17 +156,17 @@ def test_rows_become_one_plain_line_each_in_time_order():
                        "no quiet_circuit_latency_ms samples for the last hour"),
         ),
         intents=(
-            IntentRow(1, 1, "moria1", (("KISTSchedRunInterval", 2),), T0, "done", 1, "", T0 + dt.timedelta(minutes=1)),
-            IntentRow(2, 1, "tor26", (("KISTSchedRunInterval", 2),), T0, "done", 1, "", T0 + dt.timedelta(minutes=1)),
-            IntentRow(3, 2, "dizum", (("KISTSchedRunInterval", 10),), T0 + 5 * H, "intended", 2,
-                      "HTTP 503:\n dizum is down", None),
+            _intent(1, 1, "moria1", (("KISTSchedRunInterval", 2),), T0, "done", 1, done=T0 + dt.timedelta(minutes=1)),
+            _intent(2, 1, "tor26", (("KISTSchedRunInterval", 2),), T0, "done", 1, done=T0 + dt.timedelta(minutes=1)),
+            _intent(3, 2, "dizum", (("KISTSchedRunInterval", 10),), T0 + 5 * H, "intended", 2,
+                    "HTTP 503:\n dizum is down"),
         ),
         commands=(CommandRow(1, "pause", (("freeze", False),), "alice", T0 + 2 * H, "refused", "cannot pause"),),
         votes=(VoteRow("dizum", T0 + 5 * H, False), VoteRow("moria1", T0 + 5 * H, True)),
         consensuses=(ConsensusRow(T0, (("KISTSchedRunInterval", 2),), SPEC.authorities),),
         gaps=(GapRow("prometheus", T0 + 2 * H, "relay_cpu_utilization", problem="connection refused"),),
-        exposure=(ExposureRow(T0 + 3 * H, 1, "relays", 0.9, 0.4, True, "2 of 6 run it"),
-                  ExposureRow(T0 + 3 * H, 1, "clients", 0.5, 0.5, False, "")),
+        exposure=(_exposure(T0 + 3 * H, 1, "relays", 0.9, 0.4, True, "2 of 6 run it"),
+                  _exposure(T0 + 3 * H, 1, "clients", 0.5, 0.5, False, "")),
     )
     events, state = feed(CTX, FeedState(), rows)
     text = lines(events)
@@ -191,10 +206,10 @@ def test_rows_become_one_plain_line_each_in_time_order():
 
 
 def test_state_carries_over_polls_so_each_change_is_told_once():
-    intents = (IntentRow(1, 1, "moria1", (("KISTSchedRunInterval", 2),), T0, "intended", 0, "", None),)
+    intents = (_intent(1, 1, "moria1", (("KISTSchedRunInterval", 2),), T0, "intended", 0),)
     events, state = feed(CTX, FeedState(), JournalRows(intents=intents))
     assert events == ()  # written with its transition: the transition's line tells it
-    acted = (attrs.evolve(intents[0], state="acted", changed=T0 - 12 * dt.timedelta(minutes=1)),)
+    acted = (attrs.evolve(intents[0], state="acted", acted=T0 - 12 * dt.timedelta(minutes=1)),)
     events, state = feed(CTX, state, JournalRows(intents=acted))
     assert lines(events) == ["2027-03-01 11:48 intent acted: moria1 set to KISTSchedRunInterval=2 for the "
                              "consensus of 2027-03-01 12:00"]
@@ -271,13 +286,21 @@ def test_an_accelerated_run_shows_seconds():
 
 # --- the journal tail on a journal being written ----------------------------------------------------
 
-def test_the_tail_reads_only_new_rows_sees_intents_change_and_a_rewritten_journal(tmp_path):
+@pytest.fixture
+def dry_journal(tmp_path):
+    """An experiment directory with the plan, its predictions and a dry run's meta, and the journal's writer."""
     exp = tmp_path / "exp"
     write_predictions(exp, {"baseline": {}}).close()
     (exp / "plan.toml").write_text(Path(PLAN).read_text())
     j = Journal(exp / "experiment.db", durable=False)
     j.set_meta(cadence=json.dumps(attrs.asdict(SPEC.cadence)), start=SPEC.start.isoformat(), mode="dry-run",
                experiment_id="t")
+    yield exp, j
+    j.close()
+
+
+def test_the_tail_reads_only_new_rows_sees_intents_change_and_a_rewritten_journal(dry_journal):
+    exp, j = dry_journal
     f = Feed(exp, "exp")
     assert f.poll() == ()  # nothing yet
     with j.write() as c:
@@ -305,16 +328,10 @@ def test_the_tail_reads_only_new_rows_sees_intents_change_and_a_rewritten_journa
     rows = f.tail.poll()
     assert rows.rewritten
     f.close()
-    j.close()
 
 
-def test_follow_drains_after_stop_reminds_while_paused_and_an_emit_that_fails_ends_only_the_feed(tmp_path):
-    exp = tmp_path / "exp"
-    write_predictions(exp, {"baseline": {}}).close()
-    (exp / "plan.toml").write_text(Path(PLAN).read_text())
-    j = Journal(exp / "experiment.db", durable=False)
-    j.set_meta(cadence=json.dumps(attrs.asdict(SPEC.cadence)), start=SPEC.start.isoformat(), mode="dry-run",
-               experiment_id="t")
+def test_follow_drains_after_stop_reminds_while_paused_and_an_emit_that_fails_ends_only_the_feed(dry_journal):
+    exp, j = dry_journal
     with j.write() as c:
         c.execute("INSERT INTO rollout_status (event_key, at_us, state, status) VALUES ('a', ?, 'PAUSED', ?)",
                   (int(T0.timestamp() * 1e6), status_to_json(Status(state="PAUSED", stage=0, values=SPEC.values_of(0),
@@ -340,7 +357,6 @@ def test_follow_drains_after_stop_reminds_while_paused_and_an_emit_that_fails_en
     t = FeedThread(Feed(exp), broken, poll_s=0.01).start()
     t.stop(timeout_s=5)
     assert isinstance(t.error, BrokenPipeError) and not t.alive
-    j.close()
 
 
 # --- authority health everywhere: the dry run with five of nine authorities down --------------------
@@ -352,8 +368,7 @@ STAGE1 = SPEC.start  # the consensus stage 1 waits for; the pause follows nine r
 @pytest.fixture(scope="module")
 def five_down(tmp_path_factory):
     path = tmp_path_factory.mktemp("down") / "exp"
-    write_predictions(path, KIST_EFFECTS).close()
-    dry_run(load_plan(PLAN), path, injections=[f"authority={a}:down@day4" for a in FIVE_DOWN])
+    dry_run_kist(path, [f"authority={a}:down@day4" for a in FIVE_DOWN])
     return path
 
 
@@ -473,38 +488,7 @@ def test_status_watch_ends_at_a_terminal_state_and_refuses_a_silly_interval(tmp_
     assert bad.exit_code == 1 and "between 0.5 and 3600" in str(bad.exception)
 
 
-TINY_PLAN = """\
-[experiment]
-name = "tiny"
-kind = "staged"
-owner = "network-team"
-contact = "ops@example.org"
-description = "test"
-start = 2030-01-07T12:00:00Z
-tor_versions = ">=0.4.8.2"
-parameters = ["KISTSchedRunInterval"]
-
-[baseline]
-duration = "2h"
-values = { KISTSchedRunInterval = 10 }
-
-[[stages]]
-name = "one"
-duration = "3h"
-values = { KISTSchedRunInterval = 2 }
-
-[authorities]
-participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]
-
-[[criteria]]
-name = "relay CPU"
-metric = "relay_cpu_utilization"
-statistic = "mean"
-comparison = "relative-increase"
-threshold = 0.25
-min_samples = 100
-on_fail = "step-back"
-"""
+TINY_PLAN = short_plan("tiny", {"one": 2}, RELAY_CPU_CRITERION)
 assert parse_plan(TINY_PLAN).name == "tiny"
 
 

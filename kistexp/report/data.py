@@ -2,10 +2,10 @@
 
 The run's spec and status come from ``kistexp.rollout.runs.load_spec`` (the plan copy and cadence the
 run was laid on); the journal's read-only reader (``kistexp.rollout.journal.JournalReader``) gives
-decisions, transitions, intents, votes, consensuses, verdicts, operator commands and the judged samples,
-which the report keeps in the shapes its pages take (the dicts of ``Journal``'s readers). Predictions
-come from ``MetricStore.load_predictions`` and are summarised by
-``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
+decisions, transitions, intents, votes, consensuses, verdicts, operator commands and the judged samples;
+the report keeps its verdicts and commands as the reader's rows and the rest in the shapes its pages take
+(the dicts of ``Journal``'s readers). Predictions come from ``MetricStore.load_predictions`` and are
+summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
 """
 
 from __future__ import annotations
@@ -25,18 +25,12 @@ from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
-from kistexp.rollout.journal import (
-    AuthorityOutage,
-    ConsensusOutage,
-    JournalReader,
-    RoundHealth,
-    authority_outages,
-    consensus_outages,
-)
+from kistexp.rollout.journal import CommandRow, JournalReader, VerdictRow
 from kistexp.rollout.rollback import RollbackPlan, plan_rollback
 from kistexp.rollout.runs import load_spec
 from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import REVERT_DEFAULT, ROLLBACK_KINDS, Status
+from kistexp.rollout.watch.health import HealthSummary, health_of
 
 # Relay costs operators ask about first (issue 9): CPU, memory, bandwidth.
 RELAY_COSTS = ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_bytes_per_s")
@@ -44,31 +38,6 @@ RELAY_COSTS = ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_byte
 
 class ReportError(KistexpError):
     """A report cannot be made from what the experiment directory or plan holds."""
-
-
-@attrs.frozen
-class Verdict:
-    criterion: str
-    window_end: dt.datetime
-    stage: int
-    outcome: str
-    effect: float | None
-    ci_low: float | None
-    ci_high: float | None
-    n_baseline: int
-    n_stage: int
-    shadow: bool
-    detail: str
-
-
-@attrs.frozen
-class Command:
-    kind: str
-    args: Mapping[str, object]
-    user: str
-    queued: dt.datetime
-    state: str
-    result: str
 
 
 @attrs.frozen
@@ -97,17 +66,17 @@ class ExperimentData:
     transitions: tuple[dict, ...]
     decisions: tuple[dict, ...]
     intents: tuple[dict, ...]
-    commands: tuple[Command, ...]
-    verdicts: tuple[Verdict, ...]
+    commands: tuple[CommandRow, ...]
+    verdicts: tuple[VerdictRow, ...]  # in the order of the looks
     batches: Mapping[tuple[str, int], np.ndarray]  # (metric, stage index; 0 = baseline) -> judged samples
     measured: Mapping[tuple[str, str, str], np.ndarray]  # (metric, relay_class, stage) -> store samples
     figures: tuple[StageFigure, ...]  # predictions summarised
     rollbacks: tuple[Rollback, ...]
     rehearsals: tuple[RollbackPlan, ...]  # each kind from where the record ends
     stage_names: tuple[str, ...]  # index -> name, 0 = "baseline"
-    rounds: tuple[RoundHealth, ...] = ()  # each round's votes and consensus signers
-    outages: tuple[ConsensusOutage, ...] = ()  # stretches without a majority-signed consensus
-    authority_outages: tuple[AuthorityOutage, ...] = ()
+    # each round's votes and consensus signers, the stretches without a majority-signed consensus and
+    # each authority's outages
+    health: HealthSummary = HealthSummary()
 
     def stage_name(self, index: int) -> str:
         return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
@@ -128,15 +97,6 @@ def _open_journal(exp: ExperimentDir) -> JournalReader:
         reader.close()
     raise ReportError(f"{exp.db_path}: no rollout journal in this experiment (make one with "
                       f"kistexp dry-run PLAN --dir {exp.path} or kistexp run PLAN --dir {exp.path})")
-
-
-def _verdicts(reader: JournalReader) -> tuple[Verdict, ...]:
-    return tuple(Verdict(v.criterion, v.window_end, v.stage, v.outcome, v.effect, v.ci_low, v.ci_high, v.n_baseline,
-                         v.n_stage, v.shadow, v.detail) for v in reader.looks())
-
-
-def _commands(reader: JournalReader) -> tuple[Command, ...]:
-    return tuple(Command(c.kind, dict(c.args), c.user, c.queued, c.state, c.result) for c in reader.commands())
 
 
 # The journal's rows as the report's pages take them: the dicts of ``Journal``'s readers.
@@ -284,18 +244,16 @@ def _read(exp: ExperimentDir, reader: JournalReader) -> ExperimentData:
     store = MetricStore(exp.db)
     figures = summarize_predictions(store.load_predictions(), list(names))
     with reader.snapshot():  # the journal as of one commit, beside a run still writing it
-        rounds = reader.round_health(spec.authorities)
         decisions, transitions = _decisions(reader), _transitions(reader)
         return ExperimentData(
             path=exp.path, mode=meta.get("mode", "live"), spec=spec, metrics=meta.get("metrics") or "predicted",
             excluded=_excluded(reader, names), status=status,
             votes=_votes(reader), consensuses=_consensuses(reader), transitions=transitions, decisions=decisions,
-            intents=_intents(reader), commands=_commands(reader), verdicts=_verdicts(reader),
+            intents=_intents(reader), commands=tuple(reader.commands()), verdicts=tuple(reader.looks()),
             batches=_batches(reader), measured=_measured(store, spec, names, transitions),
             figures=tuple(figures),
             rollbacks=_rollbacks(spec, decisions, transitions, status), rehearsals=_rehearsals(spec, decisions, status),
-            stage_names=names, rounds=rounds, outages=consensus_outages(rounds, spec.hour),
-            authority_outages=authority_outages(rounds, spec.hour))
+            stage_names=names, health=health_of(reader, spec))
 
 
 @attrs.frozen

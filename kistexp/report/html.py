@@ -186,8 +186,8 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,
         "status": data.status.describe(),
         # one line per stretch without a majority-signed consensus, and per authority outage
-        "outages": [o.describe(ISO_MIN) for o in data.outages],
-        "authority_outages": [o.describe(ISO_MIN) for o in data.authority_outages],
+        "outages": [o.describe(ISO_MIN) for o in data.health.outages],
+        "authority_outages": [o.describe(ISO_MIN) for o in data.health.authority_outages],
         "last_event": max((d["at"] for d in data.decisions), default=None),
     }
 

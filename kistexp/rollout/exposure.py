@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
+from kistexp.rollout.journal.rows import ExposureRow
 from kistexp.rollout.spec import Cadence
 
 #: How far the observed share may fall below the predicted one before the stage is held. A small
@@ -27,24 +28,9 @@ from kistexp.rollout.spec import Cadence
 TOLERANCE = 0.25
 
 
-@attrs.frozen
-class Exposure:
-    at: dt.datetime
-    stage: int
-    population: str  # relays | clients
-    expected_share: float
-    observed_share: float | None  # None: no node could be asked
-    n_nodes: int
-    n_on_target: int
-    n_pinned: int
-    n_unknown: int
-    short: bool
-    detail: str
-
-
 class ExposureProbe(Protocol):
     def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
-                at: dt.datetime) -> list[Exposure]: ...
+                at: dt.datetime) -> list[ExposureRow]: ...
 
 
 @attrs.frozen
@@ -75,7 +61,7 @@ class PropagationShare:
 
 
 def assess(views: Sequence[NodeView], want: Mapping[str, int], stage: int, population: str, expected: float,
-           at: dt.datetime, tolerance: float = TOLERANCE) -> Exposure:
+           at: dt.datetime, tolerance: float = TOLERANCE) -> ExposureRow:
     """Count the nodes of ``population`` on the stage's values, pinned ones apart."""
     mine = [v for v in views if v.population == population]
     pinned = [v for v in mine if any(k in v.pinned for k in want)]
@@ -94,7 +80,7 @@ def assess(views: Sequence[NodeView], want: Mapping[str, int], stage: int, popul
         detail += f"; {len(pinned)} pin it in their torrc ({', '.join(v.node for v in pinned[:5])})"
     if unknown:
         detail += f"; {len(unknown)} did not answer"
-    return Exposure(at, stage, population, round(expected, 4), None if observed is None else round(observed, 4),
+    return ExposureRow(at, stage, population, round(expected, 4), None if observed is None else round(observed, 4),
                     len(mine), len(on), len(pinned), len(unknown), short, detail)
 
 
@@ -106,7 +92,7 @@ class NodeExposureProbe:
         self.views, self.share, self.populations = views, PropagationShare(cadence), tuple(populations)
 
     def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
-                at: dt.datetime) -> list[Exposure]:
+                at: dt.datetime) -> list[ExposureRow]:
         seen = list(self.views(at))
         since = (at - stage_va).total_seconds() if stage_va is not None else 0.0
         return [assess(seen, want, stage, pop, self.share(pop, since), at) for pop in self.populations
@@ -149,12 +135,12 @@ class ConsensusExposureProbe:
         self.consensus_at, self.share = consensus_at, PropagationShare(cadence)
 
     def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
-                at: dt.datetime) -> list[Exposure]:
+                at: dt.datetime) -> list[ExposureRow]:
         found = self.consensus_at(at)
         out = []
         for pop in ("relays", "clients"):
             if found is None:
-                out.append(Exposure(at, stage, pop, 0.0, None, 0, 0, 0, 0, True,
+                out.append(ExposureRow(at, stage, pop, 0.0, None, 0, 0, 0, 0, True,
                                     f"{pop}: no consensus seen at {at:%Y-%m-%d %H:%M} UTC"))
                 continue
             va, params = found[0], found[1]
@@ -170,7 +156,7 @@ class ConsensusExposureProbe:
                 share, counted = by_version
                 observed *= share
                 detail += f"; {share:.0%} of {counted} relays run a tor that takes the values as given"
-            out.append(Exposure(at, stage, pop, round(expected, 4), round(observed, 4), 0, 0, 0, 0,
+            out.append(ExposureRow(at, stage, pop, round(expected, 4), round(observed, 4), 0, 0, 0, 0,
                                 observed + TOLERANCE < expected, detail))
         return out
 

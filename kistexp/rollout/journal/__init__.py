@@ -404,7 +404,7 @@ class Journal:
             "AND params != 'null' ORDER BY valid_after_us DESC LIMIT 1", (to_us(valid_after),)).fetchone()
         return None if row is None else (from_us(row[0]), json.loads(row[1]))
 
-    def add_exposure(self, c: sqlite3.Connection, e) -> None:
+    def add_exposure(self, c: sqlite3.Connection, e: ExposureRow) -> None:
         c.execute("INSERT OR REPLACE INTO rollout_exposure (at_us, stage, population, expected_share, observed_share, "
                   "n_nodes, n_on_target, n_pinned, n_unknown, short, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                   (to_us(e.at), e.stage, e.population, e.expected_share, e.observed_share, e.n_nodes, e.n_on_target,

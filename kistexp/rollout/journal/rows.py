@@ -223,11 +223,14 @@ class SourceHealthRow:
 
 @attrs.frozen
 class ExposureRow:
+    """``rollout_exposure``: what share of a population ran the stage's values at a look, against what
+    propagation predicts; kistexp.rollout.exposure's checks return these (``id`` 0 until journaled)."""
+
     at: dt.datetime
     stage: int
-    population: str
+    population: str  # relays | clients
     expected_share: float
-    observed_share: float | None
+    observed_share: float | None  # None: no node could be asked
     n_nodes: int
     n_on_target: int
     n_pinned: int

@@ -22,20 +22,27 @@ The package: ``feed`` (the rows and the pure function), ``tail`` (reading the jo
 ``health`` (the authorities' health for the commands and the report).
 """
 
-from kistexp.rollout.journal import CommandRow, DecisionRow, RunRow, StatusRow, TransitionRow, VerdictRow
+from kistexp.rollout.journal import (
+    CommandRow,
+    DecisionRow,
+    ExposureRow,
+    IntentRow,
+    RunRow,
+    StatusRow,
+    TransitionRow,
+    VerdictRow,
+)
 from kistexp.rollout.watch.feed import (
     CRITICAL,
     DEFAULT_REMINDER_S,
     INFO,
     WARNING,
     ConsensusRow,
-    ExposureRow,
     FeedContext,
     FeedEvent,
     FeedState,
     GapRow,
     HealthRow,
-    IntentRow,
     JournalRows,
     VoteRow,
     effect_text,

@@ -14,6 +14,8 @@ import attrs
 from kistexp.rollout.journal import (
     CommandRow,
     DecisionRow,
+    ExposureRow,
+    IntentRow,
     Pairs,
     RunRow,
     StatusRow,
@@ -42,20 +44,8 @@ DEFAULT_REMINDER_S = 300.0
 # --- rows ----------------------------------------------------------------------------------------
 
 # The journal's own rows (kistexp.rollout.journal.rows) serve as they are for statuses, decisions,
-# transitions, verdicts, commands and runs; the feed's rows below are derived from the journal's.
-
-@attrs.frozen
-class IntentRow:
-    id: int
-    seq: int
-    authority: str
-    desired: Pairs
-    valid_after: dt.datetime
-    state: str
-    attempts: int
-    error: str
-    changed: dt.datetime | None  # when it reached its state, as journaled
-
+# transitions, verdicts, intents, commands, runs and exposure; the feed's rows below are derived from
+# the journal's.
 
 @attrs.frozen
 class VoteRow:
@@ -95,17 +85,6 @@ class GapRow:
     metric: str = ""
     instance: str = ""
     problem: str = ""
-
-
-@attrs.frozen
-class ExposureRow:
-    at: dt.datetime
-    stage: int
-    population: str
-    expected: float | None
-    observed: float | None
-    short: bool
-    detail: str
 
 
 @attrs.frozen
@@ -684,13 +663,14 @@ def _exposure(ctx: FeedContext, rows: Sequence[ExposureRow], events: list[FeedEv
     for e in rows:
         if not e.short:
             continue
-        seen = "unknown" if e.observed is None else f"{100 * e.observed:.0f} %"
-        want = "?" if e.expected is None else f"{100 * e.expected:.0f} %"
+        population = e.population or "?"
+        seen = "unknown" if e.observed_share is None else f"{100 * e.observed_share:.0f} %"
+        want = "?" if e.expected_share is None else f"{100 * e.expected_share:.0f} %"
         detail = f" ({e.detail})" if e.detail else ""
         events.append(FeedEvent(e.at, "exposure", f"exposure short at {ctx.where(e.stage)}: {seen} of "
-                                f"{e.population} run its values, {want} expected{detail}", WARNING,
-                                data=(("population", e.population), ("observed", e.observed),
-                                      ("expected", e.expected))))
+                                f"{population} run its values, {want} expected{detail}", WARNING,
+                                data=(("population", population), ("observed", e.observed_share),
+                                      ("expected", e.expected_share))))
 
 
 def reminder(ctx: FeedContext, state: FeedState) -> FeedEvent | None:

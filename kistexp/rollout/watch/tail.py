@@ -18,13 +18,11 @@ from kistexp.rollout.state import PAUSED
 from kistexp.rollout.watch.feed import (
     DEFAULT_REMINDER_S,
     ConsensusRow,
-    ExposureRow,
     FeedContext,
     FeedEvent,
     FeedState,
     GapRow,
     HealthRow,
-    IntentRow,
     JournalRows,
     VoteRow,
     feed,
@@ -107,8 +105,7 @@ class JournalTail:
         decisions = self._after("decisions", reader.decisions(c("decisions", 0)))
         transitions = self._after("transitions", reader.transitions(c("transitions", 0)), "seq")
         verdicts = self._after("verdicts", reader.verdicts(c("verdicts", 0)))
-        intents = [IntentRow(i.id, i.seq, i.authority, i.desired, i.valid_after, i.state, i.attempts, i.error,
-                             i.changed) for i in reader.intents()]
+        intents = reader.intents()
         commands = reader.commands()
         runs = reader.runs()
         votes = [VoteRow(v.authority, v.valid_after, v.served)
@@ -139,9 +136,7 @@ class JournalTail:
         for h in self._after("source_health", reader.source_health(c("source_health", 0))):
             if not h.ok:
                 gaps.append(GapRow(h.source or "?", h.window, "", h.instance, h.problem))
-        exposure = [ExposureRow(e.at, e.stage, e.population or "?", e.expected_share, e.observed_share, e.short,
-                                e.detail)
-                    for e in self._after("exposure", reader.exposures(c("exposure", 0)))]
+        exposure = self._after("exposure", reader.exposures(c("exposure", 0)))
         return JournalRows(tuple(statuses), tuple(decisions), tuple(transitions), tuple(verdicts), tuple(intents),
                            tuple(commands), tuple(runs), tuple(votes), tuple(consensuses), tuple(health), tuple(gaps),
                            tuple(batches), tuple(exposure), rewritten)
