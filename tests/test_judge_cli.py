@@ -18,6 +18,7 @@ from kistexp.metrics.store import MetricStore
 from tests.plan_helpers import VALID_PLAN
 
 HK6A = "onionperf/2021-06-01.op-hk6a.onionperf.analysis.json.xz"
+HK5 = "onionperf/2021-01-01.op-hk5.onionperf.analysis.json.xz"
 runner = CliRunner()
 
 
@@ -56,6 +57,9 @@ def test_compare_table_and_csv_column(tmp_path):
     r = _compare("--baseline", f"{csv}:ttlb", "--stage", stage, *CRIT)
     assert r.exit_code == 0, r.output
     assert "INCONCLUSIVE" in r.output and "[0.9619, 1.146]" in r.output and "400" in r.output
+    assert "effect: median of the samples, stage / baseline, ratio 1.05 = +5.0 % change [-3.8 %, +14.6 %]" \
+        in r.stdout
+    assert r.stderr == ""
 
 
 def test_csv_with_byte_order_mark(tmp_path):
@@ -213,3 +217,108 @@ def test_compare_above_a_level_needs_no_baseline(tmp_path):
     assert v["outcome"] == "pass" and v["n_baseline"] == 0 and v["effect"] == pytest.approx(2.16, abs=0.01)
     r = _compare("--stage", stage, *CRIT)
     assert r.exit_code == 1 and "--baseline is needed" in str(r.exception)
+
+
+# --- OnionPerf comparisons that mix servers or vantage points (issue 33 point 6) ------------------------
+
+def _warnings(r) -> list[str]:
+    lines = r.stderr.splitlines()
+    assert all(ln.startswith("kistexp: warning: ") for ln in lines), r.stderr
+    return [ln.removeprefix("kistexp: warning: ") for ln in lines]
+
+
+def test_compare_warns_when_a_window_mixes_onion_and_public_transfers(shared_data):
+    src = f"{shared_data / HK5}@ttlb-50kib"
+    r = _compare("--baseline", src, "--stage", src, *CRIT, "--min-samples", "2")
+    assert r.exit_code == 0, r.output
+    assert _warnings(r) == [
+        f"{side} mixes onion and public transfers (onion 2, public 3), which perform differently (onion transfers "
+        "take several times as long): keep one with --server onion|public" for side in ("baseline", "stage")]
+    assert "median TTLB 50 KiB (s): relative-increase 0.1" in r.stdout
+    assert "effect: median TTLB 50 KiB (s), stage / baseline, ratio 1 = +0.0 % change [" in r.stdout
+
+
+def test_compare_server_filter_keeps_one_kind_and_silences_the_warning(shared_data):
+    src = f"{shared_data / HK5}@ttlb-50kib"
+    r = _compare("--baseline", src, "--stage", src, *CRIT, "--server", "public", "--min-samples", "2", "--json")
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)
+    assert r.stderr == "" and v["input_warnings"] == []
+    assert v["n_baseline"] == v["n_stage"] == 3
+    r = _compare("--baseline", src, "--stage", src, *CRIT, "--server", "onion", "--json")
+    assert json.loads(r.stdout)["n_stage"] == 2
+
+
+def test_compare_warns_when_the_windows_differ_in_server(shared_data):
+    src = f"{shared_data / HK5}@ttlb-1mib"
+    r = _compare("--baseline", f"{src}/onion", "--stage", f"{src}/public", *CRIT, "--json")
+    assert r.exit_code == 0, r.output
+    assert _warnings(r) == ["baseline has onion transfers, stage public: the effect compares different servers"]
+    assert json.loads(r.stdout)["input_warnings"] == _warnings(r)
+
+
+def test_compare_warns_about_different_vantage_points_and_labels_the_effect(shared_data):
+    r = _compare("--baseline", f"{shared_data / HK5}@build-time", "--stage", f"{shared_data / HK6A}@build-time",
+                 *CRIT, "--json")
+    assert r.exit_code == 0, r.output
+    assert _warnings(r) == ["baseline is from vantage point op-hk5, stage from op-hk6a: the effect includes the "
+                            "difference between vantage points"]
+    v = json.loads(r.stdout)
+    assert v["n_baseline"] == 897 and v["n_stage"] == 5841
+    assert v["effect_percent"] == pytest.approx((v["effect"] - 1) * 100)
+    pct = round(v["effect_percent"], 1)
+    assert pct < -30 and v["effect_label"].startswith(f"median circuit build time (s), stage / baseline, ratio "
+                                                      f"{v['effect']:.4g} = {pct:+.1f} % change [")
+
+
+def test_compare_source_filter_keeps_one_vantage_point(shared_data):
+    src = f"{shared_data / HK6A}@build-time"
+    r = _compare("--baseline", src, "--stage", src, *CRIT, "--source", "op-hk6a", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["n_stage"] == 5841 and r.stderr == ""
+    r = _compare("--baseline", src, "--stage", src, *CRIT, "--source", "op-hk5")
+    assert r.exit_code == 1
+    assert str(r.exception) == (f"{shared_data / HK6A}: no circuit_build_time_s samples from vantage point "
+                                "'op-hk5' (the file has: op-hk6a)")
+
+
+def test_mixing_warnings_for_a_window_with_two_vantage_points():
+    from kistexp.judge.inputs import Source, mixing_warnings
+    from kistexp.judge.model import Window
+
+    both = Source(Window([1.0, 2.0, 3.0]), "client_ttfb_s", {"op-a": 2, "op-b": 1}, {"public": 3})
+    one = Source(Window([1.0]), "client_ttfb_s", {"op-a": 1}, {"public": 1})
+    assert mixing_warnings(one, both) == [
+        "stage mixes 2 vantage points (op-a 2, op-b 1): keep one with --source NAME",
+        "baseline is from vantage point op-a, stage from op-a, op-b: the effect includes the difference between "
+        "vantage points"]
+    assert mixing_warnings(None, one) == [] and mixing_warnings(Source(Window([1.0])), one) == []
+
+
+@pytest.mark.parametrize(("source", "extra", "message"), [
+    ("{txt}", ["--server", "public"], "{txt}: --server selects OnionPerf samples, and this is not an OnionPerf "
+                                      "source (FILE@METRIC)"),
+    ("{op}@build-time", ["--server", "onion"], "{op}@build-time: circuit build times have no server"),
+    ("{op}@ttfb/onion", ["--server", "public"], "{op}@ttfb/onion: the source names server 'onion' but --server "
+                                                "is 'public'"),
+    ("{op}@ttfb", ["--server", "exit"], "{op}@ttfb: server 'exit' is not one of public, onion"),
+])
+def test_compare_filters_refuse_what_they_cannot_select(shared_data, tmp_path, source, extra, message):
+    txt = _write(tmp_path / "s.txt", quantile_sample(300))
+    op = shared_data / HK5
+    r = _compare("--baseline", source.format(txt=txt, op=op), "--stage", source.format(txt=txt, op=op), *CRIT,
+                 *extra)
+    assert r.exit_code == 1 and isinstance(r.exception, KistexpError)
+    assert str(r.exception).startswith(message.format(txt=txt, op=op)) and "\n" not in str(r.exception)
+
+
+def test_compare_absolute_and_level_effects_are_labelled(tmp_path):
+    base = _write(tmp_path / "b.txt", quantile_sample(500))
+    stage = _write(tmp_path / "s.txt", quantile_sample(500) + 0.5)
+    r = _compare("--baseline", base, "--stage", stage, "--statistic", "mean", "--comparison", "absolute-increase",
+                 "--threshold", "1", "--json")
+    v = json.loads(r.stdout)
+    assert v["effect_percent"] is None
+    assert v["effect_label"] == f"mean of the samples, stage - baseline, difference {v['effect']:.4g} in the " \
+        "samples' units"
+    r = _compare("--stage", stage, "--statistic", "p90", "--comparison", "above", "--threshold", "2.5")
+    assert "effect: p90 of the samples, stage window: 2.652 (compared with the level 2.5)" in r.stdout

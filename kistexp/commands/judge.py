@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json, progress_bar
+from kistexp.output import console, emit_json, progress_bar, say
 
 _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
@@ -45,6 +46,39 @@ def _interval(v) -> str:
     return "-" if v.ci_low is None else f"[{_fmt(v.ci_low)}, {_fmt(v.ci_high)}]"
 
 
+def _measured(statistic: str, metric: str) -> str:
+    """``median TTLB 1 MiB``: the statistic and what it is of."""
+    from kistexp.judge.inputs import ONIONPERF_LABELS
+    from kistexp.metrics import catalogue
+
+    m = catalogue.get(metric) if metric else None
+    name = ONIONPERF_LABELS.get(metric, metric)
+    unit = f" ({m.unit})" if m is not None and m.unit != "ratio" else ""
+    return f"{statistic} {name}{unit}" if name else f"{statistic} of the samples"
+
+
+def _percent(ratio: float | None) -> float | None:
+    return None if ratio is None or not math.isfinite(ratio) else (ratio - 1.0) * 100.0
+
+
+def _pct(ratio: float | None) -> str:
+    p = _percent(ratio)
+    return "-" if p is None else f"{p:+.1f} %"
+
+
+def effect_label(what: str, v) -> str:
+    """What the effect column is, in words: the ratio (and its relative change in plain %), the
+    difference or the stage's own statistic."""
+    if v.comparison.startswith("relative"):
+        text = f"{what}, stage / baseline, ratio {_fmt(v.effect)} = {_pct(v.effect)} change"
+        if v.ci_low is not None:
+            text += f" [{_pct(v.ci_low)}, {_pct(v.ci_high)}]"
+        return text
+    if v.comparison.startswith("absolute"):
+        return f"{what}, stage - baseline, difference {_fmt(v.effect)} in the samples' units"
+    return f"{what}, stage window: {_fmt(v.effect)} (compared with the level {v.threshold:g})"
+
+
 def _outcome(v) -> str:
     text = v.outcome.upper() + (f" ({v.reason})" if v.reason and v.reason != "undecided" else "")
     return f"[{_STYLE[v.outcome]}]{text}[/{_STYLE[v.outcome]}]"
@@ -73,17 +107,28 @@ def compare(
     alpha: float = typer.Option(0.05, "--alpha", help="Error per direction (FAIL and PASS)."),
     estimator: str = typer.Option("default", "--estimator",
                                   help="default (order statistics) or bootstrap (bootstrap SEs)."),
+    server: str = typer.Option(None, "--server",
+                               help="OnionPerf sources: only transfers to onion or to public servers."),
+    vantage_point: str = typer.Option(None, "--source", metavar="NAME",
+                                      help="OnionPerf sources: only samples from this vantage point "
+                                           "(OnionPerf instance, e.g. op-hk6a)."),
     as_json: bool = typer.Option(False, "--json", help="The verdict as JSON."),
 ) -> None:
     """Compare a stage window with a baseline window for one criterion."""
     from kistexp.judge import CriterionSpec, SequentialState, judge
-    from kistexp.judge.inputs import metric_of, read_samples
+    from kistexp.judge.inputs import mixing_warnings, read_source
 
     if baseline is None and comparison not in ("above", "below"):
         raise KistexpError(f"--baseline is needed for {comparison} (only above/below compare with a level)")
-    base = None if comparison in ("above", "below") else read_samples(baseline)
-    stage_w = read_samples(stage)
-    crit = CriterionSpec(statistic, comparison, threshold, min_samples, metric_of(stage))
+    base_src = None if comparison in ("above", "below") else read_source(baseline, server=server,
+                                                                         vantage_point=vantage_point)
+    stage_src = read_source(stage, server=server, vantage_point=vantage_point)
+    base = None if base_src is None else base_src.window
+    stage_w = stage_src.window
+    input_warnings = mixing_warnings(base_src, stage_src)
+    for w in input_warnings:
+        say(f"kistexp: warning: {w}", err=True)
+    crit = CriterionSpec(statistic, comparison, threshold, min_samples, stage_src.metric)
     state = None
     if state_file is not None and state_file.is_file():
         state = _load_state(state_file)
@@ -94,15 +139,19 @@ def compare(
               estimator=estimator)
     if state_file is not None and v.state is not None:
         state_file.write_text(json.dumps(v.to_dict()["state"], indent=2) + "\n")
+    what = _measured(statistic, stage_src.metric)
     if as_json:
-        emit_json(v.to_dict())
+        emit_json({**v.to_dict(), "effect_label": effect_label(what, v),
+                   "effect_percent": _percent(v.effect) if v.comparison.startswith("relative") else None,
+                   "input_warnings": input_warnings})
         return
-    table = Table(title=f"{statistic} {comparison} {threshold:g}")
+    table = Table(title=f"{what}: {comparison} {threshold:g}")
     for col in ("verdict", "effect", "interval", "bound", "n baseline", "n stage", "excluded"):
         table.add_column(col)
     table.add_row(_outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound), str(v.n_baseline), str(v.n_stage),
                   str(v.excluded))
     console.print(table)
+    say("effect: ", effect_label(what, v))
     console.print(f"rule: {v.rule}", highlight=False, soft_wrap=True)
     console.print(f"detail: {v.detail}", highlight=False, soft_wrap=True)
     for w in v.warnings:

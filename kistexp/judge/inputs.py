@@ -10,12 +10,20 @@ A sample source is one of:
   ``ttfb``, ``build-time``, ``failures``, ``throughput``); SERVER is ``public`` or
   ``onion``. These samples carry their times, so the judge also checks hour-of-day
   coverage and the design effect.
+
+OnionPerf samples also carry their vantage point (label ``source``, the OnionPerf instance)
+and, for transfers, their server (``onion`` or ``public``). ``read_source`` can keep one
+of each, and ``mixing_warnings`` says when a window mixes them or the two windows differ in
+them: onion transfers take several times as long as public ones, and vantage points differ
+by their distance to the network, so such a comparison measures the mix, not the change.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
+from collections import Counter
 from pathlib import Path
 
 from kistexp.errors import KistexpError
@@ -32,6 +40,16 @@ ONIONPERF_NAMES = {
     "throughput": "client_throughput_mbytes_per_s",
 }
 SERVERS = ("public", "onion")
+# what an effect line calls each OnionPerf metric
+ONIONPERF_LABELS = {
+    "client_ttfb_s": "TTFB",
+    "client_ttlb_50kib_s": "TTLB 50 KiB",
+    "client_ttlb_1mib_s": "TTLB 1 MiB",
+    "client_ttlb_5mib_s": "TTLB 5 MiB",
+    "circuit_build_time_s": "circuit build time",
+    "client_transfer_failure_ratio": "transfer failure ratio",
+    "client_throughput_mbytes_per_s": "throughput",
+}
 _MAX_BYTES = 256 * 1024 * 1024
 
 
@@ -103,24 +121,101 @@ def read_csv_column(path: Path, column: str) -> Window:
     return Window(values)
 
 
-def read_onionperf(path: Path, name: str) -> Window:
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """The samples a source names, with what they are: the catalogue metric ("" for plain numbers)
+    and, for OnionPerf, how many samples came from each vantage point and each kind of server."""
+
+    window: Window
+    metric: str = ""
+    vantage_points: dict[str, int] = dataclasses.field(default_factory=dict)
+    servers: dict[str, int] = dataclasses.field(default_factory=dict)  # empty for circuit build times
+
+    @property
+    def onionperf(self) -> bool:
+        return bool(self.vantage_points)
+
+
+def _onionperf_source(path: Path, name: str, server: str | None = None, vantage_point: str | None = None) -> Source:
     from kistexp.metrics.collectors import onionperf
 
-    metric, _, server = name.partition("/")
+    metric, _, in_spec = name.partition("/")
     metric = ONIONPERF_NAMES.get(metric, metric)
     if metric not in ONIONPERF_NAMES.values():
         known = ", ".join([*ONIONPERF_NAMES, *ONIONPERF_NAMES.values()])
         raise SampleFileError(f"{path}@{name}: unknown OnionPerf metric (known: {known})")
-    if server and server not in SERVERS:
-        raise SampleFileError(f"{path}@{name}: server {server!r} is not one of {', '.join(SERVERS)}")
+    for chosen in (in_spec, server):
+        if chosen and chosen not in SERVERS:
+            raise SampleFileError(f"{path}@{name}: server {chosen!r} is not one of {', '.join(SERVERS)}")
+    if in_spec and server and in_spec != server:
+        raise SampleFileError(f"{path}@{name}: the source names server {in_spec!r} but --server is {server!r}")
+    server = in_spec or server
+    if server and metric == "circuit_build_time_s":
+        raise SampleFileError(f"{path}@{name}: circuit build times have no server (a circuit is built before a "
+                              "transfer uses it); leave the server out")
     if not path.is_file():
         raise SampleFileError(f"{path}: no such file")
     collected = onionperf.collect(path)
     samples = [s for s in collected.samples.get(metric, ())
                if not server or s.labels.get("server") == server]
+    if vantage_point:
+        present = sorted({s.labels.get("source", "") for s in samples})
+        samples = [s for s in samples if s.labels.get("source") == vantage_point]
+        if not samples:
+            raise SampleFileError(f"{path}: no {metric} samples from vantage point {vantage_point!r} "
+                                  f"(the file has: {', '.join(present) or 'none'})")
     if not samples:
         raise SampleFileError(f"{path}: no {metric} samples{f' from {server} servers' if server else ''}")
-    return Window([s.value for s in samples], [s.time.timestamp() for s in samples])
+    vantage_points = Counter(s.labels.get("source", "") for s in samples)
+    servers = Counter(s.labels["server"] for s in samples if "server" in s.labels)
+    return Source(Window([s.value for s in samples], [s.time.timestamp() for s in samples]), metric,
+                  dict(sorted(vantage_points.items())), dict(sorted(servers.items())))
+
+
+def read_onionperf(path: Path, name: str) -> Window:
+    return _onionperf_source(path, name).window
+
+
+def read_source(spec: str, *, server: str | None = None, vantage_point: str | None = None) -> Source:
+    """What ``spec`` names; ``server`` (onion or public) and ``vantage_point`` (an OnionPerf
+    instance's name) keep only those OnionPerf samples and are refused for other sources."""
+    path = Path(spec)
+    onionperf_file = "@" in spec and not path.is_file() and Path(spec.rpartition("@")[0]).is_file()
+    if onionperf_file:
+        file, _, name = spec.rpartition("@")
+        return _onionperf_source(Path(file), name, server, vantage_point)
+    if server or vantage_point:
+        option = "--server" if server else "--source"
+        raise SampleFileError(f"{spec}: {option} selects OnionPerf samples, and this is not an OnionPerf source "
+                              "(FILE@METRIC)")
+    return Source(read_samples(spec))
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {n}" for name, n in counts.items())
+
+
+def mixing_warnings(baseline: Source | None, stage: Source) -> list[str]:
+    """One line per way the comparison mixes unlike OnionPerf samples: a window with onion and
+    public transfers or with several vantage points, or two windows that differ in either."""
+    out = []
+    sides = [("stage", stage)] if baseline is None else [("baseline", baseline), ("stage", stage)]
+    for side, src in sides:
+        if len(src.servers) > 1:
+            out.append(f"{side} mixes onion and public transfers ({_counts(src.servers)}), which perform "
+                       "differently (onion transfers take several times as long): keep one with --server onion|public")
+        if len(src.vantage_points) > 1:
+            out.append(f"{side} mixes {len(src.vantage_points)} vantage points ({_counts(src.vantage_points)}): "
+                       "keep one with --source NAME")
+    if baseline is not None and baseline.onionperf and stage.onionperf:
+        if baseline.servers and stage.servers and set(baseline.servers) != set(stage.servers):
+            out.append(f"baseline has {' and '.join(baseline.servers)} transfers, stage {' and '.join(stage.servers)}"
+                       ": the effect compares different servers")
+        if set(baseline.vantage_points) != set(stage.vantage_points):
+            out.append(f"baseline is from vantage point {', '.join(baseline.vantage_points)}, stage from "
+                       f"{', '.join(stage.vantage_points)}: the effect includes the difference between vantage "
+                       "points")
+    return out
 
 
 def read_samples(spec: str) -> Window:
