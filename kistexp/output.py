@@ -35,18 +35,52 @@ The API (stable; other command modules rely on it):
 from __future__ import annotations
 
 import json
+import re
 import sys
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.progress import Progress, ProgressColumn
 from rich.table import Table
 from rich.text import Text
 
-# Piped output is read by people in pagers and CI logs: do not wrap tables at 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 200)
+#: The width of piped output when $COLUMNS does not give one: people read it in pagers and CI logs, so
+#: tables are not squeezed into 80 columns and lines are not wrapped.
+PIPED_WIDTH = 200
+# a date and time written with a space ("2027-03-01 12:00", "03-01 12:00") is one word when lines wrap
+_DATE_TIME = re.compile(r"\b(?:\d{4}-)?\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?\b")
+
+
+def _env_columns(environ: Mapping[str, str]) -> int | None:
+    columns = environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+class _Console(Console):
+    """A console laid out for the terminal's width or, piped, for $COLUMNS (read when printing, so
+    ``COLUMNS=80 kistexp ... | less`` fits 80 columns), else for PIPED_WIDTH."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = super().size
+        if self.is_terminal:
+            return dims
+        return ConsoleDimensions(_env_columns(self._environ) or PIPED_WIDTH, dims.height)
+
+    @size.setter
+    def size(self, new_dimensions: tuple[int, int]) -> None:
+        Console.size.fset(self, new_dimensions)  # type: ignore[attr-defined]
+
+    def wrap_width(self) -> int | None:
+        """The width to wrap lines at: the terminal's or $COLUMNS; None for piped output without $COLUMNS."""
+        if self.is_terminal or _env_columns(self._environ):
+            return self.size.width
+        return None
+
+
+console = _Console()
 err_console = Console(stderr=True)
 
 # Unicode categories that do not draw a glyph and can change what the terminal does or shows: controls
@@ -100,9 +134,50 @@ def _line(parts: Iterable[object], style: str | None) -> Text:
     return line
 
 
-def say(*parts: object, style: str | None = None, err: bool = False) -> None:
-    """Print one line made of ``parts`` literally; long lines are not hard-wrapped (pagers fold them)."""
-    (err_console if err else console).print(_line(parts, style), soft_wrap=True)
+def wrap_offsets(text: str, width: int, indent: int = 0) -> list[int]:
+    """Where to break ``text`` into lines of at most ``width`` cells, at spaces (a date and time count
+    as one word); lines after the first are meant to be printed after ``indent`` spaces. A word
+    longer than a line is cut."""
+    protected = [m.span() for m in _DATE_TIME.finditer(text)]
+    words = []  # (start, end) of each word, a protected date-time kept whole
+    for m in re.finditer(r"\S+", text):
+        start, end = m.span()
+        if words and any(a <= words[-1][0] < b and start < b for a, b in protected):
+            words[-1] = (words[-1][0], end)
+        else:
+            words.append((start, end))
+    breaks: list[int] = []
+    line_start, room = 0, width
+    for start, end in words:
+        if end - line_start <= room or start == line_start:
+            pass
+        else:
+            breaks.append(start)
+            line_start, room = start, width - indent
+        while end - line_start > room:  # one word longer than a line: cut it
+            line_start += room
+            breaks.append(line_start)
+            room = width - indent
+    return breaks
+
+
+def say(*parts: object, style: str | None = None, err: bool = False, indent: int = 4) -> None:
+    """Print one line made of ``parts`` literally. At a terminal, or piped with $COLUMNS set, a long line is
+    wrapped at spaces (dates with their times kept whole) with ``indent`` spaces before its continuation
+    lines; piped without $COLUMNS it stays one line (pagers fold it)."""
+    target = err_console if err else console
+    line = _line(parts, style)
+    width = target.wrap_width() if isinstance(target, _Console) else (target.width if target.is_terminal else None)
+    if width is None or len(line.plain) <= width:
+        target.print(line, soft_wrap=True)
+        return
+    indent = min(indent, width // 4)
+    pieces = line.divide(wrap_offsets(line.plain, width, indent))
+    for i, piece in enumerate(pieces):
+        piece.rstrip()
+        if i:
+            piece = Text(" " * indent, style=style or "").append_text(piece)
+        target.print(piece, soft_wrap=True)
 
 
 def make_table(title: object = None, columns: Iterable[object] = (), **options: Any) -> Table:

@@ -88,8 +88,17 @@ def test_kx102_above_maximum(tmp_path):
 def test_kx201_names_propagation_and_samples(tmp_path):
     report = _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', 'duration = "2h"', 1))
     message = next(f for f in report.findings if f.code == "KX201").message
-    # clients need about 1h52m after the first consensus; 100 OnionPerf samples take 8h20m
-    assert "until all clients run the value" in message and "for 100 samples" in message
+    # clients need about 1h52m after the first consensus (2 hourly windows); 100 samples at the engine's
+    # 2 OnionPerf vantage points x 12/h take 5 hourly collections
+    assert message == ("stage 'two' (2h): criterion 'client_ttlb_1mib_s' needs 7h: 2h until all clients run the "
+                       "value, then 5 hourly collections for 100 samples of client_ttlb_1mib_s (24 a collection: "
+                       "12/h from each of 2 OnionPerf vantage points)")
+    assert "7h" in message.split("needs ")[1]
+    # the engine's window count: 7 h is enough, 6 h is not
+    assert [f.severity for f in _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', 'duration = "7h"', 1)
+                                      ).findings if f.code == "KX201"] == ["warning"]
+    assert "error" in [f.severity for f in _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', 'duration = "6h"',
+                                                                               1)).findings if f.code == "KX201"]
     enough = VALID_PLAN.replace('duration = "14d"', 'duration = "11h"', 1)
     findings = [f for f in _lint(tmp_path, enough).findings if f.code == "KX201"]
     # long enough for the samples, too short for 80 % power: a warning naming the duration that would
@@ -120,11 +129,13 @@ def _switchback(period: str, washout: str, cycles: int) -> str:
 
 def test_kx202_switchback_washout(tmp_path):
     assert "KX202" in _codes(_lint(tmp_path, _switchback("24h", "30m", 3)))
-    findings = _lint(tmp_path, _switchback("24h", "2h", 3)).findings
-    # 3 cycles are underpowered and 2 vs 3 ms draws the kernel-tick warning; the washout is fine
+    findings = _lint(tmp_path, _switchback("24h", "2h", 2)).findings
+    # 2 cycles are underpowered (with the engine's 2 OnionPerf vantage points) and 2 vs 3 ms draws the
+    # kernel-tick warning; the washout is fine
     assert sorted(f.code for f in findings) == ["KX106", "KX201"]
     power = next(f for f in findings if f.code == "KX201")
-    assert power.severity == "warning" and "6 cycles (12d) would reach 80 %" in power.message
+    assert power.severity == "warning" and "3 cycles (6d) would reach 80 %" in power.message
+    assert sorted(f.code for f in _lint(tmp_path, _switchback("24h", "2h", 3)).findings) == ["KX106"]
     # 2 vs 10 ms runs differently on every kernel: no kernel-tick warning
     assert "KX106" not in _codes(_lint(tmp_path, _switchback("24h", "2h", 3).replace("= 3 }", "= 10 }")))
 
@@ -175,8 +186,78 @@ def test_kx203_switchback_aliased_with_time_of_day(tmp_path):
         assert "KX203" not in _codes(_lint(tmp_path, _switchback(fine, "2h", 14)))
 
 
+def test_kx201_sample_time_is_the_dry_runs_sample_model(tmp_path):
+    """The linter's collections are the ones a dry run draws: catalogue.samples_in per plan hour."""
+    from kistexp.metrics import catalogue
+
+    cpu = catalogue.get("relay_cpu_utilization")
+    assert catalogue.samples_in(cpu) == cpu.samples_per_hour * catalogue.RELAY_INSTANCES == 600
+    assert catalogue.collections_needed(cpu, 601) == 2
+    assert catalogue.collections_needed(catalogue.get("client_ttlb_1mib_s"), 100) == 5
+    from kistexp.rollout import dryrun
+
+    assert (dryrun.RELAY_INSTANCES, dryrun.ONIONPERF_INSTANCES) == (catalogue.RELAY_INSTANCES,
+                                                                     catalogue.ONIONPERF_INSTANCES)
+    text = VALID_PLAN.replace("min_samples = 100", "min_samples = 1201").replace(
+        'metric = "client_ttlb_1mib_s"', 'metric = "relay_cpu_utilization"').replace('duration = "14d"',
+                                                                                     'duration = "3h"', 1)
+    (finding,) = [f for f in _lint(tmp_path, text).findings if f.code == "KX201" and f.severity == "error"]
+    assert "then 3 hourly collections for 1201 samples" in finding.message
+    assert "(600 a collection: 60/h from each of 10 relays)" in finding.message
+
+
+def test_a_finding_repeated_over_stages_and_criteria_is_one_line(tmp_path):
+    both_short = VALID_PLAN.replace('duration = "14d"', 'duration = "2h"')
+    criterion = VALID_PLAN[VALID_PLAN.index("[[criteria]]"):]
+    twice = both_short + "\n" + criterion + 'name = "bulk again"\n'
+    findings = [f for f in _lint(tmp_path, twice).findings if f.code == "KX201"]
+    assert len(findings) == 1, [str(f) for f in findings]
+    (finding,) = findings
+    assert finding.message.startswith("stages 'two' (2h), 'eight' (2h): criteria 'client_ttlb_1mib_s', "
+                                      "'bulk again' need 7h: ")
+    assert finding.key == "stages[0].duration" and finding.line is not None
+    # stages that differ are not merged: one line per distinct finding, each naming its stages
+    mixed = VALID_PLAN.replace('duration = "14d"', 'duration = "2h"', 1).replace('duration = "14d"',
+                                                                                 'duration = "3h"', 1)
+    lines = [f.message for f in _lint(tmp_path, mixed).findings if f.code == "KX201"]
+    assert len(lines) == 1 and lines[0].startswith("stages 'two' (2h), 'eight' (3h): criterion")
+    # the same out-of-bounds value in two stages: one KX102 line
+    low = VALID_PLAN.replace("KISTSchedRunInterval = 2 }", "KISTSchedRunInterval = 1 }").replace(
+        "KISTSchedRunInterval = 8 }", "KISTSchedRunInterval = 1 }")
+    kx102 = [f for f in _lint(tmp_path, low).findings if f.code == "KX102"]
+    assert len(kx102) == 1 and kx102[0].message.startswith("stages 'two', 'eight': KISTSchedRunInterval=1 is below")
+
+
+_SIMULATED = VALID_PLAN + '\n[simulation]\npopulation_scale = 0.01\nseeds = [1]\nduration = "60s"\n'
+
+
+def test_kx303_criterion_the_population_cannot_predict(tmp_path):
+    from kistexp.metrics import catalogue
+
+    text = _SIMULATED.replace('metric = "client_ttlb_1mib_s"', 'metric = "client_transfer_failure_ratio"')
+    report = _lint(tmp_path, text)
+    (finding,) = [f for f in report.findings if f.code == "KX303"]
+    assert finding.severity == "error" and report.exit_code == 1
+    assert finding.key == "criteria[0].metric" and finding.line is not None
+    assert "cannot predict 'client_transfer_failure_ratio'" in finding.message
+    assert finding.message.endswith("it predicts " + ", ".join(catalogue.simulated()))
+    assert "relay_cpu_utilization" in catalogue.simulated() and "circuit_build_time_s" not in catalogue.simulated()
+    # predictable metrics are fine; without a [simulation] table the plan is not meant to be predicted
+    assert "KX303" not in _codes(_lint(tmp_path, _SIMULATED))
+    plain = VALID_PLAN.replace('metric = "client_ttlb_1mib_s"', 'metric = "client_transfer_failure_ratio"')
+    assert "KX303" not in _codes(_lint(tmp_path, plain))
+
+
+def test_simulated_metrics_are_what_simulate_writes():
+    from kistexp.metrics import catalogue
+    from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS
+
+    assert set(catalogue.simulated()) == set(CLIENT_METRICS) | set(RELAY_METRICS)
+
+
 def test_every_rule_is_tested():
-    tested = set(CASES) | {"KX202", "KX203", "KX302", "KX401", "KX105", "KX107"}  # KX105: tests/test_input_limits.py
+    tested = set(CASES) | {"KX202", "KX203", "KX302", "KX303", "KX401", "KX105",
+                           "KX107"}  # KX105: tests/test_input_limits.py
     assert tested == set(RULES)
 
 

@@ -201,3 +201,19 @@ def test_cli_simulate_bad_input(tmp_path):
     assert "load 1.5 must be in (0, 1)" in str(result.exception)
     result = runner.invoke(app, ["simulate", str(plan), "--stored", "--dir", str(tmp_path / "none")])
     assert "no such experiment directory" in str(result.exception)
+
+
+def test_a_higher_load_moves_more_bytes_through_the_same_nics(small):
+    """A sweep's loads on one network: NICs scaled for the byte budget at load 1, the same at every load, so
+    relay bandwidth and CPU rise with the load (scaled to the budget at each load, every load moved the same
+    bytes over slower NICs and CPU fell as the load rose)."""
+    from kistexp.population.classes import load_class_shares
+    from kistexp.population.predict import simulate_values
+
+    runs = {load: simulate_values(small, {"KISTSchedRunInterval": 10}, load=load, loss_rate=0.0,
+                                  shares=load_class_shares(), seed=1, duration_s=8, scale=0.005, byte_budget=4e6)
+            for load in (0.3, 0.6)}
+    assert runs[0.3].bandwidth_scale == runs[0.6].bandwidth_scale < 1
+    fig = {load: {(m, c): med for m, c, med, _p95 in r.figures} for load, r in runs.items()}
+    for metric in ("relay_bandwidth_bytes_per_s", "relay_cpu_utilization"):
+        assert fig[0.6][(metric, "all")] > 1.3 * fig[0.3][(metric, "all")], metric

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import typer
+from rich.text import Text
 
 from kistexp.errors import KistexpError
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
@@ -56,6 +57,13 @@ def lint(
     raise typer.Exit(report.exit_code)
 
 
+def _whole(text: str):
+    """A table cell that is never wrapped: a date and its time stay on one line."""
+    cell = plain(text)
+    cell.no_wrap = True
+    return cell
+
+
 def show(
     plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable timeline."),
@@ -69,17 +77,28 @@ def show(
     say(plain(plan.name, "bold"), f" ({plan.kind}) owner {plan.owner} <{plan.contact}>")
     say(f"parameters: {', '.join(plan.parameters)}; tor {plan.tor_versions}; "
         f"baseline {timeline.baseline_start:%Y-%m-%d %H:%M} .. {plan.start:%Y-%m-%d %H:%M} UTC")
-    table = make_table("Timeline (UTC)", [
-        (col, {"overflow": "fold"}) for col in ("stage", "values", "start", "end", "gate", "votes by",
-                                                "first consensus", "relays 50%", "relays 100%", "clients 50%",
-                                                "clients 100%")])
+    times = [t for r in timeline.rows for t in (r.start, r.end, r.first_valid_after, r.clients_100)]
+    years = sorted({t.year for t in times})
+    # one year: dates without it (the title has it), so the tables fit 80 columns
+    day = "%m-%d %H:%M" if len(years) == 1 else "%Y-%m-%d %H:%M"
+    when = f"UTC, {years[0]}" if len(years) == 1 else "UTC"
+    dated = {"min_width": len(f"{times[0]:{day}}")}
+    stages = make_table(f"Stages ({when})", [("stage", {"overflow": "fold"}), ("values", {"overflow": "fold"}),
+                                             ("start", dated), ("end", dated), "gate"], title_justify="left")
     for row in timeline.rows:
-        add_row(
-            table, row.stage, row.values_text, f"{row.start:%Y-%m-%d %H:%M}", f"{row.end:%Y-%m-%d %H:%M}", row.gate,
-            f"{row.vote_deadline:%H:%M}", f"{row.first_valid_after:%m-%d %H:%M}", f"{row.relays_50:%H:%M}",
-            f"{row.relays_100:%H:%M}", f"{row.clients_50:%H:%M}", f"{row.clients_100:%m-%d %H:%M}",
-        )
-    print_table(table)
+        add_row(stages, row.stage, row.values_text, _whole(f"{row.start:{day}}"), _whole(f"{row.end:{day}}"),
+                row.gate)
+    print_table(stages)
+    # two-line headings: the columns are as narrow as their times
+    heads = ["votes\nby", "first\nconsensus", "relays\n50%", "relays\n100%", "clients\n50%", "clients\n100%"]
+    spread = make_table(f"Consensus and propagation ({when}; times on the stage's first day unless dated)",
+                        [("stage", {"overflow": "fold"}), *((Text(h), {"no_wrap": True}) for h in heads)],
+                        title_justify="left")
+    for row in timeline.rows:
+        add_row(spread, row.stage, *(_whole(t) for t in (
+            f"{row.vote_deadline:%H:%M}", f"{row.first_valid_after:{day}}", f"{row.relays_50:%H:%M}",
+            f"{row.relays_100:%H:%M}", f"{row.clients_50:%H:%M}", f"{row.clients_100:{day}}")))
+    print_table(spread)
     say("authorities:")
     for row in timeline.rows:
         say(f"  {row.stage}: {row.authority_action}")

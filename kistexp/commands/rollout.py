@@ -84,7 +84,8 @@ def dry_run_cmd(
     from kistexp.output import add_row, make_table, print_table
 
     # plain cells: decision messages and outage lines carry the plan's names, never markup
-    table = make_table(f"dry run of {r.plan}", ("time (UTC)", "what", "stage", "detail"), show_lines=False)
+    table = make_table(f"dry run of {r.plan}", (("time (UTC)", {"no_wrap": True}), "what", "stage", "detail"),
+                       show_lines=False)
     rows = [(c["valid_after"], "consensus", "", " ".join(f"{k}={v}" for k, v in c["params"].items())
              if c["params"] is not None else "none published (no majority-signed consensus)")
             for c in r.consensus_changes]
@@ -341,7 +342,9 @@ def _status_parts(exp: str, view: dict, health) -> list:
     spec, _, _ = load_spec(Path(exp))
     limits = {c.name: effect_limit(c.comparison, c.threshold) for c in spec.criteria}
     origins = {c.name: effect_origin(c.comparison) for c in spec.criteria}
-    parts: list = [status_table(view, verdict_looks(exp), limits, origins=origins), times_table(view)]
+    # a narrow terminal gets shorter sparklines and bars, so the table keeps its columns whole
+    narrow = {"width": 10, "bar_width": 5} if console.width < 100 else {}
+    parts: list = [status_table(view, verdict_looks(exp), limits, origins=origins, **narrow), times_table(view)]
     if health is not None:
         parts.append(health.last_round_text())
         current = health.current_outage

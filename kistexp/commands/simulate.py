@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from kistexp.output import console, emit_json, progress_bar, say
 
@@ -40,24 +41,62 @@ def _figure_dict(f) -> dict:
             "low_2_5": f.low, "high_97_5": f.high, "networks": f.networks, "change_vs_baseline": f.change}
 
 
+def _heading(stage: str) -> Text:
+    # "transition:back-to-10ms" on two lines: the column is as wide as the stage's name
+    return Text(stage.replace("transition:", "transition:\n", 1))
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.split("\n")), default=0)
+
+
+def _tables(title: str, label: str, rows: list[tuple[str, dict[str, str]]], stages: list[str]) -> list[Table]:
+    """One table of ``rows`` (label, {stage: cell}) over ``stages``; when it would not fit the console, the
+    stage columns are split over several tables, each repeating the label column, so no label or cell is
+    cut (every cell keeps its lines whole)."""
+    label_w = max([_width(label), *(_width(r) for r, _ in rows)])
+    widths = {s: max([_width(_heading(s).plain), *(_width(c.get(s, "-")) for _, c in rows)]) for s in stages}
+    room = console.width - label_w - 2
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for s in stages:
+        if chunks[-1] and used + widths[s] + 2 > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(s)
+        used += widths[s] + 2
+    out = []
+    for i, chunk in enumerate(chunks):
+        more = f" ({i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+        t = Table(title=Text(title + more), box=None, title_justify="left")
+        t.add_column(label, no_wrap=True, min_width=min(label_w, console.width // 2), overflow="fold")
+        for s in chunk:
+            t.add_column(_heading(s), justify="right", no_wrap=True)
+        for name, cells in rows:
+            t.add_row(Text(name), *(Text(cells.get(s, "-")) for s in chunk))
+        out.append(t)
+    return out
+
+
 def _print(plan_name: str, stages: list[str], figures, header: str, classes: int) -> None:
     console.print(header)
-    t = Table(title=f"{plan_name}: clients (median over networks [95 % range], change vs baseline)",
-              box=None, title_justify="left")
-    t.add_column("metric")
-    for s in stages:
-        t.add_column(s, justify="right")
     by = {(f.stage, f.metric, f.relay_class): f for f in figures}
+    # narrow consoles: each figure on lines of its own (median / [95 % range] / change), so columns are narrow
+    sep = "\n" if console.width < 160 else " "
+    rows = []
     for metric, (unit, factor) in _SHOW.items():
         if metric.startswith("relay_"):
             continue
-        cells = []
+        cells = {}
         for s in stages:
             f = by.get((s, metric, ""))
-            cells.append("-" if f is None else f"{_fmt(f.median, factor)} [{_fmt(f.low, factor)}, "
-                         f"{_fmt(f.high, factor)}] {_change(f.change)}".strip())
-        t.add_row(f"{metric} ({unit})", *cells)
-    console.print(t)
+            cells[s] = "-" if f is None else sep.join(
+                x for x in (_fmt(f.median, factor), f"[{_fmt(f.low, factor)}, {_fmt(f.high, factor)}]",
+                            _change(f.change)) if x)
+        rows.append((f"{metric}{sep}({unit})", cells))
+    for t in _tables(f"{plan_name}: clients (median over networks [95 % range], change vs baseline)", "metric",
+                     rows, stages):
+        console.print(t)
     groups = [c for c in dict.fromkeys(f.relay_class for f in figures if f.relay_class)]
     shown = [g for g in groups if g == "all" or " HZ=" in g and len(g.split()) == 2]
     fine = [g for g in groups if g.count(" ") >= 3]
@@ -65,17 +104,15 @@ def _print(plan_name: str, stages: list[str], figures, header: str, classes: int
     for metric in ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_bytes_per_s",
                    "relay_kernel_queue_bytes"):
         unit, factor = _SHOW[metric]
-        t = Table(title=f"{metric} ({unit}) per relay class", box=None, title_justify="left")
-        t.add_column("relay class")
-        for s in stages:
-            t.add_column(s, justify="right")
+        rows = []
         for g in shown + fine[:classes]:
-            cells = []
+            cells = {}
             for s in stages:
                 f = by.get((s, metric, g))
-                cells.append("-" if f is None else f"{_fmt(f.median, factor)} {_change(f.change)}".strip())
-            t.add_row(g, *cells)
-        console.print(t)
+                cells[s] = "-" if f is None else sep.join(x for x in (_fmt(f.median, factor), _change(f.change)) if x)
+            rows.append((g, cells))
+        for t in _tables(f"{metric} ({unit}) per relay class", "relay class", rows, stages):
+            console.print(t)
 
 
 def _notice(bar, message: str) -> None:  # noqa: ANN001

@@ -8,12 +8,20 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from kistexp.output import console, emit_json, err_console, progress_bar
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f} %"
+
+
+def _range(low: float | None, high: float | None) -> str:
+    """``+5.5 .. +9.2 %``: one unit for both ends, so the cell stays narrow."""
+    if low is None or high is None:
+        return f"{_pct(low)} .. {_pct(high)}"
+    return f"{100 * low:+.1f} .. {100 * high:+.1f} %"
 
 
 def sweep(
@@ -114,12 +122,16 @@ def _print(spec, report) -> None:
     console.print(f"[bold]{report.name}[/bold]: {report.cells} cells ({report.ran} run, {report.cached} cached, "
                   f"{report.failed} failed) on {report.backend} in {report.wall_s:.0f} s; results in {report.out}")
     for i, rule in enumerate(spec.recommend):
-        t = Table(title=rule_text(rule), box=None, title_justify="left")
-        for col in ("context", rule.parameter, "rise (median)", "rise (95 % range)", "networks", "within"):
-            t.add_column(col, justify="left" if col == "context" else "right")
+        t = Table(title=rule_text(rule), box=None, title_justify="left", pad_edge=False)
+        # the context wraps at its spaces; names and numbers are never cut (a range keeps its % whole)
+        t.add_column("context", justify="left", min_width=max([7, *(len(w) for r in report.rises if r.rule == i
+                                                                      for w in r.context.split())]))
+        t.add_column(rule.parameter, justify="right", no_wrap=True, min_width=len(rule.parameter))
+        for head in ("rise\n(median)", "rise\n(95 % range)", "networks", "within"):
+            t.add_column(Text(head), justify="right", no_wrap=True)
         for r in report.rises:
             if r.rule == i:
-                t.add_row(r.context, str(r.value), _pct(r.rise_median), f"{_pct(r.rise_low)} .. {_pct(r.rise_high)}",
+                t.add_row(r.context, str(r.value), _pct(r.rise_median), _range(r.rise_low, r.rise_high),
                           str(r.networks), "yes" if r.within else "no")
         console.print(t)
         for rec in report.recommendations:

@@ -1,11 +1,15 @@
 """Which metrics exist, who provides them, and how fast samples arrive.
 
-A rollback criterion may only name a metric some collector provides. The sample rate
-is what the linter uses to tell whether a stage is long enough to gather a criterion's
-minimum number of samples.
+A rollback criterion may only name a metric some collector provides. The sample model
+below (``instances``, ``samples_in``, ``collections_needed``) is the one definition of
+how many samples a run gathers: the rollout engine collects each criterion's metric once
+a plan hour, a dry run draws that many samples per collection, and the linter uses the
+same numbers to tell whether a stage is long enough for a criterion's ``min_samples``.
 """
 
 from __future__ import annotations
+
+import math
 
 import attrs
 
@@ -81,3 +85,38 @@ def get(name: str) -> Metric | None:
 
 def names() -> tuple[str, ...]:
     return tuple(_BY_NAME)
+
+
+# --- the sample model shared by the engine's dry run and the linter --------------------------
+
+#: Relays whose exporters are scraped per collection (one instance per sampled relay).
+RELAY_INSTANCES = 10
+#: OnionPerf vantage points measuring client metrics.
+ONIONPERF_INSTANCES = 2
+#: The engine collects each criterion's metric once a plan hour.
+COLLECTION_HOURS = 1.0
+
+
+def instances(metric: Metric) -> int:
+    """Measuring instances a collection of ``metric`` draws from."""
+    return RELAY_INSTANCES if metric.population == "relays" else ONIONPERF_INSTANCES
+
+
+def instances_text(metric: Metric) -> str:
+    return (f"{RELAY_INSTANCES} relays" if metric.population == "relays"
+            else f"{ONIONPERF_INSTANCES} OnionPerf vantage points")
+
+
+def samples_in(metric: Metric, hours: float = COLLECTION_HOURS) -> int:
+    """Samples of ``metric`` gathered over ``hours`` of plan time from every instance."""
+    return int(round(metric.samples_per_hour * instances(metric) * hours))
+
+
+def collections_needed(metric: Metric, min_samples: int) -> int:
+    """Hourly collections until ``min_samples`` samples of ``metric`` are in."""
+    return max(1, math.ceil(min_samples / max(samples_in(metric), 1)))
+
+
+def simulated() -> tuple[str, ...]:
+    """Metrics the population simulator predicts (``kistexp simulate``), in catalogue order."""
+    return tuple(m.name for m in METRICS if "simulator" in m.collectors)

@@ -15,9 +15,14 @@
 | KX203 | error    | switchback periods that lock each arm to the same hours of the day |
 | KX301 | error    | criterion on a metric no collector provides |
 | KX302 | error    | plan without any rollback criterion |
+| KX303 | error    | plan with a [simulation] table: criterion on a metric the population cannot predict |
 | KX401 | error    | overlapping experiments on the same parameter across the files given |
 | KX501 | error    | start time in the past |
 | KX601 | error    | fewer participating authorities than needed to move the value |
+
+A finding repeated over stages and criteria is one line: "stages '2ms', '5ms': criterion
+'bulk' needs ...". Sample counts are the catalogue's sample model
+(``kistexp.metrics.catalogue.samples_in``), the one the engine's dry run draws.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from kistexp.metrics import catalogue as metrics
 from kistexp.plan.loader import parse_plan, read_plan_text
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import UNSET, ParamValue, Plan
-from kistexp.plan.timeline import authorities_needed, propagation_delay, sample_time
+from kistexp.plan.timeline import authorities_needed, propagation_delay
 from kistexp.population import kernels
 from kistexp.stats import power
 
@@ -55,6 +60,7 @@ RULES = {
     "KX203": "switchback arms aliased with the time of day",
     "KX301": "criterion on a metric no collector provides",
     "KX302": "no rollback criterion",
+    "KX303": "criterion on a metric the population cannot predict",
     "KX401": "overlapping experiments on one parameter",
     "KX501": "start time in the past",
     "KX601": "too few authorities to move the value",
@@ -94,14 +100,66 @@ class LintReport:
         return 1 if self.errors else 0
 
 
+def _named(one: str, many: str, names: Sequence[str]) -> str:
+    return f"{one if len(names) == 1 else many} {', '.join(names)}"
+
+
+@attrs.define
+class _Group:
+    """Findings of one rule with the same text, over stages and criteria."""
+
+    code: str
+    severity: str
+    message: str
+    verbs: tuple[str, str]  # (singular, plural) after the criteria
+    pairs: dict = attrs.field(factory=dict)  # stage label -> {criterion label: key}
+
+    def findings(self, out: _Collector) -> list[Finding]:
+        by_criteria: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for stage, criteria in self.pairs.items():
+            by_criteria.setdefault(tuple(criteria), []).append((stage, next(iter(criteria.values()))))
+        found = []
+        for criteria, stages in by_criteria.items():
+            parts = [_named("stage", "stages", [s for s, _ in stages if s])] if stages[0][0] else []
+            named = [c for c in criteria if c]
+            if named:
+                verb = self.verbs[0] if len(named) == 1 else self.verbs[1]
+                parts.append(f"{_named('criterion', 'criteria', named)} {verb} {self.message}")
+            else:
+                parts.append(self.message)
+            found.append(out.finding(self.code, stages[0][1], ": ".join(parts), self.severity))
+        return found
+
+
 class _Collector:
     def __init__(self, plan: Plan, source: str) -> None:
         self.plan = plan
         self._index = index_lines(source)
-        self.findings: list[Finding] = []
+        self._items: list[Finding | _Group] = []
+        self._groups: dict[tuple, _Group] = {}
 
-    def add(self, code: str, key: str, message: str, severity: str = "error") -> None:
-        self.findings.append(Finding(code, severity, self.plan.path, line_of(self._index, key), key, message))
+    def finding(self, code: str, key: str, message: str, severity: str) -> Finding:
+        return Finding(code, severity, self.plan.path, line_of(self._index, key), key, message)
+
+    def add(self, code: str, key: str, message: str, severity: str = "error", *, stage: str = "",
+            criterion: str = "", verbs: tuple[str, str] = ("", "")) -> None:
+        """One finding; with a ``stage`` or ``criterion`` label, findings of the same rule and text are
+        printed as one line naming every stage and criterion (the line of the first one's key)."""
+        if not stage and not criterion:
+            self._items.append(self.finding(code, key, message, severity))
+            return
+        group = self._groups.get((code, severity, message, verbs))
+        if group is None:
+            group = self._groups[(code, severity, message, verbs)] = _Group(code, severity, message, verbs)
+            self._items.append(group)
+        group.pairs.setdefault(stage, {}).setdefault(criterion, key)
+
+    @property
+    def findings(self) -> list[Finding]:
+        out: list[Finding] = []
+        for item in self._items:
+            out.extend(item.findings(self) if isinstance(item, _Group) else [item])
+        return out
 
 
 def lint_paths(paths: Sequence[str], now: dt.datetime | None = None) -> LintReport:
@@ -139,14 +197,20 @@ def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
 
 def _value_sets(plan: Plan):
     """(key path, values) for the baseline and every stage as written in the file."""
+    for path, values, _ in _labelled_value_sets(plan):
+        yield path, values
+
+
+def _labelled_value_sets(plan: Plan):
+    """(key path, values, stage label or "") for the baseline and every stage as written in the file."""
     if plan.baseline.values:
-        yield "baseline.values", plan.baseline.values
+        yield "baseline.values", plan.baseline.values, ""
     if plan.switchback is not None:
-        yield "switchback.treatment", plan.switchback.treatment
-        yield "switchback.control", plan.switchback.control
+        yield "switchback.treatment", plan.switchback.treatment, ""
+        yield "switchback.control", plan.switchback.control, ""
     else:
         for i, stage in enumerate(plan.stages):
-            yield f"stages[{i}].values", stage.values
+            yield f"stages[{i}].values", stage.values, repr(stage.name)
 
 
 def _check_parameters(plan: Plan, out: _Collector) -> None:
@@ -168,7 +232,7 @@ def _check_parameters(plan: Plan, out: _Collector) -> None:
             versions = ", ".join(str(b.versions) for b in entry.bounds)
             out.add("KX103", f"experiment.parameters[{i}]",
                     f"{name} is read only by tor {versions}, not by all of {plan.tor_versions}", "warning")
-    for path, values in _value_sets(plan):
+    for path, values, label in _labelled_value_sets(plan):
         for name, value in values:
             if name not in known or value == UNSET:
                 continue
@@ -178,7 +242,7 @@ def _check_parameters(plan: Plan, out: _Collector) -> None:
                     limit = bounds.minimum if value < bounds.minimum else bounds.maximum
                     out.add("KX102", f"{path}.{name}",
                             f"{name}={value} is {side} of {limit} for tor {bounds.versions}: "
-                            f"tors clamp it to {bounds.clamp(value)}")
+                            f"tors clamp it to {bounds.clamp(value)}", stage=label)
     if plan.switchback is None:
         for i in range(1, len(plan.stages)):
             if plan.stages[i].values == plan.stages[i - 1].values:
@@ -222,13 +286,13 @@ def _check_cc_off(plan: Plan, out: _Collector) -> None:
     build a circuit through the relays that have it."""
     if not plan.tor_versions.overlaps(CGO_VERSIONS):
         return
-    for path, values in _value_sets(plan):
+    for path, values, label in _labelled_value_sets(plan):
         if dict(values).get("cc_alg") == 0:
             out.add("KX107", f"{path}.cc_alg",
                     f"cc_alg=0 in the consensus cuts tor {CGO_VERSIONS} clients still holding a consensus with "
                     "congestion control on off every relay that already has this one: such relays refuse their "
                     "circuit handshakes, directory fetches included, until the client's own consensus changes",
-                    "warning")
+                    "warning", stage=label)
 
 
 # KX106 warns when at least this share of relays runs two compared values at the same interval
@@ -236,21 +300,21 @@ ALIKE_WARN_SHARE = 0.5
 _TICK_PARAMS = ("KISTSchedRunInterval",)
 
 
-def _compared_pairs(plan: Plan, name: str) -> list[tuple[str, int, int]]:
-    """(key, a, b) for each pair of values the plan compares for ``name``."""
+def _compared_pairs(plan: Plan, name: str) -> list[tuple[str, int, int, str]]:
+    """(key, a, b, stage label) for each pair of values the plan compares for ``name``."""
     def value(values) -> ParamValue | None:
         return dict(values).get(name)
 
     pairs = []
     if plan.switchback is not None:
-        pairs.append(("switchback.treatment", value(plan.switchback.treatment), value(plan.switchback.control)))
+        pairs.append(("switchback.treatment", value(plan.switchback.treatment), value(plan.switchback.control), ""))
     else:
         previous = value(plan.baseline.values)
         for i, stage in enumerate(plan.stages):
             current = stage.value_of(name)
-            pairs.append((f"stages[{i}].values", previous, current))
+            pairs.append((f"stages[{i}].values", previous, current, repr(stage.name)))
             previous = current
-    return [(k, a, b) for k, a, b in pairs if isinstance(a, int) and isinstance(b, int) and a != b]
+    return [(k, a, b, label) for k, a, b, label in pairs if isinstance(a, int) and isinstance(b, int) and a != b]
 
 
 def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
@@ -262,7 +326,7 @@ def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
     shares = kernels.tick_shares()
     for name in names:
         bounds = catalogue.get(name).bounds_in(plan.tor_versions)  # type: ignore[union-attr]
-        for key, a, b in _compared_pairs(plan, name):
+        for key, a, b, label in _compared_pairs(plan, name):
             if bounds:
                 a, b = bounds[-1].clamp(a), bounds[-1].clamp(b)
             lo, hi = min(a, b), max(a, b)
@@ -284,7 +348,8 @@ def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
                     f"{name} {lo} and {hi} ms run at the same interval on {alike:.0%} of relays "
                     f"(kernels with HZ={', '.join(str(h) for h in same)} run both on the same tick multiple); only "
                     f"{tellers} ({1 - alike:.0%}) can tell them apart. Pairs that differ: "
-                    + "; ".join(hints[:3]) + f"; {lo} vs {every} ms differs on every kernel", "warning")
+                    + "; ".join(hints[:3]) + f"; {lo} vs {every} ms differs on every kernel", "warning",
+                    stage=label)
 
 
 def _covers(entry: catalogue.ConsensusParam, plan: Plan) -> list[bool]:
@@ -302,36 +367,61 @@ def _check_criteria(plan: Plan, out: _Collector) -> None:
             close = difflib.get_close_matches(criterion.metric, metrics.names(), n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(metrics.names())}"
             out.add("KX301", f"criteria[{i}].metric", f"no collector provides {criterion.metric!r}{hint}")
+        elif plan.simulation.declared and criterion.metric not in metrics.simulated():
+            out.add("KX303", f"criteria[{i}].metric",
+                    f"the plan has a [simulation] table, but the population cannot predict {criterion.metric!r}, "
+                    "so kistexp simulate writes no predictions for it and a dry run cannot rehearse the "
+                    f"criterion; it predicts {', '.join(metrics.simulated())}")
+
+
+def _label(criterion) -> str:
+    return repr(criterion.name or criterion.metric)
+
+
+def _hours(delta: dt.timedelta) -> int:
+    """Whole plan hours (the engine's collection windows) covering ``delta``."""
+    return math.ceil(delta.total_seconds() / 3600 - 1e-9)
+
+
+def _rate_text(metric) -> str:
+    return (f"{metrics.samples_in(metric)} a collection: {metric.samples_per_hour:g}/h from each of "
+            f"{metrics.instances_text(metric)}")
 
 
 def _check_stage_lengths(plan: Plan, out: _Collector) -> None:
+    """KX201: the engine counts a stage's samples in hourly collections once the criteria's population runs
+    the value (switchback: after the washout); it needs ``min_samples`` of each criterion's metric."""
     judged = [(c, metrics.get(c.metric)) for c in plan.criteria]
     judged = [(c, m) for c, m in judged if m is not None]
     if not judged:
         return
     for i, (stage, start, _end) in enumerate(plan.stage_windows()):
-        worst = None
+        short = False
+        longest = None
         for criterion, metric in judged:
             delay = propagation_delay(start, metric.population)
             settle = delay
             if plan.switchback is not None:
                 settle = max(delay, plan.switchback.washout)
-            need = settle + sample_time(criterion.min_samples, metric.samples_per_hour)
-            if worst is None or need > worst[0]:
-                worst = (need, criterion, metric, delay)
-        assert worst is not None
-        need, criterion, metric, delay = worst
-        if stage.duration >= need and plan.switchback is None:
-            _check_power(plan, out, i, stage, delay, judged)
-        if stage.duration < need:
+            collections = metrics.collections_needed(metric, criterion.min_samples)
+            need = dt.timedelta(hours=_hours(settle) + collections)
+            if longest is None or delay > longest:
+                longest = delay
+            if stage.duration >= need:
+                continue
+            short = True
             key = f"stages[{i}].duration" if plan.switchback is None else "switchback.period"
+            what = "the value" if plan.switchback is None else "a switched value and the washout ends"
             out.add("KX201", key,
-                    f"stage {stage.name!r} lasts {format_duration(stage.duration)} but needs "
-                    f"{format_duration(need)}: {format_duration(delay)} until all {metric.population} run the "
-                    f"value plus {format_duration(need - delay)} for {criterion.min_samples} samples of "
-                    f"{criterion.metric}")
-            if plan.switchback is not None:
-                break  # every period has the same length: one finding is enough
+                    f"{format_duration(need)}: {format_duration(dt.timedelta(hours=_hours(settle)))} until all "
+                    f"{metric.population} run {what}, then {collections} hourly collections for "
+                    f"{criterion.min_samples} samples of {criterion.metric} ({_rate_text(metric)})",
+                    stage=f"{stage.name!r} ({format_duration(stage.duration)})", criterion=_label(criterion),
+                    verbs=("needs", "need"))
+        if not short and plan.switchback is None:
+            _check_power(plan, out, i, stage, longest, judged)
+        if short and plan.switchback is not None:
+            break  # every period has the same length: one finding is enough
     if plan.switchback is not None:
         _check_switchback_power(plan, out, judged)
         populations = {m.population for _, m in judged}
@@ -351,7 +441,8 @@ _MAX_FORECAST = dt.timedelta(days=120)
 
 def _power_at(criterion, metric, var, stage_hours: float, baseline_hours: float, looks: int,
               c_end: float | None = None) -> tuple[float, float, float]:
-    scale = var.relays if var.kind == "relay" else 1
+    # relay metrics: the power model's relays, paired; others: what the engine collects (the catalogue's model)
+    scale = var.relays if var.kind == "relay" else metrics.instances(metric)
     n_s = metric.samples_per_hour * scale * max(stage_hours, 0.0)
     n_b = metric.samples_per_hour * scale * baseline_hours
     if c_end is None:
@@ -420,10 +511,10 @@ def _check_power(plan: Plan, out: _Collector, i: int, stage, delay: dt.timedelta
                       if var.kind == "relay" else ": lengthen the baseline or widen the threshold"))
         else:
             why = f"{format_duration(dt.timedelta(hours=need_h) + settle)} would reach 80 %"
-        out.add("KX201", f"stages[{i}].duration",
-                f"stage {stage.name!r} ({format_duration(stage.duration)}, {metric.samples_per_hour:g} samples/h"
-                f"{' per relay' if var.kind == 'relay' else ''}): {_power_text(criterion, p_pass, p_fail)}; {why}",
-                "warning")
+        rate = (f"{metric.samples_per_hour:g} samples/h per relay" if var.kind == "relay"
+                else f"{metric.samples_per_hour:g} samples/h from each of {metrics.instances_text(metric)}")
+        out.add("KX201", f"stages[{i}].duration", f"{rate}: {_power_text(criterion, p_pass, p_fail)}; {why}",
+                "warning", stage=f"{stage.name!r} ({format_duration(stage.duration)})")
 
 
 def _check_switchback_power(plan: Plan, out: _Collector, judged) -> None:

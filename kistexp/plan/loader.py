@@ -447,6 +447,6 @@ def _simulation(root: _Table) -> model.Simulation:
             raise root.src.error(f"{t.key('seeds')}[{i}]", "expected a non-negative integer seed")
         seeds.append(seed)
     duration = t.duration("duration", required=False, default="60s")
-    return model.Simulation(population_scale=scale, seeds=tuple(seeds), duration=duration)
+    return model.Simulation(population_scale=scale, seeds=tuple(seeds), duration=duration, declared=True)
 
 

@@ -79,6 +79,7 @@ class Simulation:
     population_scale: float = 0.01
     seeds: tuple[int, ...] = (1,)
     duration: dt.timedelta = dt.timedelta(seconds=60)
+    declared: bool = False  # the plan has a [simulation] table: it is meant to be predicted and rehearsed
 
 
 @attrs.frozen

@@ -94,7 +94,9 @@ class StageFigure:
     low: float  # 2.5 % over networks
     high: float  # 97.5 %
     networks: int
-    change: float | None  # median relative to the baseline's median - 1
+    # the median over networks of each network's own change (its median over the baseline's median - 1):
+    # not median / baseline median - 1, as those two medians can come from different networks
+    change: float | None
 
 
 @attrs.frozen
@@ -323,7 +325,9 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
     consensus from the start; measured over [warm-up, end) like a stage (one cell of a parameter sweep).
 
     ``seed`` draws the clients, paths, classes and traffic and seeds the run: the same seed on the same
-    network gives the same traffic for any values (common random numbers). Figures are the median and
+    network gives the same traffic for any values (common random numbers). The NICs are scaled down (the
+    same scale at every ``load``) when the network at load 1 would offer more than ``byte_budget``, so
+    offered bytes are ``load`` times at most the budget. Figures are the median and
     95th percentile of each catalogue metric's samples, relay metrics per relay class (labels as in
     ``simulate_plan``)."""
     wall0 = time.perf_counter()
@@ -337,8 +341,13 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
                              geoip=geoip, scale=scale)
 
     sn = build(traffic)
-    if sn.offered_bytes_per_s > byte_budget:
-        sn = build(attrs.evolve(traffic, bandwidth_scale=byte_budget / sn.offered_bytes_per_s))
+    # NICs scaled so that the budget holds at load 1, whatever this cell's load: one network keeps one NIC
+    # scale across a sweep's loads, so a higher load moves more bytes through the same relays. (Scaled to
+    # the budget at each load, every load moved the same bytes over slower NICs, and relay CPU fell as the
+    # load rose: fewer socket syscalls per cell on fuller runs.)
+    at_full_load = sn.offered_bytes_per_s / traffic.load
+    if at_full_load > byte_budget:
+        sn = build(attrs.evolve(traffic, bandwidth_scale=byte_budget / at_full_load))
     sim = Simulation(sn.network, RunConfig(duration_s=duration_s, seed=seed))
     sim.apply(list(range(len(sn.network.nodes))), dict(values))
     sim.advance_to(sn.traffic.warmup_s)  # a window starts at a sample time or where the run stopped

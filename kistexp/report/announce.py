@@ -14,8 +14,9 @@ from kistexp.durations import format_duration
 from kistexp.metrics.collectors import operator_report
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, build_timeline
+from kistexp.population.costs import BASELINE_RSS_BYTES
 from kistexp.report.data import RELAY_COSTS, PlanData
-from kistexp.report.html import DISPLAY, class_order
+from kistexp.report.html import class_order
 
 FORMATS = ("text", "markdown")
 # What an operator reports, in the order of the kistexp-operator-report/1 columns they fill in.
@@ -26,6 +27,19 @@ REPORT_COLUMNS = ("relay_fingerprint", "window_start_utc", "window_end_utc", "ph
 ANNOUNCE_CLASSES = 16
 EXAMPLE_FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
 ISO = "%Y-%m-%d %H:%M UTC"
+# metric -> (unit printed, factor from the catalogue's unit); CPU as everywhere: % of one core (100 = one core)
+UNITS = {"relay_cpu_utilization": ("% of one core", 100.0), "relay_rss_bytes": ("MB", 1e-6),
+         "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6)}
+# what a reader needs to read a metric's figures right, printed under its table
+NOTES = {
+    "relay_cpu_utilization": "100 % of one core is one core kept busy. The simulated relays carry less traffic than "
+                             "real ones (their network is a sample with slower links), so compare the change, not "
+                             "the level.",
+    "relay_rss_bytes": f"{BASELINE_RSS_BYTES / 1e6:.0f} MB of every figure is tor's process baseline in the model, "
+                       "the same for every relay, so the classes look alike; the run interval changes only the "
+                       "cells queued inside tor, which is what the change shows.",
+    "relay_bandwidth_bytes_per_s": "Bytes read plus written per second.",
+}
 
 
 def _env() -> jinja2.Environment:
@@ -53,22 +67,37 @@ def _instruction(values) -> str:
     return " and ".join(parts)
 
 
+def _watch(metric: str, by: dict, stages: list[str], classes: list[str]) -> dict:
+    """One metric's rows: per relay class the baseline A (median over networks) and per stage the change X
+    (median over networks of each network's own change, ``summarize_predictions``) with the value it
+    implies, A x (1 + X), so that every printed pair adds up. The stage's own median over networks can
+    come from another network than the baseline's (networks differ by their sampled relays far more than
+    by the values) and is not printed beside the change."""
+    unit, scale = UNITS[metric]
+    rows = []
+    for cls in classes:
+        base = by.get(("baseline", metric, cls))
+        if base is None:
+            continue
+        cells = []
+        for s in stages:
+            f = by.get((s, metric, cls))
+            if f is None:
+                continue
+            value = base.median * (1 + f.change) if f.change is not None else f.median
+            cells.append({"stage": s, "median": value * scale, "change": f.change})
+        if cells:
+            rows.append({"relay_class": cls, "baseline": base.median * scale, "stages": cells})
+    return {"metric": metric, "unit": unit, "rows": rows, "note": NOTES[metric]}
+
+
 def context(plan: Plan, data: PlanData) -> dict:
     timeline = build_timeline(plan)
     stages = list(timeline.rows)
     names = [s for s in data.stages if s != "baseline"]
     by = {(f.stage, f.metric, f.relay_class): f for f in data.figures}
-    watch = []
-    for metric in RELAY_COSTS:
-        unit, scale = DISPLAY[metric]
-        rows = []
-        for cls in class_order(data.figures, metric, ANNOUNCE_CLASSES):
-            base = by.get(("baseline", metric, cls))
-            cells = [{"stage": s, "median": by[(s, metric, cls)].median * scale,
-                      "change": by[(s, metric, cls)].change} for s in names if (s, metric, cls) in by]
-            if base is not None and cells:
-                rows.append({"relay_class": cls, "baseline": base.median * scale, "stages": cells})
-        watch.append({"metric": metric, "unit": unit, "rows": rows})
+    watch = [_watch(metric, by, names, class_order(data.figures, metric, ANNOUNCE_CLASSES))
+             for metric in RELAY_COSTS]
     n = len(plan.authorities.authorities)
     authorities = []
     for auth in plan.authorities.participating:

@@ -1,4 +1,4 @@
-"""Render a report in headless Chromium: a screenshot and the page's console messages.
+"""Render a report in headless Chromium: a screenshot and the page's console messages, or the DOM.
 
 Used by the report's browser test and by bench/report_screenshot.py (the screenshot in
 docs/reports.md). Chromium runs with a throw-away profile, no network (every host name fails to
@@ -89,3 +89,31 @@ def _render_once(binary: str, url: str, screenshot: Path, width: int, height: in
             proc.communicate()
             return None
     return proc.returncode, log
+
+
+def dump_dom(html: Path, *, timeout_s: float = 120.0, attempts: int = 2) -> str:
+    """The DOM of ``html`` as headless Chromium built it (``--dump-dom``), with the same throw-away
+    profile, no network and time bound as ``render``."""
+    binary = find_chromium()
+    if binary is None:
+        raise BrowserError("chromium not found (Debian: apt-get install chromium)")
+    url = Path(html).resolve().as_uri()
+    for _attempt in range(max(1, attempts)):
+        with tempfile.TemporaryDirectory(prefix="kistexp-chromium-") as profile:
+            args = [binary, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                    "--no-first-run", "--disable-extensions", "--disable-sync", "--disable-background-networking",
+                    "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND",
+                    "--proxy-server=127.0.0.1:9", "--dump-dom", url]
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                    text=True, env={**os.environ, "HOME": profile}, start_new_session=True)
+            try:
+                out, log = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                continue
+        if proc.returncode != 0 or "<html" not in out:
+            last = log.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            raise BrowserError(f"{url}: chromium failed: {last[0]}")
+        return out
+    raise BrowserError(f"{url}: chromium did not finish within {timeout_s:g} s")

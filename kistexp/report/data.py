@@ -11,6 +11,7 @@ summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from kistexp.dirauth.propagation import NodeClass
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
@@ -25,8 +27,10 @@ from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
+from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
+from kistexp.rollout.engine import metric_source_of
 from kistexp.rollout.journal import CommandRow, JournalReader, VerdictRow
-from kistexp.rollout.rollback import RollbackPlan, plan_rollback
+from kistexp.rollout.rollback import RollbackPlan, eta, plan_rollback
 from kistexp.rollout.runs import load_spec
 from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import REVERT_DEFAULT, ROLLBACK_KINDS, Status
@@ -48,6 +52,65 @@ class Rollback:
     cause: str
     plan: RollbackPlan
     rehearsal: bool
+
+
+@attrs.frozen
+class Mark:
+    """Something injected, scripted, down or missing, as the time-axis plots mark it: a span from
+    ``start`` to ``end``, or an instant when ``end`` is None. ``metrics`` names the metrics it touches
+    (empty: every metric)."""
+
+    kind: str  # injection | command | outage | gap
+    label: str
+    start: dt.datetime
+    end: dt.datetime | None = None
+    metrics: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Failure:
+    """A criterion that failed in a stage, at its first failing look, with the effect in plain words:
+    relative comparisons as the relative change (ratio 1.706 -> "+70.6 %"), absolute ones as the
+    difference in the metric's unit, above/below as the stage's value."""
+
+    criterion: str
+    metric: str
+    stage: str
+    at: dt.datetime
+    effect: str
+    interval: str
+    limit: str
+    verdict_id: int
+
+
+@attrs.frozen
+class Action:
+    """A rollback the run decided, who had to act and who did, and when the network was back."""
+
+    kind: str
+    decided: dt.datetime
+    from_stage: str
+    must_act: tuple[str, ...]
+    acted: tuple[str, ...]  # authorities whose intent for the rollback's transition was carried out
+    values: str  # the values the consensus carries after it, e.g. "KISTSchedRunInterval=10"
+    valid_after: dt.datetime | None  # the first consensus seen carrying them (None: none seen)
+    relays_99: dt.datetime | None
+    clients_99: dt.datetime | None
+
+
+@attrs.frozen
+class Summary:
+    """What a reviewer reads first: built from the journal, nothing computed anew but the wording."""
+
+    outcome: str
+    failures: tuple[Failure, ...]
+    actions: tuple[Action, ...]
+    metrics: str  # measured | recorded | predicted, with where they came from
+    injections: tuple[str, ...]
+    commands: tuple[str, ...]
+    outages: tuple[str, ...]
+    gaps: tuple[str, ...]
+    marks: tuple[Mark, ...] = ()
 
 
 @attrs.frozen
@@ -77,6 +140,7 @@ class ExperimentData:
     # each round's votes and consensus signers, the stretches without a majority-signed consensus and
     # each authority's outages
     health: HealthSummary = HealthSummary()
+    summary: Summary | None = None
 
     def stage_name(self, index: int) -> str:
         return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
@@ -222,6 +286,226 @@ def _rehearsals(spec: RolloutSpec, decisions: tuple[dict, ...], status: Status) 
     return tuple(plan_rollback(spec, kind, status.values, status.stage, at) for kind in ROLLBACK_KINDS)
 
 
+# --- the summary --------------------------------------------------------------------------------
+
+METRIC_ORIGINS = {
+    "measured": "measured (collectors on the live network)",
+    "recorded": "recorded (samples replayed from an earlier run)",
+    "predicted": "predicted (drawn from kistexp simulate's predictions, not measured)",
+}
+OUTCOME_WORDS = {
+    "PENDING": "not started", "BASELINE": "measuring the baseline", "TRANSITIONING": "changing stage",
+    "WASHOUT": "waiting for a stage to take effect", "MEASURING": "measuring a stage", "PAUSED": "paused",
+    "ROLLING_BACK": "rolling back", "ABORTED": "aborted", "COMPLETED": "completed",
+}
+
+
+def _signed(x: float, unit: str) -> str:
+    return f"{x:+.1f} %" if unit == "%" else f"{x:+.3g} {unit}".rstrip()
+
+
+def effect_words(comparison: str, effect: float | None, unit: str) -> str:
+    """The judge's effect in plain words: a ratio stage/baseline as the relative change
+    (1.706 -> "+70.6 %"), a difference with the metric's unit, the stage's value for above/below."""
+    if effect is None:
+        return "no estimate"
+    if comparison.startswith("relative"):
+        return _signed(100 * (effect - 1), "%")
+    if comparison.startswith("absolute"):
+        return _signed(effect, unit)
+    return f"{effect:.3g} {unit}".rstrip()
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and bool(np.isfinite(x))
+
+
+def _failures(spec: RolloutSpec, verdicts: tuple[VerdictRow, ...], names: tuple[str, ...]) -> tuple[Failure, ...]:
+    """The first failing look of each (criterion, stage) that counted (shadow criteria only report)."""
+    by_name = {c.name: c for c in spec.criteria}
+    out, seen = [], set()
+    for v in verdicts:
+        c = by_name.get(v.criterion)
+        if v.outcome != "fail" or v.shadow or c is None or (v.criterion, v.stage) in seen:
+            continue
+        seen.add((v.criterion, v.stage))
+        unit = metric_unit(c.metric)
+        interval = ("no interval" if not (_finite(v.ci_low) and _finite(v.ci_high)) else
+                    f"[{effect_words(c.comparison, v.ci_low, unit)}, {effect_words(c.comparison, v.ci_high, unit)}]")
+        if c.comparison.startswith("relative"):
+            limit = _signed(100 * c.threshold * (1 if c.comparison.endswith("increase") else -1), "%")
+        elif c.comparison.startswith("absolute"):
+            limit = _signed(c.threshold * (1 if c.comparison.endswith("increase") else -1), unit)
+        else:
+            limit = f"{c.comparison} {c.threshold:g} {unit}".rstrip()
+        stage = names[v.stage] if 0 <= v.stage < len(names) else f"stage {v.stage}"
+        out.append(Failure(v.criterion, c.metric, stage, v.window_end, effect_words(c.comparison, v.effect, unit),
+                           interval, limit, v.id))
+    return tuple(out)
+
+
+def _actions(spec: RolloutSpec, rollbacks: tuple[Rollback, ...], transitions: tuple[dict, ...],
+             intents: tuple[dict, ...], consensuses: tuple[dict, ...], names: tuple[str, ...]) -> tuple[Action, ...]:
+    out = []
+    for r in rollbacks:
+        if r.rehearsal:
+            continue
+        t = next((x for x in transitions if x["kind"] == "rollback" and x["valid_after"] == r.plan.valid_after), None)
+        acted = () if t is None else tuple(dict.fromkeys(
+            i["authority"] for i in intents if i["seq"] == t["seq"] and i["state"] in ("done", "verified")))
+        want = {p.param: p.consensus_after for p in r.plan.params}
+        back = next((c["valid_after"] for c in consensuses if c["valid_after"] >= r.plan.valid_after
+                     and c["params"] is not None and all(c["params"].get(k) == v for k, v in want.items())), None)
+        values = ", ".join(f"{k}={'absent' if v is None else v}" for k, v in want.items())
+        stage = names[r.plan.from_stage] if 0 <= r.plan.from_stage < len(names) else f"stage {r.plan.from_stage}"
+        out.append(Action(r.plan.kind, r.at, stage, r.plan.must_act, acted, values, back,
+                          None if back is None else eta(spec, back, 0.99, NodeClass.CACHE),
+                          None if back is None else eta(spec, back, 0.99, NodeClass.CLIENT)))
+    return tuple(out)
+
+
+def _outcome(status: Status, failures: tuple[Failure, ...], actions: tuple[Action, ...],
+             names: tuple[str, ...]) -> str:
+    where = names[status.stage] if 0 <= status.stage < len(names) else f"stage {status.stage}"
+    state = OUTCOME_WORDS.get(status.state, status.state.lower())
+    reasons = f" ({', '.join(sorted(status.reasons))})" if status.reasons else ""
+    now = f"{state}{reasons} at {where}" if status.state != "COMPLETED" else "completed every stage"
+    if actions:
+        kinds = ", ".join(f"{a.kind} from {a.from_stage}" for a in actions)
+        return f"rolled back ({kinds}); now {now}"
+    if failures:
+        return f"criteria failed without a rollback; now {now}"
+    return now
+
+
+def _span_of_stage(spec: RolloutSpec, transitions: tuple[dict, ...], stage: int, end: dt.datetime
+                   ) -> list[tuple[dt.datetime, dt.datetime]]:
+    """When stage ``stage``'s values were in the consensus, from the transitions as they happened."""
+    spans, begin, current = [], spec.baseline_start, 0
+    for t in transitions:
+        if current == stage:
+            spans.append((begin, t["valid_after"]))
+        begin, current = t["valid_after"], (t["stage"] if t["kind"] != "rollback" else -1)
+    if current == stage:
+        spans.append((begin, end))
+    return spans
+
+
+def _injections(spec: RolloutSpec, texts: list[str], transitions: tuple[dict, ...], end: dt.datetime,
+                names: tuple[str, ...]) -> tuple[list[str], list[Mark]]:
+    lines, marks = [], []
+    for text in texts:
+        try:
+            inj = parse_injection(text, spec)
+        except (InjectionError, ValueError):
+            lines.append(f"{text} (as given to --inject)")
+            continue
+        if isinstance(inj, MetricShift):
+            amount = (f"{100 * inj.relative:+g} %" if inj.relative is not None
+                      else f"{inj.absolute:+g} {metric_unit(inj.metric)}".rstrip())
+            stage = names[inj.stage] if inj.stage < len(names) else f"stage {inj.stage}"
+            spans = _span_of_stage(spec, transitions, inj.stage, end)
+            lines.append(f"{inj.metric} {amount} injected into every sample of {stage} (--inject {text}): "
+                         + ("a fault put in by the dry run, not an effect of the change" if spans
+                            else "the stage never ran"))
+            marks += [Mark("injection", f"injected {inj.metric} {amount}", a, b, (inj.metric,)) for a, b in spans]
+        elif isinstance(inj, AuthorityFault):
+            what = "down (serves no vote)" if inj.kind == "down" else "stale (votes what it voted before)"
+            lines.append(f"authority {inj.authority} {what} from {inj.at:%Y-%m-%d %H:%M} UTC (--inject {text})")
+            marks.append(Mark("injection", f"{inj.authority} {inj.kind}", inj.at))
+        elif isinstance(inj, MetricGap):
+            lines.append(f"no {inj.source} samples from {inj.start:%Y-%m-%d %H:%M} to {inj.end:%Y-%m-%d %H:%M} UTC "
+                         f"(--inject {text})")
+            touched = tuple(sorted({c.metric for c in spec.criteria if metric_source_of(c.metric) == inj.source}))
+            marks.append(Mark("injection", f"{inj.source} gap injected", inj.start, inj.end, touched))
+    return lines, marks
+
+
+def _commands(texts: list[str], commands: tuple[CommandRow, ...]) -> tuple[list[str], list[Mark]]:
+    """Scripted commands (a dry run's ``--command``) with what became of each; in a live run, the
+    operators' commands."""
+    lines, marks = [], []
+    rows = {c.user.removeprefix("dry-run --command "): c for c in commands if c.user.startswith("dry-run --command")}
+    for text in texts:
+        row = rows.get(text)
+        if row is None:
+            lines.append(f"{text} (--command; never issued: the rehearsal ended before it)")
+            continue
+        result = f": {row.result}" if row.result else ""
+        lines.append(f"{row.kind} at {row.queued:%Y-%m-%d %H:%M} UTC (--command {text}), {row.state}{result}")
+        marks.append(Mark("command", row.kind, row.queued))
+    if not texts:  # a live run: what operators typed (gate approvals included)
+        for c in commands:
+            args = " ".join(f"{k}={v}" for k, v in c.args)
+            lines.append(f"{c.kind}{' ' + args if args else ''} by {c.user or 'unknown'} at "
+                         f"{c.queued:%Y-%m-%d %H:%M} UTC, {c.state}")
+            marks.append(Mark("command", c.kind, c.queued))
+    return lines, marks
+
+
+def _gaps(reader: JournalReader, step: dt.timedelta) -> tuple[list[str], list[Mark]]:
+    """Stretches of collection windows that delivered nothing (missing batches) and failed polls
+    (``rollout_source_health`` rows with ok=0), per source."""
+    windows: dict[str, set[dt.datetime]] = {}
+    metrics: dict[str, set[str]] = {}
+    for b in reader.metric_batches():
+        if b.missing:
+            windows.setdefault(b.source, set()).add(b.window)
+            metrics.setdefault(b.source, set()).add(b.metric)
+    failed: dict[str, int] = {}
+    for h in reader.source_health():
+        if not h.ok:
+            windows.setdefault(h.source, set()).add(h.window)
+            failed[h.source] = failed.get(h.source, 0) + 1
+    lines, marks = [], []
+    for source in sorted(windows):
+        spans: list[list[dt.datetime]] = []
+        for w in sorted(windows[source]):
+            if spans and w - spans[-1][1] <= step:
+                spans[-1][1] = w + step
+            else:
+                spans.append([w, w + step])
+        touched = tuple(sorted(metrics.get(source, ())))
+        for a, b in spans:
+            lines.append(f"{source}: no samples from {a:%Y-%m-%d %H:%M} to {b:%Y-%m-%d %H:%M} UTC"
+                         + (f" ({', '.join(touched)})" if touched else ""))
+            marks.append(Mark("gap", f"{source} gap", a, b, touched))
+        if failed.get(source):
+            lines.append(f"{source}: {failed[source]} failed polls")
+    return lines, marks
+
+
+def build_summary(spec: RolloutSpec, meta, status: Status, verdicts: tuple[VerdictRow, ...],
+                  rollbacks: tuple[Rollback, ...], transitions: tuple[dict, ...], intents: tuple[dict, ...],
+                  consensuses: tuple[dict, ...], commands: tuple[CommandRow, ...], health: HealthSummary,
+                  reader: JournalReader, names: tuple[str, ...], metrics: str) -> Summary:
+    failures = _failures(spec, verdicts, names)
+    actions = _actions(spec, rollbacks, transitions, intents, consensuses, names)
+    ends = [spec.baseline_start + spec.hour] + [c["valid_after"] + spec.hour for c in consensuses]
+    ends += [v.window_end for v in verdicts]
+    end = max(ends)
+    inj_lines, marks = _injections(spec, _json_list(meta.get("injections")), transitions, end, names)
+    cmd_lines, cmd_marks = _commands(_json_list(meta.get("commands")), commands)
+    gap_lines, gap_marks = _gaps(reader, spec.hour)
+    interval = dt.timedelta(seconds=spec.cadence.interval_s)
+    outages = [o.describe("%Y-%m-%d %H:%M") + " (UTC)" for o in health.outages]
+    outages += [o.describe("%Y-%m-%d %H:%M") + " (UTC)" for o in health.authority_outages]
+    marks += cmd_marks + gap_marks
+    marks += [Mark("outage", "no majority consensus", o.start, o.end + interval) for o in health.outages]
+    marks += [Mark("outage", f"{o.authority} down", o.start, o.end + interval) for o in health.authority_outages]
+    return Summary(_outcome(status, failures, actions, names), failures, actions,
+                   METRIC_ORIGINS.get(metrics, metrics), tuple(inj_lines), tuple(cmd_lines), tuple(outages),
+                   tuple(gap_lines), tuple(marks))
+
+
+def _json_list(text: str | None) -> list[str]:
+    try:
+        value = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
 def load_experiment(path: str | Path) -> ExperimentData:
     """Everything the report of experiment directory ``path`` shows. One-line errors for a missing
     directory, a corrupt database and a directory whose database holds no rollout journal."""
@@ -245,15 +529,21 @@ def _read(exp: ExperimentDir, reader: JournalReader) -> ExperimentData:
     figures = summarize_predictions(store.load_predictions(), list(names))
     with reader.snapshot():  # the journal as of one commit, beside a run still writing it
         decisions, transitions = _decisions(reader), _transitions(reader)
+        metrics = meta.get("metrics") or "predicted"
+        consensuses, intents, commands = _consensuses(reader), _intents(reader), tuple(reader.commands())
+        verdicts, health = tuple(reader.looks()), health_of(reader, spec)
+        rollbacks = _rollbacks(spec, decisions, transitions, status)
+        summary = build_summary(spec, reader.meta(), status, verdicts, rollbacks, transitions, intents, consensuses,
+                                commands, health, reader, names, metrics)
         return ExperimentData(
-            path=exp.path, mode=meta.get("mode", "live"), spec=spec, metrics=meta.get("metrics") or "predicted",
+            path=exp.path, mode=meta.get("mode", "live"), spec=spec, metrics=metrics,
             excluded=_excluded(reader, names), status=status,
-            votes=_votes(reader), consensuses=_consensuses(reader), transitions=transitions, decisions=decisions,
-            intents=_intents(reader), commands=tuple(reader.commands()), verdicts=tuple(reader.looks()),
+            votes=_votes(reader), consensuses=consensuses, transitions=transitions, decisions=decisions,
+            intents=intents, commands=commands, verdicts=verdicts,
             batches=_batches(reader), measured=_measured(store, spec, names, transitions),
             figures=tuple(figures),
-            rollbacks=_rollbacks(spec, decisions, transitions, status), rehearsals=_rehearsals(spec, decisions, status),
-            stage_names=names, health=health_of(reader, spec))
+            rollbacks=rollbacks, rehearsals=_rehearsals(spec, decisions, status),
+            stage_names=names, health=health, summary=summary)
 
 
 @attrs.frozen

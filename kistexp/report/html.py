@@ -123,7 +123,8 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         name = data.stage_name(t["stage"]) if t["kind"] != "rollback" else f"rollback ({data.stage_name(t['stage'])})"
     spans.append((name, begin, end))
     progress(0.1, "timeline")
-    figures = {"timeline": plots.timeline(param, votes, consensus, end, spec.cadence, spans) if param else None}
+    marks = data.summary.marks if data.summary is not None else ()
+    figures = {"timeline": plots.timeline(param, votes, consensus, end, spec.cadence, spans, marks) if param else None}
     # per stage and criterion: CDF against the baseline with the limit and the last verdict there
     last: dict[tuple[str, int], object] = {}
     for v in data.verdicts:
@@ -149,7 +150,7 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         looks = [v for v in data.verdicts if v.criterion == c.name]
         if looks:
             progress(0.7, f"effects {c.name}")
-            effects.append(plots.effects_over_time(c, looks, effect_limit(c.comparison, c.threshold), names))
+            effects.append(plots.effects_over_time(c, looks, effect_limit(c.comparison, c.threshold), names, marks))
     progress(0.8, "relay costs")
     stage_list = list(data.stage_names)
 
@@ -180,7 +181,8 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         criteria_rows.append(row)
     return {
         "title": f"{spec.plan_name}: {'dry run' if data.mode == 'dry-run' else 'experiment'} report",
-        "data": data, "spec": spec, "param": param, "figures": figures, "cdfs": cdfs, "effects": effects,
+        "data": data, "summary": data.summary, "spec": spec, "param": param, "figures": figures, "cdfs": cdfs,
+        "effects": effects,
         "costs": costs, "cost_rows": _cost_rows(data.figures, cost_stages), "cost_stages": cost_stages,
         "stages": stage_list,
         "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,

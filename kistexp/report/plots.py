@@ -51,6 +51,36 @@ def _time_axis(ax) -> None:
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(loc))
 
 
+MARK_COLOURS = {"injection": "#d81b60", "command": "#5e35b1", "outage": "#6d4c41", "gap": "#757575"}
+
+
+def draw_marks(axes: Sequence, marks: Sequence, metric: str | None = None) -> int:
+    """Injections, scripted commands, outages and metric gaps (``kistexp.report.data.Mark``) on time
+    axes: a hatched span or a dashed vertical line, labelled on the first axes. Marks scoped to
+    metrics are drawn only on the plot of one of them (``metric``; None: the plot is about no single
+    metric and shows every mark). Returns how many were drawn."""
+    drawn = 0
+    seen_labels: set[str] = set()
+    for i, m in enumerate(marks):
+        if metric is not None and m.metrics and metric not in m.metrics:
+            continue
+        colour = MARK_COLOURS.get(m.kind, "black")
+        label = f"{m.kind}: {m.label}"
+        for k, ax in enumerate(axes):
+            legend = label if k == 0 and label not in seen_labels else None
+            if m.end is not None and m.end > m.start:
+                ax.axvspan(m.start, m.end, facecolor=colour, alpha=0.10, edgecolor=colour, hatch="///", lw=0.6,
+                           label=legend)
+            else:
+                ax.axvline(m.start, color=colour, ls="--", lw=1.1, label=legend)
+            if k == 0:
+                ax.annotate(m.label, (m.start, 0.0), xycoords=("data", "axes fraction"), xytext=(2, 3 + 9 * (i % 3)),
+                            textcoords="offset points", fontsize=7, color=colour, annotation_clip=True)
+        seen_labels.add(label)
+        drawn += 1
+    return drawn
+
+
 def adoption_curve(cadence, population: str, t_s: np.ndarray) -> np.ndarray:
     """Share of relays (caches) or clients holding a consensus ``t_s`` seconds after its valid-after,
     on ``cadence`` (kistexp.dirauth.propagation, scaled to the cadence's interval as the engine does)."""
@@ -70,10 +100,10 @@ def _steps(points: Sequence[tuple[dt.datetime, float | None]], end: dt.datetime)
 
 def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float | None]]],
              consensus: Sequence[tuple[dt.datetime, float | None]], end: dt.datetime, cadence,
-             stages: Sequence[tuple[str, dt.datetime, dt.datetime]] = ()) -> Figure:
+             stages: Sequence[tuple[str, dt.datetime, dt.datetime]] = (), marks: Sequence = ()) -> Figure:
     """The parameter in each authority's vote (thin, offset so coinciding votes stay visible) and in
     the consensus (thick), stage spans behind; below, the share of relays and clients that hold the
-    latest consensus change (adoption shading)."""
+    latest consensus change (adoption shading). ``marks``: injections, commands, outages and gaps."""
     fig, (ax, ad) = plt.subplots(2, 1, figsize=(9, 4.6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     changes = [t for (t, v), (_, prev) in zip(consensus[1:], consensus[:-1], strict=True) if v != prev]
     # weeks of unchanged baseline would squeeze the changes into a sliver: show one day of it
@@ -94,6 +124,7 @@ def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float |
     xs, ys = _steps(consensus, end)
     ax.plot(xs, ys, lw=3.2, color="black", alpha=0.85, label="consensus")
     ax.set_ylabel(param)
+    n_marks = draw_marks((ax, ad), marks)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)  # beside: lines stay visible
     ax.set_title(f"{param} in each authority's vote and in the consensus")
     # adoption: after each change, the share on the new value rises along the propagation curve
@@ -110,10 +141,12 @@ def timeline(param: str, votes: Mapping[str, Sequence[tuple[dt.datetime, float |
             ad.plot(grid_t, share, color=colour, lw=0.8)
     ad.set_ylim(0, 1.05)
     ad.set_ylabel("adopted")
-    ad.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if changes:  # nothing adopted yet: no legend to show
+        ad.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _time_axis(ad)
     alt = (f"Step plot of {param} over time: {len(votes)} authorities' votes and the consensus, with "
-           f"{len(changes)} consensus changes and the relays' and clients' adoption after each.")
+           f"{len(changes)} consensus changes and the relays' and clients' adoption after each"
+           + (f"; {n_marks} injections, commands, outages or gaps marked." if n_marks else "."))
     return _encode(fig, f"{param}: votes, consensus and adoption", alt)
 
 
@@ -154,8 +187,10 @@ def criterion_cdf(criterion, stage_name: str, baseline: np.ndarray, stage: np.nd
     return _encode(fig, f"{criterion.name}: {stage_name}", alt)
 
 
-def effects_over_time(criterion, looks: Sequence, threshold: float, names: Mapping[int, str]) -> Figure:
-    """The judge's effect and interval at each sequential look, coloured by outcome, with the limit."""
+def effects_over_time(criterion, looks: Sequence, threshold: float, names: Mapping[int, str],
+                      marks: Sequence = ()) -> Figure:
+    """The judge's effect and interval at each sequential look, coloured by outcome, with the limit;
+    ``marks`` that touch the criterion's metric (injections, commands, outages, gaps) behind."""
     fig, ax = plt.subplots(figsize=(9, 2.8))
     drawn = [v for v in looks if v.effect is not None]
     # one band per stage for the interval (hourly looks over weeks are too many for error bars)
@@ -185,12 +220,17 @@ def effects_over_time(criterion, looks: Sequence, threshold: float, names: Mappi
         ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     ax.set_ylabel("effect vs baseline")
     ax.set_title(f"{criterion.name}: {criterion.statistic} {criterion.comparison}, effect with interval per look")
+    # only the marks inside the looks' span: one outside would widen nothing (the limits are set) but crowd the legend
+    lo_t, hi_t = min(times) - pad, max(times) + pad
+    near = [m for m in marks if m.start <= hi_t and (m.end or m.start) >= lo_t]
+    n_marks = draw_marks((ax,), near, criterion.metric)
+    ax.set_xlim(lo_t, hi_t)
     ax.legend(fontsize=7, ncol=5, loc="best")
     _time_axis(ax)
     stages = sorted({v.stage for v in looks})
     alt = (f"{len(looks)} sequential looks of criterion {criterion.name} in "
            f"{', '.join(names.get(s, str(s)) for s in stages)}; effect estimates with intervals against the "
-           f"limit {threshold:g}.")
+           f"limit {threshold:g}" + (f"; {n_marks} injections, commands, outages or gaps marked." if n_marks else "."))
     return _encode(fig, f"{criterion.name}: effect over time", alt)
 
 

@@ -7,7 +7,9 @@ import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from kistexp.output import add_row, make_table, plain
 
@@ -47,20 +49,27 @@ def _t(value: dt.datetime | None) -> str:
 
 
 def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], thresholds: Mapping[str, float],
-                 width: int = 24, origins: Mapping[str, float] | None = None) -> Table:
+                 width: int = 24, origins: Mapping[str, float] | None = None, bar_width: int = 10) -> Table:
     """Per criterion: the latest outcome, the counters of the verdict aggregation, and a sparkline of
-    the last ``width`` effect estimates against the criterion's limit (the bar: how close the latest
-    estimate came to it, measured from the criterion's "no effect" in ``origins``: 1 for the judge's
-    ratios, 0 for differences)."""
+    the last ``width`` effect estimates against the criterion's limit (the bar, ``bar_width`` cells: how
+    close the latest estimate came to it, measured from the criterion's "no effect" in ``origins``: 1 for
+    the judge's ratios, 0 for differences). Headings take two lines, so the table fits 80 columns with
+    ``width`` 10 and ``bar_width`` 5."""
     origin = view.get("metrics")
     judged = f" — judged on {origin} metrics" if origin else ""
+    right = {"justify": "right", "no_wrap": True}
+    names = list(dict.fromkeys([*thresholds, *view["criteria"]]))
+    # a criterion's name wraps at spaces, never inside a word (two names must not shrink to one "down…")
+    longest_word = max((len(w) for n in names for w in str(n).split()), default=9)
     table = make_table(title=f"{view['summary']} — values {view['values']}{judged}",
-                       columns=("criterion", "latest", ("effect, last looks", {"no_wrap": True}),
-                                ("latest / limit", {"no_wrap": True}), ("failed", {"justify": "right"}),
-                                ("inconclusive", {"justify": "right"}), ("errors in a row", {"justify": "right"})),
-                       title_justify="left")
+                       columns=(("criterion", {"min_width": min(longest_word, 20), "overflow": "fold"}),
+                                ("latest", {"no_wrap": True}),
+                                (Text("effect,\nlast looks"), {"no_wrap": True}),
+                                (Text("latest /\nlimit"), {"no_wrap": True}), ("failed", right),
+                                (Text("incon-\nclusive"), right), (Text("errors\nin a row"), right)),
+                       title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     # every criterion of the plan (counters restart after a transition), latest outcome from the journal
-    for name in dict.fromkeys([*thresholds, *view["criteria"]]):
+    for name in names:
         counters = view["criteria"].get(name, {})
         recent = list(looks.get(name, ()))[-width:]
         effects = [v.get("effect") for v in recent]
@@ -68,7 +77,7 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
         origin = (origins or {}).get(name, 0.0)
         latest = next((e for e in reversed(effects) if e is not None), None)
         share = None if latest is None or limit is None or limit == origin else (latest - origin) / (limit - origin)
-        closeness = "" if share is None else f"{bar(share, 10)} {share:4.0%}"
+        closeness = "" if share is None else f"{bar(share, bar_width)} {share:4.0%}"
         outcome = counters.get("latest") or (recent[-1]["outcome"] if recent else "-")
         known = [e for e in effects if e is not None and math.isfinite(e)]
         # scaled from no effect (or the lowest) to the limit (or the highest): a full block is at the limit
@@ -79,7 +88,8 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
 
 
 def times_table(view: Mapping) -> Table:
-    table = make_table(columns=("awaiting consensus", "stage in consensus since", "next decision"), box=None)
+    table = make_table(columns=[(c, {"no_wrap": True}) for c in ("awaiting consensus", "stage in consensus since",
+                                                                  "next decision")], box=None)
     add_row(table, *(f"{_t(view.get(k))} UTC" if view.get(k) else "-"
                      for k in ("awaiting_consensus", "stage_valid_after", "decision_at")))
     return table

@@ -39,8 +39,9 @@ from kistexp.rollout.sources import PREDICTED
 from kistexp.rollout.spec import RolloutSpec, Values, spec_from_plan
 from kistexp.rollout.state import COMMANDS, ROLLBACK_KINDS
 
-RELAY_INSTANCES = 10  # exporters scraped per collection: one per sampled relay
-ONIONPERF_INSTANCES = 2  # OnionPerf vantage points
+# the catalogue's sample model, the one the linter checks plans with
+RELAY_INSTANCES = catalogue.RELAY_INSTANCES
+ONIONPERF_INSTANCES = catalogue.ONIONPERF_INSTANCES
 
 
 class InjectionError(KistexpError):
@@ -267,8 +268,7 @@ class PredictedMetrics:
             if g.source == source and g.start < t1 and t0 < g.end:
                 return None
         m = catalogue.get(metric)
-        instances = RELAY_INSTANCES if m.population == "relays" else ONIONPERF_INSTANCES
-        n = int(round(m.samples_per_hour * instances * ((t1 - t0) / self.spec.hour)))  # one window = a plan hour
+        n = catalogue.samples_in(m, (t1 - t0) / self.spec.hour)  # one window = a plan hour
         # seeded by the window's place in the plan, so a rebased or rerun plan draws the same samples
         offset = (t0 - self.spec.baseline_start) / self.spec.hour
         digest = hashlib.sha256(f"{self.seed}:{metric}:{offset:.6f}".encode()).digest()
@@ -368,7 +368,7 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
         source = ExperimentDir.open(predictions_from) if predictions_from else expdir
         curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
         journal = Journal(expdir.db_path, durable=False)
-        _start_fresh(journal, spec)
+        _start_fresh(journal, spec, injections=tuple(injections), commands=tuple(c.text for c in scripted))
         clock = rehearsal_clock(spec)
         planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
         end = spec.start + 3 * sum((s.duration for s in spec.stages), dt.timedelta())
@@ -396,11 +396,15 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
             tmp.cleanup()
 
 
-def _start_fresh(journal: Journal, spec: RolloutSpec, metrics: str = PREDICTED) -> None:
-    """A dry run rewrites the journal each time (its rows are a rehearsal, not a record)."""
+def _start_fresh(journal: Journal, spec: RolloutSpec, metrics: str = PREDICTED, *,
+                 injections: tuple[str, ...] = (), commands: tuple[str, ...] = ()) -> None:
+    """A dry run rewrites the journal each time (its rows are a rehearsal, not a record). The
+    ``--inject`` and ``--command`` options are kept in the meta as given (JSON lists), so the report
+    can say which faults and commands were scripted."""
     journal.reset_for_rehearsal(mode="dry-run", experiment_id=f"dry-run:{spec.plan_name}", metrics=metrics,
                                 cadence=json.dumps(attrs.asdict(spec.cadence)), start=spec.start.isoformat(),
-                                plan_canon_sha256=spec.digest())
+                                plan_canon_sha256=spec.digest(), injections=json.dumps(list(injections)),
+                                commands=json.dumps(list(commands)))
 
 
 def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: tuple[str, ...], where: str,

@@ -214,6 +214,12 @@ PLOT_METRICS = ("client_ttfb_s", "client_ttlb_50kib_s", "client_ttlb_1mib_s", "c
                 "client_throughput_mbytes_per_s", "quiet_circuit_latency_ms", "relay_cpu_utilization",
                 "relay_rss_bytes", "relay_bandwidth_bytes_per_s", "relay_kernel_queue_bytes")
 MAX_LINES = 6
+# metric -> (axis unit, factor from the catalogue's unit); CPU as everywhere: % of one core (100 = one core)
+PLOT_UNITS = {"client_ttfb_s": ("s", 1.0), "client_ttlb_50kib_s": ("s", 1.0), "client_ttlb_1mib_s": ("s", 1.0),
+              "client_ttlb_5mib_s": ("s", 1.0), "client_throughput_mbytes_per_s": ("MB/s", 1.0),
+              "quiet_circuit_latency_ms": ("ms", 1.0), "relay_cpu_utilization": ("% of one core", 100.0),
+              "relay_rss_bytes": ("MB", 1e-6), "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6),
+              "relay_kernel_queue_bytes": ("KB", 1e-3)}
 
 
 def _axes(sweep: Sweep) -> list[tuple[str, list]]:
@@ -256,12 +262,14 @@ def plot(sweep: Sweep, rows: Sequence[dict], out: Path, relay_classes: Sequence[
                     continue
                 x, rest = _split_point(sweep, point, axis)
                 lines.setdefault(rest, []).append((x, b))
+            unit, k = PLOT_UNITS[metric]
             for rest in sorted(lines, key=str)[:MAX_LINES]:
                 pts = sorted(lines[rest], key=lambda xb: levels.index(xb[0]))
                 xs = [levels.index(x) if axis == "class_mix" else x for x, _ in pts]
-                med = [b.median for _, b in pts]
+                med = [b.median * k for _, b in pts]
                 ax.plot(xs, med, marker="o", label=rest[1] or "all")
-                ax.fill_between(xs, [b.low for _, b in pts], [b.high for _, b in pts], alpha=0.2)
+                ax.fill_between(xs, [b.low * k for _, b in pts], [b.high * k for _, b in pts], alpha=0.2)
+            ax.set_ylabel(unit, fontsize=8)
             if axis == "class_mix":
                 ax.set_xticks(range(len(levels)), levels, rotation=20)
             ax.set_title(f"{metric}" + (f" [{cls}]" if cls else ""), fontsize=9)
