@@ -127,3 +127,15 @@ def onionperf_hk6a(shared_data: Path) -> Path:
 @pytest.fixture(scope="session")
 def tgen_analysis(shared_data: Path) -> Path:
     return shared_data / "tgen.analysis.json.xz"
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_width_from_the_environment(monkeypatch):
+    """Output is laid out for $COLUMNS when it is set (kistexp.output): a test that checks printed text
+    must not depend on the width of the terminal it was started from, or on a COLUMNS another test or
+    a parent process left in the environment. Tests that want a width set it themselves."""
+    if "COLUMNS" in os.environ:
+        with open(os.environ.get("KISTEXP_COLUMNS_TRACE", os.devnull), "a") as trace:
+            trace.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')} COLUMNS={os.environ['COLUMNS']}\n")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

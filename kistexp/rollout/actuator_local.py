@@ -246,7 +246,7 @@ class LocalTorRun:
 
     @classmethod
     def prepare(cls, plan, exp_path: Path, localnet: Path | None, interval_s: int,
-                start_timeout_s: float = 90.0, measured: bool = False) -> LocalTorRun:
+                start_timeout_s: float = 180.0, measured: bool = False) -> LocalTorRun:
         """Make or load the network, start whatever of it is not running and wait for its consensus.
         A new network votes the plan's baseline (the participants its values, the others per ``others``).
         A measured run's new network also has relays, exits and measurement clients (MEASURED_NETWORK),
@@ -280,7 +280,13 @@ class LocalTorRun:
                                "predictions with --metrics predicted")
         started = any(not net.is_running(n) for n in net.nodes)
         if started:
-            net.start()
+            # eleven tors of a measured network bootstrap on a shared machine: give the relays' first
+            # listing in the consensus longer than an authorities-only network needs
+            try:
+                net.start(consensus_timeout_s=start_timeout_s if measured else 60.0)
+            except BaseException:
+                net.stop()  # a network that never came up is not left running
+                raise
         run = cls(net, names, local_cadence(net.spec.voting_interval_s, net.spec.vote_delay_s),
                   owned=localnet is None, started_here=made or started)
         try:
