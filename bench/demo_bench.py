@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kistexp.localnet.machine import cpu_model
+
 REPO = Path(__file__).resolve().parent.parent
 HIDDEN = ("/usr/share/tor",)  # tor's GeoIP files (geoip, geoip6)
 FIRST_LIMIT_S, RERUN_LIMIT_S = 8 * 60, 60
@@ -45,16 +47,6 @@ printf '%s\\t%s\\t%s\\t%s\\n' "$start" "$end" "$rc" "$(printf '%s' "$2" | tr '\\
     >> "$DEMO_BENCH_LOG"
 exit $rc
 """
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def cores() -> int:

@@ -22,22 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from kistexp.localnet.machine import cpu_model
 from kistexp.plan import load_plan
 from kistexp.rollout.dryrun import dry_run, initial_configs
 from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock
 from kistexp.rollout.spec import spec_from_plan
 
 PLAN = Path(__file__).resolve().parent.parent / "plans" / "kist-run-interval-2020.toml"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def rounds(n: int) -> None:
@@ -169,7 +160,7 @@ def main() -> int:
     ap.add_argument("--measured-hours", type=int, default=24,
                     help="plan hours of stage 1 after the baseline in the measured-collection bench")
     args = ap.parse_args()
-    print(f"CPU: {_cpu_model()}")
+    print(f"CPU: {cpu_model()}")
     rounds(args.rounds)
     measured(args.measured_hours)
     if args.dir is not None:

@@ -164,6 +164,18 @@ def describe(t: TimerLateness) -> str:
             f"max {t.max_ms:.1f} ms){stolen}")
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name, as benchmarks print beside every figure (machines differ up to
+    3x per core); "unknown" where /proc/cpuinfo does not say."""
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:
     """The peak resident memory of this process since it started its program, in MiB (``VmHWM``).
 
