@@ -340,18 +340,14 @@ class Engine:
             return self.spec.values_of(int(phase.split(":")[1]))
         return self.spec.baseline_values
 
-    def judge_input(self, phase: str, metric: str):
-        return self.analysis.judge_input(phase, metric)
-
     def _look(self, phase: str, at: dt.datetime) -> list[tuple[Verdict, object]]:
-        looks = self.analysis.look(phase, at)
-        if self.exposure is None:
-            return looks
-        # a stage the network has not taken up is not judged as if applied: every criterion holds
-        shortfall = self._exposure_check(phase, at)
-        if not shortfall:
-            return looks
-        return [(Verdict(v.criterion, INCONCLUSIVE, detail=f"exposure short: {shortfall}"), None) for v, _ in looks]
+        # a stage the network has not taken up is not judged as if applied: every criterion holds, and
+        # the judge is not asked at all (its sequential tests stay where they were)
+        shortfall = self._exposure_check(phase, at) if self.exposure is not None else ""
+        if shortfall:
+            return [(Verdict(c.name, INCONCLUSIVE, detail=f"exposure short: {shortfall}"), None)
+                    for c in self.spec.criteria]
+        return self.analysis.look(phase, at)
 
     def _exposure_check(self, phase: str, at: dt.datetime) -> str:
         stage = int(phase.split(":")[1])

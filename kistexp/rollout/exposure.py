@@ -164,20 +164,24 @@ class ConsensusExposureProbe:
 class ArchiveView:
     """The consensuses of CollecTor-style archives (``kistexp.metrics.instruments.ConsensusArchivePoller``),
     polled at each look: ``consensus_at(at)`` is the newest verified one valid at or before ``at``, as
-    (valid-after, params). Each new one is kept in the experiment's consensus history (``store``)."""
+    (valid-after, params). Each new one is kept in the experiment's consensus history (``store``). A poll
+    that fails leaves the newest consensus verified before it (none at all: the exposure is short)."""
 
     def __init__(self, pollers, clock, store=None) -> None:
         self.pollers, self.clock, self.store = list(pollers), clock, store
         self._seen: dict[dt.datetime, tuple[dict, tuple]] = {}
-        self.problems: list[str] = []
+
+    def close(self) -> None:
+        for p in self.pollers:
+            p.close()
+        if self.store is not None:
+            self.store.conn.close()
 
     def consensus_at(self, at: dt.datetime) -> tuple[dt.datetime, dict, tuple] | None:
         """(valid-after, params, relays' versions with counts) of the newest consensus at or before ``at``."""
         now = self.clock.now()
         for p in self.pollers:
             reading = p.poll(now)
-            if reading.problem:
-                self.problems.append(reading.problem)
             for c in reading.consensuses:
                 self._seen[c.valid_after] = (dict(c.params), tuple(c.versions))
                 if self.store is not None and c.record is not None:

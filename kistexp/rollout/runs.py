@@ -318,6 +318,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
     spec, journal = setup.spec, setup.journal
     net = None
     source = None
+    view = None
     run_id = journal.begin_run(argv or [], clock.now())
     reason = "stopped"
     try:
@@ -369,6 +370,8 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
         journal.end_run(run_id, clock.now(), reason)
         if isinstance(source, MeasuredMetrics):
             source.close()
+        if view is not None:
+            view.close()
         if net is not None:
             net.stop()
         if local is not None:

@@ -31,7 +31,6 @@ from kistexp.metrics.series import Sample
 from kistexp.metrics.store import MetricStore
 
 PREDICTED, RECORDED, MEASURED = "predicted", "recorded", "measured"
-ORIGINS = (PREDICTED, RECORDED, MEASURED)
 
 
 @attrs.frozen
@@ -69,10 +68,6 @@ class Collection:
     @property
     def missing(self) -> bool:
         return self.values is None
-
-    @property
-    def problems(self) -> tuple[InstanceHealth, ...]:
-        return tuple(h for h in self.health if not h.ok)
 
     def keep(self, mask: np.ndarray) -> Collection:
         """The samples where ``mask`` is true (the engine drops mid-switch samples this way)."""
@@ -166,9 +161,6 @@ class MeasuredMetrics:
         self._conn = sqlite3.connect(db_path, timeout=5.0, check_same_thread=False)
         self.store = MetricStore(self._conn)
         self._polled: dict[tuple[str, dt.datetime], tuple[tuple[InstanceHealth, ...], dict[str, list[Sample]]]] = {}
-
-    def kinds(self) -> set[str]:
-        return {i.kind for i in self.instruments}
 
     def source_of(self, metric: str) -> str:
         """The collector kind the engine collects ``metric`` from: the first of the catalogue's
