@@ -21,17 +21,24 @@ Mixed circuits: 10 % bulk (5 MiB downloads back to back), 60 % web-like (320 KiB
 uniform in 1..30 s), 30 % interactive (a 1-cell request and a 2-cell answer every 100 ms).
 
     .venv/bin/python bench/sim_bench.py [--duration S] [--scheduler kist|kistlite|vanilla] [--only a|b|c]
-                                        [--repeat N]
+                                        [--repeat N] [--history]
+
+``--history`` appends the printed figures to bench/history/simulator-speed.csv (one row per figure: date, CPU
+model, cores, commit, case, metric, median with the spread), the measurement history that
+docs/simulator.md's speed table summarises.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +47,9 @@ from kistexp.sim import InteractiveFlow, LinkConfig, Network, NodeConfig, RunCon
 
 BULK = 5 * 1024 * 1024
 WEB = 320 * 1024
+HISTORY = Path(__file__).resolve().parent / "history" / "simulator-speed.csv"
+HISTORY_COLUMNS = ["date_utc", "machine", "cpu_model", "cores", "commit", "bench", "case", "metric", "value", "min",
+                   "max", "unit", "runs", "load", "note"]
 
 
 def _mixed(net: Network, circuits: list[int], duration_s: float, rng: np.random.Generator) -> None:
@@ -132,7 +142,7 @@ def _one(case: str, scheduler: str, duration_s: float) -> dict:
     }
 
 
-def _measure(case: str, scheduler: str, duration_s: float, repeat: int) -> None:
+def _measure(case: str, scheduler: str, duration_s: float, repeat: int) -> list[dict]:
     runs = []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, __file__, "--one", case, "--scheduler", scheduler,
@@ -160,6 +170,49 @@ def _measure(case: str, scheduler: str, duration_s: float, repeat: int) -> None:
         # a virtual machine's host may run something else on its cores: time no process here gets
         print(f"    CPU time the hypervisor took during the runs (all cores): median {100 * np.median(stolen):.1f} % "
               f"(min {100 * min(stolen):.1f}, max {100 * max(stolen):.1f})")
+    figures = [("cells_scheduled", r["cells"] / 1e6, None, None, "M cells"),
+               ("cells_per_wall_s", np.median(rate), rate.min(), rate.max(), "M cells/s"),
+               ("cells_per_cpu_s", np.nanmedian(per_cpu), None, None, "M cells/s"),
+               ("peak_rss", np.median(rss), None, None, "MiB")]
+    if stolen:
+        figures.append(("stolen", 100 * np.median(stolen), 100 * min(stolen), 100 * max(stolen), "%"))
+    return [{"case": case, "metric": m, "value": v, "min": lo, "max": hi, "unit": unit, "runs": repeat}
+            for m, v, lo, hi, unit in figures]
+
+
+def _commit() -> str:
+    """HEAD's short hash, with "+changes" when the simulator's sources or this file differ from it."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "kistexp/sim",
+                                "bench/sim_bench.py"], check=True, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+changes" if dirty else "")
+
+
+def append_history(rows: list[dict], scheduler: str, duration_s: float, path: Path = HISTORY) -> None:
+    """Append one CSV row per figure to the speed history (the header first if the file is new)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 0
+    common = {"date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"), "machine": "",
+              "cpu_model": machine.cpu_model(), "cores": cores, "commit": _commit(), "bench": "sim_bench.py",
+              "load": f"{os.getloadavg()[0]:.1f}", "note": ""}
+    if (scheduler, duration_s) != ("kist", 60.0):
+        common["note"] = f"scheduler {scheduler}, {duration_s:g} s simulated"
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        out = csv.DictWriter(f, HISTORY_COLUMNS, lineterminator="\n")
+        if new:
+            out.writeheader()
+        for row in rows:
+            digits = {"MiB": 0, "s": 1, "%": 1}.get(row["unit"], 2)
+            fmt = {k: "" if row.get(k) is None else f"{row[k]:.{digits}f}" for k in ("value", "min", "max")}
+            out.writerow({**common, **row, **fmt})
 
 
 def main() -> None:
@@ -168,15 +221,23 @@ def main() -> None:
     ap.add_argument("--scheduler", default="kist")
     ap.add_argument("--only", choices=sorted(CASES))
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--history", action="store_true",
+                    help=f"append the figures to {HISTORY.relative_to(HISTORY.parent.parent.parent)}")
     ap.add_argument("--one", choices=sorted(CASES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(_one(args.one, args.scheduler, args.duration)))
         return
-    print(f"compile or cache load: {warm_up():.1f} s (scheduler {args.scheduler})")
+    compile_s = warm_up()
+    print(f"compile or cache load: {compile_s:.1f} s (scheduler {args.scheduler})")
+    rows = [{"case": "", "metric": "compile_or_load", "value": compile_s, "min": None, "max": None, "unit": "s",
+             "runs": 1}]
     for case in sorted(CASES):
         if args.only in (None, case):
-            _measure(case, args.scheduler, args.duration, args.repeat)
+            rows += _measure(case, args.scheduler, args.duration, args.repeat)
+    if args.history:
+        append_history(rows, args.scheduler, args.duration)
+        print(f"appended {len(rows)} rows to {HISTORY}")
 
 
 if __name__ == "__main__":

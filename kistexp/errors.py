@@ -53,3 +53,7 @@ class PopulationError(KistexpError):
 
 class SweepError(KistexpError):
     """A sweep file cannot be used, or its cells cannot be run or stored (cache, Dask scheduler)."""
+
+
+class FidelityHistoryError(KistexpError):
+    """A fidelity history CSV cannot be read, recorded to or plotted."""

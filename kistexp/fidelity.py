@@ -930,7 +930,7 @@ def run_fidelity(
         note = real_notes.get(case, "")
         row = Row(case, real_side, sim_sides.get(case), note, sim_notes.get(case, ""))
         if real_side is not None and real_side.cpu_bound:
-            note = (f"CPU-bound on this machine (busiest process {real_side.cpu_busiest_fraction:.0%} of a core, "
+            note = (f"CPU-bound on this machine (busiest process {real_side.cpu_busiest_fraction:.0%} of one core, "
                     f"all {real_side.cpu_total_cores:.1f} cores): not a fair comparison")
         elif row.cpu_bound:
             note = (f"CPU-bound on this machine: the simulator's figure would need {row.sim_needs_cores:.1f} cores "

@@ -73,7 +73,8 @@ def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> Non
     cells per run about 12 ms apart. The simulator's cc_alg=0 twin stays below that channel's
     ceiling (64 cells per 12 ms, 2.74 MB/s of payload) and, with tor's read share and the stream
     SENDMEs held behind the edge's outbuf, within a few % of real tor (2.31 against 2.22-2.29
-    MB/s at 20 MB, docs/fidelity.md; 2.21 against 2.29-2.36 here at 4 MB): the check is the
+    MB/s at 20 MB, kistexp/data/fidelity-history.csv, runs 2026-12-02T12:54Z to 17:12Z; 2.21 against
+    2.29-2.36 here at 4 MB): the check is the
     25 % target above and a floor below (real tor falls further under load). Runs last: it
     leaves cc_alg=0 in the consensus."""
     from kistexp.fidelity import _consensus_cc_alg

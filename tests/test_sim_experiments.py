@@ -69,14 +69,16 @@ def test_one_circuit_throughput_ordering_and_range(sweep):
     to these figures (docs/simulator.md, Fidelity)."""
     k10, k5, k2 = (sweep.throughput("kist", iv) for iv in (10, 5, 2))
     vanilla = sweep.throughput("vanilla", 10)
-    # real tor: 9.27 / 7.13 / 3.47 MB/s at 2 / 5 / 10 ms (fidelity.md); the model with Nagle on the
+    # real tor: 9.27 / 7.13 / 3.47 MB/s at 2 / 5 / 10 ms (kistexp/data/fidelity-history.csv, run
+    # 2026-11-30T14:10Z); the model with Nagle on the
     # 10 µs loopback has 5 ms at 2.0 times 10 ms
     assert k2 > 2 * k10 and k5 > 1.8 * k10
-    # real tor's order (fidelity.md): 2 > 5 > 10 ms, and KIST above KISTLite at 10 ms, which
+    # real tor's order (the same run, and every run of the history): 2 > 5 > 10 ms, and KIST above
+    # KISTLite at 10 ms, which
     # needs the timer's wake-up phase and the pass length of §5.2. The model's run periods at 2
     # and 5 ms are both about 4 ms (timeouts of 1 and 4 ms on a 4 ms tick); with the exit's read
     # share it had them within a fifth of each other, either way by seed, and since the exit
-    # reads its servers in the pass after a SENDME's (docs/simulator.md, change 3k) 5 ms is 0.73
+    # reads its servers in the pass after a SENDME's (docs/simulator.md, "Design choices") 5 ms is 0.73
     # of 2 ms, real tor's 0.77 (7.13 against 9.27 MB/s)
     assert k2 > k5 > k10
     assert k5 / k2 == pytest.approx(7.13 / 9.27, rel=0.15)

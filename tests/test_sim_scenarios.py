@@ -76,11 +76,12 @@ def test_nagle_needs_a_lossless_link() -> None:
 @pytest.mark.slow
 def test_nagle_and_delayed_acks_at_kist_10ms_stay_deterministic() -> None:
     """Real tor on loopback moved 3.3 MB/s through one circuit at 10 ms with Nagle on and 4.6 MB/s
-    with TCP_NODELAY forced (docs/fidelity.md). The model holds sub-MSS tails until the peer's ACK
+    with TCP_NODELAY forced (docs/fidelity.md, "Pitfalls": Nagle). The model holds sub-MSS tails until
+    the peer's ACK
     as Linux does, but since the exit packages its inbufs at a SENDME and reads its servers in the
     next pass (2026-12-03) the held tails cost KIST at 10 ms nothing on the measured 10 us
-    loopback (3.45 against 3.46 MB/s over seeds 1-8; 7 % before): docs/simulator.md lists it among
-    the remaining gaps. Nagle must not make the model faster, and a seed gives one figure."""
+    loopback (3.45 against 3.46 MB/s over seeds 1-8; 7 % before): docs/simulator.md lists it under
+    "Known gaps". Nagle must not make the model faster, and a seed gives one figure."""
     def figure(nagle: bool, seed: int) -> float:
         s = PathScenario(scheduler="kist", interval_ms=10, transfer_bytes=20_000_000, nagle=nagle, seed=seed)
         return scenarios.run_scenario("circuit", s)[0].throughput_mbytes_per_s
@@ -105,7 +106,8 @@ def test_path_scenarios_default_to_the_measured_loopback_with_nagle() -> None:
 def test_the_client_at_10ms_is_slower_than_at_2ms() -> None:
     """The client's scheduler paces its SENDMEs, and with the client at 10 ms real tor moved 7.10
     MB/s against 8.22 with every node at 2 ms under KIST, 5.18 against 6.69 under KISTLite
-    (docs/fidelity.md, 2026-12-02 06:10 UTC). The model used to predict more throughput with the
+    (kistexp/data/fidelity-history.csv, run 2026-12-02T06:10Z). The model used to predict more
+    throughput with the
     client at 10 ms: its receivers acknowledged every short segment at once (rcv_mss counted in
     other bytes than the data it is compared with) and its 65,535-byte window halved the mss, so
     Nagle held almost nothing, and SENDMEs waiting at the client were all the client's interval
@@ -115,8 +117,9 @@ def test_the_client_at_10ms_is_slower_than_at_2ms() -> None:
             scheduler=scheduler, interval_ms=2, client_interval_ms=client_ms, seed=seed,
             transfer_bytes=20_000_000))[0].throughput_mbytes_per_s for seed in range(1, 9)]))
 
-    # seeds 1-8 (2026-12-03): KIST 9.07 against 9.59 MB/s (real tor 0-20 % less), KISTLite 5.82
-    # against 6.39 (real tor 15-16 % less, docs/fidelity.md)
+    # seeds 1-8 (2026-12-03): KIST 9.07 against 9.59 MB/s, KISTLite 5.82 against 6.39 (real tor on the
+    # fourth to sixth machines, runs 2026-12-02T12:54Z to 2026-12-03T05:57Z of
+    # kistexp/data/fidelity-history.csv: 0-26 % less under KIST, 13-16 % under KISTLite)
     assert mean("kist", 10) < 0.98 * mean("kist", 2)
     assert mean("kistlite", 10) < 0.94 * mean("kistlite", 2)
 
@@ -128,7 +131,8 @@ def test_crossing_segments_do_not_stall_vanilla() -> None:
     peer's Nagle-held tail and the receiver's next SENDMEs crossed, each end held its next segment
     behind its own unacknowledged one, and every hop waited for the 40 ms delayed-ACK timer: one
     Vanilla circuit crawled at about 2 MB/s with the measured window, where real tor moves 41-53
-    (CPU-bound, docs/fidelity.md). Only the first Vegas window, below one full frame, still meets
+    (CPU-bound; kistexp/data/fidelity-history.csv, run 2026-12-02T06:10Z). Only the first Vegas
+    window, below one full frame, still meets
     the timer, a few times per receiver."""
     figures, res = scenarios.run_scenario("circuit", PathScenario(
         scheduler="vanilla", interval_ms=2, transfer_bytes=20_000_000))
@@ -140,7 +144,8 @@ def test_crossing_segments_do_not_stall_vanilla() -> None:
 def test_vanilla_is_not_held_by_nagle_on_a_10us_loopback() -> None:
     """Real tor's Vanilla moved 27.1 MB/s through one circuit with Nagle on and 31.7 with
     TCP_NODELAY forced, the same within its noise, both bound by the machine's two cores
-    (docs/fidelity.md). With the measured 10 µs round trip the model's Vanilla under Nagle stays
+    (docs/fidelity.md, "Pitfalls": Nagle). With the measured 10 µs round trip the model's Vanilla
+    under Nagle stays
     well above what those cores allow (95 MB/s; 221 without Nagle): a relay's reply usually carries
     its ACK before the peer writes again. With a 100 µs round trip both ends of a channel often sent
     a small segment before seeing the other's, each held its next one for the other's ACK, and only
@@ -162,12 +167,13 @@ def test_vanilla_is_not_held_by_nagle_on_a_10us_loopback() -> None:
 @pytest.mark.slow
 def test_nagle_costs_kistlite_at_2ms_a_bounded_share() -> None:
     """Real tor's KISTLite at 2 ms moved 6.96 MB/s with Nagle on and 6.69 with TCP_NODELAY forced
-    (docs/fidelity.md): its 64 cells a run in two 16,448-byte writes are hardly held. In the model
+    (docs/fidelity.md, "Pitfalls": Nagle): its 64 cells a run in two 16,448-byte writes are hardly
+    held. In the model
     this needs one send() per TLS record (tor flushes 4 KiB outbuf chunks one SSL_write each), so
     that the second short segment draws the receiver's ACK (ICSK_ACK_PUSHED2); with one segment
     per write the second write waited for the next SENDME and the figure halved. Over seeds 1-8 the
     model's figure with Nagle is 6.39 MB/s, and Nagle costs it 14 % against the model without it
-    (10 % before the exit's inbufs, 2026-12-03; docs/simulator.md lists the gap)."""
+    (10 % before the exit's inbufs, 2026-12-03; docs/simulator.md, "Known gaps")."""
     def figure(nagle: bool) -> float:
         return float(np.mean([scenarios.run_scenario("circuit", PathScenario(
             scheduler="kistlite", interval_ms=2, transfer_bytes=20_000_000, nagle=nagle,
@@ -185,7 +191,7 @@ def test_a_growing_receive_window_acknowledges_the_first_segment_at_once() -> No
     window: fixed, each hop's first segment (one TLS record, below a full frame) waits for the
     40 ms delayed-ACK timer while Nagle holds the rest behind it, and the first Vegas window (124
     cells, below one full frame) meets that three times, so the download takes three timers (real
-    tor pauses so in a transfer's first 200 ms, docs/fidelity.md); growing toward 400,000 B, each
+    tor's captured transfers pause so only in their first 200 ms); growing toward 400,000 B, each
     segment is acknowledged one round trip after it left and the download ends within a
     millisecond."""
     delayed_acks = {}
@@ -238,7 +244,7 @@ def test_seeds_sample_the_start_phase_within_the_kernel_tick() -> None:
 def test_the_start_phase_moves_kist_at_2ms() -> None:
     """With no other source of variation the start phase sets the nodes' relative wake-up phases
     for the whole transfer: one circuit under KIST at 2 ms moves a different figure per seed
-    (7.6-10.9 MB/s over the tick, docs/simulator.md), each the same when repeated."""
+    (7.6-10.9 MB/s over the tick; docs/simulator.md, "Design choices"), each the same when repeated."""
     def figure(seed: int) -> float:
         s = PathScenario(scheduler="kist", interval_ms=2, transfer_bytes=8_000_000, seed=seed)
         return scenarios.run_scenario("circuit", s)[0].throughput_mbytes_per_s
@@ -293,7 +299,8 @@ def test_a_wake_up_of_the_loop_moves_the_next_runs_phase_out_of_lockstep() -> No
     three relays of one circuit at 10 ms can fall into a lockstep in which each run moves a whole
     window hop after hop (seed 14 did before 2026-12-03: 8.6 MB/s, the middle moving 264 cells a
     run); real tor, whose
-    loops wake for every read and write, stays at 2.4-3.2 MB/s (docs/fidelity.md). Since the exit
+    loops wake for every read and write, stays at 2.4-3.2 MB/s (circuit/kist/10ms in every run since
+    2026-12-01 of kistexp/data/fidelity-history.csv). Since the exit
     reads its server in the pass after a SENDME's (2026-12-03) the lockstep is rarer: seed 25, 5.3
     MB/s and 187 cells a run, against 3.1 MB/s and 67 with the rule."""
     def figures(rebase: bool):
@@ -308,8 +315,9 @@ def test_a_wake_up_of_the_loop_moves_the_next_runs_phase_out_of_lockstep() -> No
 @pytest.mark.slow
 def test_four_streams_of_one_circuit_move_at_least_what_one_stream_moves_under_kistlite() -> None:
     """Real tor moved 6.97 against 6.71, 7.00 against 6.49 and 6.79 against 6.74 MB/s with 4
-    streams on one circuit against one stream, KISTLite at 2 ms (docs/fidelity.md, runs of
-    2026-12-02/03). An exit reads each stream's server by bucket shares into the stream's inbuf,
+    streams on one circuit against one stream, KISTLite at 2 ms (kistexp/data/fidelity-history.csv,
+    runs 2026-12-03T00:23Z, 2026-12-03T05:57Z and 2026-12-02T17:12Z). An exit reads each stream's
+    server by bucket shares into the stream's inbuf,
     packages from the inbufs at once when a SENDME opens the window, and reads again only in the
     event loop's next pass, after a scheduler run due in this one: with four inbufs the cells a
     SENDME lets out are there for that run. Without the inbufs the model had 4 streams 4 % below

@@ -320,3 +320,119 @@ def test_check_prints_the_grid_without_running():
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["cells"] == 16 and doc["axes"]["value_sets"] == 4 and doc["loads"] == [0.3, 0.6]
+
+
+# --- plots --------------------------------------------------------------------------------------------
+
+# relay CPU (fraction of one core) per load, value and network: at load 0.3 the rise of 5 ms over 10 ms stays
+# under 5 % on every network, at load 0.6 it does not (network 1 rises 6 %), so 10 ms is recommended there
+PLOT_CPU = {0.3: {10: (0.010, 0.020, 0.030), 5: (0.0102, 0.0204, 0.0306), 3: (0.0108, 0.0216, 0.0324),
+                  2: (0.0110, 0.0220, 0.0330)},
+            0.6: {10: (0.020, 0.040, 0.060), 5: (0.0204, 0.0424, 0.0612), 3: (0.0216, 0.0432, 0.0648),
+                  2: (0.0220, 0.0440, 0.0660)}}
+
+
+def _plot_sweep(loads=(0.3, 0.6)):
+    return parse_sweep(TINY.replace("KISTSchedRunInterval = [2, 10]", "KISTSchedRunInterval = [2, 3, 5, 10]")
+                       .replace("loads = [0.4]", f"loads = {list(loads)}")
+                       .replace("samples = [1, 2]", "samples = [1, 2, 3]")
+                       .replace("max_rise_percent = 50", "max_rise_percent = 5"))
+
+
+def _plot_rows(loads=(0.3, 0.6)) -> list[dict]:
+    rows = []
+    for load in loads:
+        for value, per_net in PLOT_CPU[load].items():
+            for n, cpu in enumerate(per_net):
+                base = {"network": n, "seed": 1, "load": load, "loss_rate": 0.0, "class_mix": "bundled",
+                        "KISTSchedRunInterval": value, "statistic": "median"}
+                rows.append({**base, "metric": "relay_cpu_utilization", "relay_class": "all", "value": cpu})
+                rows.append({**base, "metric": "client_ttfb_s", "relay_class": "", "value": 0.1 + value / 1000})
+    return rows
+
+
+def _plot_figures(loads=(0.3, 0.6)) -> dict:
+    from kistexp.sweep.results import figures, recommend
+
+    s, rows = _plot_sweep(loads), _plot_rows(loads)
+    recs = recommend(s, rows)[1]
+    figs = {axis.name: fig for axis, fig in figures(s, rows, ("all",), recs)}
+    for fig in figs.values():
+        fig.canvas.draw()
+    return figs
+
+
+def _panels(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def _recommended_lines(ax) -> dict[str, float]:
+    return {line.get_label(): float(line.get_xdata()[0]) for line in ax.get_lines()
+            if line.get_label().startswith("recommended")}
+
+
+def test_every_plot_axis_has_its_unit_and_a_title_in_words():
+    import re
+
+    figs = _plot_figures()
+    assert set(figs) == {"KISTSchedRunInterval", "load"}
+    unit = re.compile(r"\S \((.+)\)$")
+    for name, fig in figs.items():
+        panels = _panels(fig)
+        assert len(panels) == 2
+        for ax in panels:
+            assert unit.search(ax.get_xlabel()), (name, ax.get_xlabel())
+            assert unit.search(ax.get_ylabel()), (name, ax.get_ylabel())
+            assert "_" not in ax.get_title()  # words, not the catalogue's identifiers
+        by_title = {ax.get_title(): ax for ax in panels}
+        assert by_title["relay CPU, all relays"].get_ylabel() == "median (% of one core)"
+        assert by_title["client time to first byte"].get_ylabel() == "median (s)"
+    assert _panels(figs["KISTSchedRunInterval"])[0].get_xlabel() == "KISTSchedRunInterval (ms)"
+    assert _panels(figs["load"])[0].get_xlabel() == "load: target mean relay utilisation (%)"
+
+
+def test_plot_legends_are_outside_the_panels_and_name_the_other_axis_in_words():
+    figs = _plot_figures()
+    for fig in figs.values():
+        renderer = fig.canvas.get_renderer()
+        assert all(ax.get_legend() is None for ax in fig.axes)
+        assert len(fig.legends) == 1
+        box = fig.legends[0].get_window_extent(renderer)
+        for ax in _panels(fig):
+            assert not box.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+    texts = [t.get_text() for t in figs["KISTSchedRunInterval"].legends[0].get_texts()]
+    assert texts[:2] == ["load 30 %", "load 60 %"]
+    texts = [t.get_text() for t in figs["load"].legends[0].get_texts()]
+    assert texts[:4] == [f"KISTSchedRunInterval {v} ms" for v in (2, 3, 5, 10)]
+    assert not [t for t in texts if "=" in t or "(" in t or "'" in t]  # no tuple reprs, no key=value
+
+
+def test_the_recommended_value_is_marked_on_every_plot():
+    # one load: one recommendation, one line at 5 ms on every panel
+    fig = _plot_figures(loads=(0.3,))["KISTSchedRunInterval"]
+    for ax in _panels(fig):
+        assert _recommended_lines(ax) == {"recommended: 5 ms": 5.0}
+    assert "recommended: 5 ms" in [t.get_text() for t in fig.legends[0].get_texts()]
+    # two loads that disagree: a line per recommended value, named by the load it holds for
+    figs = _plot_figures()
+    for ax in _panels(figs["KISTSchedRunInterval"]):
+        assert _recommended_lines(ax) == {"recommended for load 30 %: 5 ms": 5.0,
+                                          "recommended for load 60 %: 10 ms": 10.0}
+    # against the load, the recommended value's point at each load is ringed
+    for ax in _panels(figs["load"]):
+        rings = [line for line in ax.get_lines() if line.get_label() == "recommended"]
+        assert len(rings) == 2  # on the 5 ms line at 30 %, on the 10 ms line at 60 %
+        ringed = sorted((float(x), float(y)) for line in rings for x, y in zip(*line.get_data(), strict=True))
+        assert [x for x, _ in ringed] == [30.0, 60.0]
+        # the medians over networks of 5 ms at load 0.3 and of 10 ms at load 0.6, in the axis' unit
+        expected = [100 * 0.0204, 100 * 0.040] if ax.get_title() == "relay CPU, all relays" else [0.105, 0.11]
+        assert [y for _, y in ringed] == pytest.approx(expected)
+
+
+def test_plot_writes_one_png_per_swept_axis(tmp_path):
+    from kistexp.sweep.results import plot, recommend
+
+    s, rows = _plot_sweep(), _plot_rows()
+    paths = plot(s, rows, tmp_path, ("all",), recommend(s, rows)[1])
+    assert [p.name for p in paths] == ["plot-KISTSchedRunInterval.png", "plot-load.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.table import Table
 
 from kistexp.errors import KistexpError
+from kistexp.metrics import catalogue
 from kistexp.output import console, emit_json, progress_bar
 
 metrics_app = typer.Typer(help="Collect measurements (OnionPerf, MetricsPort, consensus archives, operator "
@@ -148,11 +149,12 @@ def list_cmd(exp_dir: Path = _DIR, as_json: bool = _JSON) -> None:
                    "prediction_rows": n_pred})
         return
     table = Table(title=f"Metrics in {exp_dir}")
-    for col in ("metric", "unit", "series", "samples", "first", "last", "consensus values"):
+    for col in ("metric", "shown in", "series", "samples", "first", "last", "consensus values"):
         table.add_column(col, overflow="fold")
     for m in summary:
-        table.add_row(m.metric, m.unit, str(m.n_series), str(m.n_samples), _fmt(m.first), _fmt(m.last),
-                      ", ".join(map(str, m.param_values)) or "-")
+        # the unit `metrics show` prints the metric in; --json keeps the stored unit
+        table.add_row(m.metric, catalogue.display(m.metric)[0], str(m.n_series), str(m.n_samples), _fmt(m.first),
+                      _fmt(m.last), ", ".join(map(str, m.param_values)) or "-")
     console.print(table)
     src = Table(title="Sources")
     for col in ("#", "kind", "source", "imported", "samples", "left out"):
@@ -212,20 +214,23 @@ def show_cmd(
     if not got:
         console.print(f"no samples of {metric} in that window")
         return
-    table = Table(title=f"{metric} ({info.unit}): {info.meaning}")
+    # figures in the display unit (CPU in % of one core, bytes in MB), as every table and plot shows them;
+    # --json above keeps the stored unit
+    unit, factor = catalogue.display(metric)
+    table = Table(title=f"{metric} ({unit}): {info.meaning}")
     for col in ("labels", "n", "first", "last", "min", "p10", "median", "p90", "max", "consensus values"):
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(" ".join(f"{k}={v}" for k, v in r["labels"].items()) or "-", str(r["n"]), _fmt(r["first"]),
-                      _fmt(r["last"]), *(f"{r[k]:.6g}" for k in ("min", "p10", "median", "p90", "max")),
+                      _fmt(r["last"]), *(f"{r[k] * factor:.6g}" for k in ("min", "p10", "median", "p90", "max")),
                       ", ".join(map(str, r["param_values"])) or "-")
     console.print(table)
     if samples:
-        raw = Table(title="samples")
+        raw = Table(title=f"samples ({unit})")
         for col in ("time", "value", "labels", "value in effect"):
             raw.add_column(col, overflow="fold")
         for s in got:
-            raw.add_row(s.time.strftime("%Y-%m-%d %H:%M:%S.%f"), f"{s.value:.6g}",
+            raw.add_row(s.time.strftime("%Y-%m-%d %H:%M:%S.%f"), f"{s.value * factor:.6g}",
                         " ".join(f"{k}={v}" for k, v in s.labels.items()), str(s.param_value or "-"))
         console.print(raw)
 

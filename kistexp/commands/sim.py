@@ -80,6 +80,27 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+# CPU shares are fractions of one core in --json; a table prints them in % of one core, the unit every CPU
+# figure is printed in (kistexp.metrics.catalogue.display)
+_CPU_PREFIX = "cpu_core_fraction"
+
+
+def _heading(key: str) -> str:
+    if key.startswith(_CPU_PREFIX):
+        from kistexp.metrics.catalogue import CPU_UNIT
+
+        return f"{key.replace(_CPU_PREFIX, 'cpu', 1)} ({CPU_UNIT})"
+    return key
+
+
+def _cell(key: str, value: Any) -> str:
+    if key.startswith(_CPU_PREFIX) and isinstance(value, (int, float)):
+        from kistexp.metrics.catalogue import display
+
+        return _fmt(float(value) * display("relay_cpu_utilization")[1])
+    return _fmt(value)
+
+
 def _record_name(record: dict[str, Any]) -> str:
     """Column heading of one point of a curve: its scheduler and/or interval."""
     parts = [str(record[k]) for k in ("scheduler",) if k in record]
@@ -96,12 +117,12 @@ def _print_result(name: str, figures: dict[str, Any]) -> None:
         if isinstance(value, list) and value and isinstance(value[0], dict):
             curves.append((key, value))
         else:
-            add_row(scalars, key, _fmt(value))
+            add_row(scalars, _heading(key), _cell(key, value))
     if scalars.row_count:
         print_table(scalars)
     for key, records in curves:
         table = make_table(f"sim experiment {name}: {key}",
                            ["figure", *((_record_name(r), {"justify": "right"}) for r in records)], show_header=True)
         for figure in records[0]:
-            add_row(table, figure, *(_fmt(record.get(figure)) for record in records))
+            add_row(table, _heading(figure), *(_cell(figure, record.get(figure)) for record in records))
         print_table(table)

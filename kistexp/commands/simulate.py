@@ -10,21 +10,8 @@ from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from kistexp.metrics import catalogue
 from kistexp.output import console, emit_json, progress_bar, say
-
-# metric -> (unit label, factor applied before printing)
-_SHOW = {
-    "client_ttfb_s": ("s", 1.0),
-    "client_ttlb_50kib_s": ("s", 1.0),
-    "client_ttlb_1mib_s": ("s", 1.0),
-    "client_ttlb_5mib_s": ("s", 1.0),
-    "client_throughput_mbytes_per_s": ("MB/s", 1.0),
-    "quiet_circuit_latency_ms": ("ms", 1.0),
-    "relay_cpu_utilization": ("% core", 100.0),
-    "relay_rss_bytes": ("MB", 1e-6),
-    "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6),
-    "relay_kernel_queue_bytes": ("KB", 1e-3),
-}
 
 
 def _fmt(value: float, factor: float) -> str:
@@ -84,9 +71,10 @@ def _print(plan_name: str, stages: list[str], figures, header: str, classes: int
     # narrow consoles: each figure on lines of its own (median / [95 % range] / change), so columns are narrow
     sep = "\n" if console.width < 160 else " "
     rows = []
-    for metric, (unit, factor) in _SHOW.items():
+    for metric in catalogue.simulated():
         if metric.startswith("relay_"):
             continue
+        unit, factor = catalogue.display(metric)
         cells = {}
         for s in stages:
             f = by.get((s, metric, ""))
@@ -103,7 +91,7 @@ def _print(plan_name: str, stages: list[str], figures, header: str, classes: int
     fine.sort(key=lambda g: -sum(1 for f in figures if f.relay_class == g))
     for metric in ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_bytes_per_s",
                    "relay_kernel_queue_bytes"):
-        unit, factor = _SHOW[metric]
+        unit, factor = catalogue.display(metric)
         rows = []
         for g in shown + fine[:classes]:
             cells = {}

@@ -117,7 +117,7 @@ def _print_grid(spec, as_json: bool) -> None:
 
 
 def _print(spec, report) -> None:
-    from kistexp.sweep.results import rule_text
+    from kistexp.sweep.results import PlotAxis, rule_text, value_text
 
     console.print(f"[bold]{report.name}[/bold]: {report.cells} cells ({report.ran} run, {report.cached} cached, "
                   f"{report.failed} failed) on {report.backend} in {report.wall_s:.0f} s; results in {report.out}")
@@ -126,7 +126,9 @@ def _print(spec, report) -> None:
         # the context wraps at its spaces; names and numbers are never cut (a range keeps its % whole)
         t.add_column("context", justify="left", min_width=max([7, *(len(w) for r in report.rises if r.rule == i
                                                                       for w in r.context.split())]))
-        t.add_column(rule.parameter, justify="right", no_wrap=True, min_width=len(rule.parameter))
+        unit = PlotAxis(rule.parameter, ()).unit  # from the parameter catalogue; "" for a bare number
+        head = f"{rule.parameter}\n({unit})" if unit else rule.parameter
+        t.add_column(Text(head), justify="right", no_wrap=True, min_width=len(rule.parameter))
         for head in ("rise\n(median)", "rise\n(95 % range)", "networks", "within"):
             t.add_column(Text(head), justify="right", no_wrap=True)
         for r in report.rises:
@@ -136,7 +138,8 @@ def _print(spec, report) -> None:
         console.print(t)
         for rec in report.recommendations:
             if rec.rule == i:
-                verdict = (f"{rule.parameter} = {rec.value} (rise at most {_pct(rec.rise_high)})"
+                verdict = (f"{rule.parameter} = {value_text(rule.parameter, rec.value)} "
+                           f"(rise at most {_pct(rec.rise_high)})"
                            if rec.value is not None else f"none: {rec.note}")
                 console.print(f"  recommended for {rec.context}: [bold]{verdict}[/bold]")
 

@@ -17,7 +17,8 @@ a machine that stalls:
 * ``probe_timers``: how late a 1 ms ``epoll_wait`` wakes up (libevent's loop, and so tor's KIST
   timer, sleeps in ``epoll_wait``).  On a machine of its own nearly every wake-up is within a
   fraction of a millisecond; the test machine of 2026-12-03 woke more than 1 ms late in about
-  6-7 % of its sleeps, up to 11 ms, with nothing else running (docs/fidelity.md).
+  6-7 % of its sleeps, up to 11 ms, with nothing else running (docs/fidelity.md, "Known gaps and their
+  causes": the machine).
 """
 
 from __future__ import annotations

@@ -141,8 +141,8 @@ class BulkServerProcess:
     """:class:`BulkServer` in a process of its own, as the fidelity harness runs it.
 
     In the measuring process the server's writes and the download's reads take turns at one
-    interpreter lock, and real tor's figures came out lower. Measured on real tor (2026-12-02,
-    docs/fidelity.md "The bulk server in its own process"): one circuit under KIST at 2 ms moved
+    interpreter lock, and real tor's figures came out lower. Measured on real tor (2026-12-02 06:04 UTC;
+    docs/fidelity.md, "What is measured", CPU: 8-11 % on the means): one circuit under KIST at 2 ms moved
     9.21 MB/s with the server as a thread and 9.91 with it in a process of its own, in
     alternating runs on one network.
 

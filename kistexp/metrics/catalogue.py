@@ -63,7 +63,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("quiet_circuit_latency_ms", "ms", "relays", ("simulator", "interactive"), 12.0, True,
            "queueing delay of cells on quiet (interactive) circuits sharing channels with bulk ones"),
     Metric("relay_cpu_utilization", "ratio", "relays", _RELAY_PROCESS, 60.0, True,
-           "tor process CPU time per wall second (1.0 = one core)"),
+           "tor process CPU time per wall second, a share of one core (stored as 1.0 = one core)"),
     Metric("relay_rss_bytes", "bytes", "relays", _RELAY_PROCESS, 60.0, True,
            "tor process resident memory"),
     Metric("relay_bandwidth_bytes_per_s", "bytes/s", "relays", _RELAY_TRAFFIC, 60.0, False,
@@ -81,6 +81,54 @@ _BY_NAME = {m.name: m for m in METRICS}
 
 def get(name: str) -> Metric | None:
     return _BY_NAME.get(name)
+
+
+#: How people read a metric in tables, plots and announcements: (unit shown, factor from the
+#: catalogue's unit). CPU is "% of one core" everywhere (100 = one core kept busy), as operators
+#: read it in top; bytes in MB (10^6) because tor's own logs and MetricsPort use decimal units.
+CPU_UNIT = "% of one core"
+_DISPLAY = {
+    "relay_cpu_utilization": (CPU_UNIT, 100.0),
+    "relay_rss_bytes": ("MB", 1e-6),
+    "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6),
+    "relay_kernel_queue_bytes": ("KB", 1e-3),
+    "relay_oom_bytes": ("MB", 1e-6),
+    "client_transfer_failure_ratio": ("%", 100.0),
+}
+
+
+def display(name: str) -> tuple[str, float]:
+    """(unit shown, factor) for ``name``: the value in the catalogue's unit times the factor is
+    what a table, plot or announcement prints next to the unit."""
+    if name in _DISPLAY:
+        return _DISPLAY[name]
+    m = _BY_NAME.get(name)
+    return (m.unit if m else "", 1.0)
+
+
+#: A few words naming each metric where its identifier would read as code (plot titles, legends);
+#: the meaning above is the full sentence, too long for a panel's title.
+_LABELS = {
+    "client_ttfb_s": "client time to first byte",
+    "client_ttlb_50kib_s": "client time to last byte, 50 KiB",
+    "client_ttlb_1mib_s": "client time to last byte, 1 MiB",
+    "client_ttlb_5mib_s": "client time to last byte, 5 MiB",
+    "client_throughput_mbytes_per_s": "client throughput",
+    "client_transfer_failure_ratio": "failed client transfers",
+    "circuit_build_time_s": "circuit build time",
+    "quiet_circuit_latency_ms": "cell delay on quiet circuits",
+    "relay_cpu_utilization": "relay CPU",
+    "relay_rss_bytes": "relay memory (RSS)",
+    "relay_bandwidth_bytes_per_s": "relay traffic (read + written)",
+    "relay_global_rate_limit_reached": "relay global rate limit reached",
+    "relay_oom_bytes": "bytes freed by tor's OOM handler",
+    "relay_kernel_queue_bytes": "bytes in kernel send buffers",
+}
+
+
+def label(name: str) -> str:
+    """A short name for ``name`` in words (plot titles, legends); the identifier itself if unknown."""
+    return _LABELS.get(name, name)
 
 
 def names() -> tuple[str, ...]:

@@ -24,19 +24,28 @@ def plot_samples(metric: str, samples: Sequence[Sample], path: Path, *, title: s
     groups: dict[str, list[Sample]] = {}
     for s in samples:
         groups.setdefault("unknown" if s.param_value is None else str(s.param_value), []).append(s)
+    # in the display unit every table and plot uses (CPU in % of one core), not the stored one
+    unit, factor = catalogue.display(metric)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for key in sorted(groups, key=lambda k: (k == "unknown", k)):
         ss = groups[key]
-        ax.plot([s.time for s in ss], [s.value for s in ss], ".", markersize=3, alpha=0.7,
+        ax.plot([s.time for s in ss], [s.value * factor for s in ss], ".", markersize=3, alpha=0.7,
                 color="0.6" if key == "unknown" else None, label=f"value in effect: {key} ({len(ss)})")
-    ax.set_ylabel(f"{metric} ({info.unit if info else '?'})")
+    ax.set_ylabel(f"{metric} ({unit or '?'})")
     ax.set_xlabel("time (UTC)")
     ax.set_title(title or (info.meaning if info else metric))
     ax.legend(loc="best", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
+        import io
+
+        from kistexp.safeio import check_output_path, write_atomic
+
+        check_output_path(path, "the plot", KistexpError)
+        buf = io.BytesIO()  # drawn in memory, then written only to a regular file or a new name
+        fig.savefig(buf, format=Path(path).suffix[1:].lower() or None, dpi=110)
+        write_atomic(path, buf.getvalue(), "the plot", KistexpError)
     except (OSError, ValueError) as exc:
         raise KistexpError(f"{path}: cannot write the plot: {exc}") from None
     finally:

@@ -11,6 +11,7 @@ import jinja2
 
 from kistexp import params as param_catalogue
 from kistexp.durations import format_duration
+from kistexp.metrics import catalogue
 from kistexp.metrics.collectors import operator_report
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, build_timeline
@@ -27,9 +28,6 @@ REPORT_COLUMNS = ("relay_fingerprint", "window_start_utc", "window_end_utc", "ph
 ANNOUNCE_CLASSES = 16
 EXAMPLE_FINGERPRINT = "0123456789ABCDEF0123456789ABCDEF01234567"
 ISO = "%Y-%m-%d %H:%M UTC"
-# metric -> (unit printed, factor from the catalogue's unit); CPU as everywhere: % of one core (100 = one core)
-UNITS = {"relay_cpu_utilization": ("% of one core", 100.0), "relay_rss_bytes": ("MB", 1e-6),
-         "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6)}
 # what a reader needs to read a metric's figures right, printed under its table
 NOTES = {
     "relay_cpu_utilization": "100 % of one core is one core kept busy. The simulated relays carry less traffic than "
@@ -73,7 +71,7 @@ def _watch(metric: str, by: dict, stages: list[str], classes: list[str]) -> dict
     implies, A x (1 + X), so that every printed pair adds up. The stage's own median over networks can
     come from another network than the baseline's (networks differ by their sampled relays far more than
     by the values) and is not printed beside the change."""
-    unit, scale = UNITS[metric]
+    unit, scale = catalogue.display(metric)
     rows = []
     for cls in classes:
         base = by.get(("baseline", metric, cls))

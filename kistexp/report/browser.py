@@ -91,9 +91,11 @@ def _render_once(binary: str, url: str, screenshot: Path, width: int, height: in
     return proc.returncode, log
 
 
-def dump_dom(html: Path, *, timeout_s: float = 120.0, attempts: int = 2) -> str:
+def dump_dom(html: Path, *, timeout_s: float = 120.0, attempts: int = 2, width: int | None = None,
+             height: int | None = None) -> str:
     """The DOM of ``html`` as headless Chromium built it (``--dump-dom``), with the same throw-away
-    profile, no network and time bound as ``render``."""
+    profile, no network and time bound as ``render``; laid out in a ``width`` x ``height`` window
+    when given (a page's script can then measure what fits)."""
     binary = find_chromium()
     if binary is None:
         raise BrowserError("chromium not found (Debian: apt-get install chromium)")
@@ -103,7 +105,10 @@ def dump_dom(html: Path, *, timeout_s: float = 120.0, attempts: int = 2) -> str:
             args = [binary, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
                     "--no-first-run", "--disable-extensions", "--disable-sync", "--disable-background-networking",
                     "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND",
-                    "--proxy-server=127.0.0.1:9", "--dump-dom", url]
+                    "--proxy-server=127.0.0.1:9"]
+            if width and height:
+                args.append(f"--window-size={width},{height}")
+            args += ["--dump-dom", url]
             proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                     text=True, env={**os.environ, "HOME": profile}, start_new_session=True)
             try:

@@ -27,6 +27,7 @@ from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
+from kistexp.report.wording import effect_words, interval_words, limit_words
 from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
 from kistexp.rollout.engine import metric_source_of
 from kistexp.rollout.journal import CommandRow, JournalReader, VerdictRow
@@ -71,7 +72,7 @@ class Mark:
 class Failure:
     """A criterion that failed in a stage, at its first failing look, with the effect in plain words:
     relative comparisons as the relative change (ratio 1.706 -> "+70.6 %"), absolute ones as the
-    difference in the metric's unit, above/below as the stage's value."""
+    difference in the metric's display unit (``catalogue.display``), above/below as the stage's value."""
 
     criterion: str
     metric: str
@@ -300,26 +301,6 @@ OUTCOME_WORDS = {
 }
 
 
-def _signed(x: float, unit: str) -> str:
-    return f"{x:+.1f} %" if unit == "%" else f"{x:+.3g} {unit}".rstrip()
-
-
-def effect_words(comparison: str, effect: float | None, unit: str) -> str:
-    """The judge's effect in plain words: a ratio stage/baseline as the relative change
-    (1.706 -> "+70.6 %"), a difference with the metric's unit, the stage's value for above/below."""
-    if effect is None:
-        return "no estimate"
-    if comparison.startswith("relative"):
-        return _signed(100 * (effect - 1), "%")
-    if comparison.startswith("absolute"):
-        return _signed(effect, unit)
-    return f"{effect:.3g} {unit}".rstrip()
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and bool(np.isfinite(x))
-
-
 def _failures(spec: RolloutSpec, verdicts: tuple[VerdictRow, ...], names: tuple[str, ...]) -> tuple[Failure, ...]:
     """The first failing look of each (criterion, stage) that counted (shadow criteria only report)."""
     by_name = {c.name: c for c in spec.criteria}
@@ -329,18 +310,12 @@ def _failures(spec: RolloutSpec, verdicts: tuple[VerdictRow, ...], names: tuple[
         if v.outcome != "fail" or v.shadow or c is None or (v.criterion, v.stage) in seen:
             continue
         seen.add((v.criterion, v.stage))
-        unit = metric_unit(c.metric)
-        interval = ("no interval" if not (_finite(v.ci_low) and _finite(v.ci_high)) else
-                    f"[{effect_words(c.comparison, v.ci_low, unit)}, {effect_words(c.comparison, v.ci_high, unit)}]")
-        if c.comparison.startswith("relative"):
-            limit = _signed(100 * c.threshold * (1 if c.comparison.endswith("increase") else -1), "%")
-        elif c.comparison.startswith("absolute"):
-            limit = _signed(c.threshold * (1 if c.comparison.endswith("increase") else -1), unit)
-        else:
-            limit = f"{c.comparison} {c.threshold:g} {unit}".rstrip()
+        unit, factor = catalogue.display(c.metric)  # the unit every table and plot of the report shows
+        interval = interval_words(c.comparison, v.ci_low, v.ci_high, unit, factor)
+        limit = limit_words(c.comparison, c.threshold, unit, factor)
         stage = names[v.stage] if 0 <= v.stage < len(names) else f"stage {v.stage}"
-        out.append(Failure(v.criterion, c.metric, stage, v.window_end, effect_words(c.comparison, v.effect, unit),
-                           interval, limit, v.id))
+        effect = effect_words(c.comparison, v.effect, unit, factor)
+        out.append(Failure(v.criterion, c.metric, stage, v.window_end, effect, interval, limit, v.id))
     return tuple(out)
 
 

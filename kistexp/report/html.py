@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import jinja2
 import numpy as np
 
@@ -18,14 +19,12 @@ from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import build_timeline
 from kistexp.report import plots
 from kistexp.report.data import RELAY_COSTS, ExperimentData, PlanData
+from kistexp.report.wording import VerdictText, collapse, plain_message, verdict_text
 from kistexp.rollout.spec import LIVE_CADENCE
 
 Progress = Callable[[float, str], None]
 ISO = "%Y-%m-%d %H:%M UTC"
 ISO_MIN = "%Y-%m-%d %H:%M"
-# metric -> (unit shown, factor) for relay costs; CPU as % of one core like tor's operators read it
-DISPLAY = {"relay_cpu_utilization": ("% of a core", 100.0), "relay_rss_bytes": ("MB", 1e-6),
-           "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6)}
 MAX_CLASSES = 8
 
 
@@ -34,7 +33,8 @@ def environment() -> jinja2.Environment:
                              autoescape=jinja2.select_autoescape(("html", "j2")), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["utc"] = lambda t: "" if t is None else t.astimezone(dt.timezone.utc).strftime(ISO)
-    env.filters["pct"] = lambda x: "" if x is None else f"{100 * x:+.1f} %"
+    # a change that rounds to zero is "+0.0 %", never "-0.0 %"
+    env.filters["pct"] = lambda x: "" if x is None else f"{round(100 * x, 1) + 0.0:+.1f} %"
     env.filters["duration"] = format_duration
     env.filters["num"] = lambda x: "" if x is None else (f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}")
     return env
@@ -87,22 +87,60 @@ def _cost_figures(figures, stages: list[str], measured) -> list[plots.Figure]:
         predicted = {(f.stage, f.relay_class): (f.median, f.low, f.high) for f in figures if f.metric == metric}
         got = {(s, c): (float(np.median(v)), int(v.size)) for (m, c, s), v in measured.items()
                if m == metric and v.size}
-        unit, scale = DISPLAY[metric]
+        unit, scale = catalogue.display(metric)
         out.append(plots.relay_costs(metric, stages, classes, predicted, got, scale, unit))
     return out
 
 
-def _cost_rows(figures, stages: list[str]) -> list[dict]:
-    rows = []
+def _cell(f) -> dict | None:
+    """A predicted figure as a table cell shows it, in the metric's display unit."""
+    if f is None:
+        return None
+    _unit, scale = catalogue.display(f.metric)
+    return {"median": f.median * scale, "low": f.low * scale, "high": f.high * scale, "change": f.change}
+
+
+def _cost_tables(figures, stages: list[str]) -> list[dict]:
+    """One table per relay cost (relay classes down, stages across), its unit in the heading: a single
+    table of every metric and class ran far past the page with five stages and eight classes."""
+    tables = []
     for metric in RELAY_COSTS:
-        unit, scale = DISPLAY[metric]
+        unit, _scale = catalogue.display(metric)
+        rows = []
         for cls in class_order(figures, metric):
             by = {f.stage: f for f in figures if f.metric == metric and f.relay_class == cls}
-            rows.append({"metric": metric, "unit": unit, "relay_class": cls,
-                         "cells": [None if s not in by else {"median": by[s].median * scale, "low": by[s].low * scale,
-                                                              "high": by[s].high * scale, "change": by[s].change}
-                                   for s in stages]})
-    return rows
+            rows.append({"label": cls, "cells": [_cell(by.get(s)) for s in stages]})
+        if rows:
+            networks = max((f.networks for f in figures if f.metric == metric), default=0)
+            tables.append({"metric": metric, "unit": unit, "stages": stages, "rows": rows, "networks": networks})
+    return tables
+
+
+def _judged(spec, verdicts) -> list[tuple[str, VerdictText]]:
+    """(detail, its plain words) of every verdict with an estimate, for engine messages quoting one."""
+    by_name = {c.name: c for c in spec.criteria}
+    out: dict[str, VerdictText] = {}
+    for v in verdicts:
+        c = by_name.get(v.criterion)
+        if c is not None and v.effect is not None and v.detail and v.detail not in out:
+            out[v.detail] = verdict_text(c, v)
+    return list(out.items())
+
+
+def _message(text: str, judged) -> dict:
+    """An engine message as the page shows it: the effect in plain words, the judge's detail apart."""
+    visible, statistics = plain_message(text or "", judged)
+    return {"text": visible, "statistics": statistics}
+
+
+def _intent_rows(intents) -> list[dict]:
+    """Intents of one transition that asked the same, ended the same and carry the same evidence, as
+    one row naming every authority: six identical rows per stage said the same thing six times."""
+    rows: dict[tuple, dict] = {}
+    for i in intents:
+        key = (i["seq"], tuple(i["desired"].items()), i["valid_after"], i["state"], i["attempts"], i["evidence"])
+        rows.setdefault(key, {**i, "authorities": []})["authorities"].append(i["authority"])
+    return list(rows.values())
 
 
 def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict:
@@ -110,10 +148,11 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
     param = spec.parameters[0] if spec.parameters else ""
     end = max([d["at"] for d in data.decisions] + [c["valid_after"] for c in data.consensuses]
               + [spec.baseline_start + spec.hour]) + 6 * spec.hour
-    votes: dict[str, list] = {}
+    votes: dict[str, list] = {a: [] for a in spec.authorities}  # the legend names them in the plan's order
     for v in data.votes:
         value = None if not v["params"] else v["params"].get(param)
         votes.setdefault(v["authority"], []).append((v["valid_after"], value))
+    votes = {a: points for a, points in votes.items() if points}
     consensus = [(c["valid_after"], None if not c["params"] else c["params"].get(param)) for c in data.consensuses]
     # stage spans as they happened: from the consensus that brought each transition in
     spans, begin, name = [], spec.baseline_start, "baseline"
@@ -129,28 +168,53 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
     last: dict[tuple[str, int], object] = {}
     for v in data.verdicts:
         last[(v.criterion, v.stage)] = v
+    by_name = {c.name: c for c in spec.criteria}
+    texts = {key: verdict_text(by_name[key[0]], v) for key, v in last.items() if key[0] in by_name}
     stages_run = sorted({s for (_m, s) in data.batches if s > 0})
-    cdfs = []
+    cdf_stages = []
     total = max(1, len(stages_run) * len(spec.criteria))
     for i, stage in enumerate(stages_run):
+        sname = data.stage_name(stage)
+        # a remark shared by several criteria (the same shortfall of samples) is written out once per stage
+        notes = collapse([(c.name, texts[(c.name, stage)].note if (c.name, stage) in texts else "")
+                          for c in spec.criteria])
+        panels = []
         for j, c in enumerate(spec.criteria):
-            progress(0.15 + 0.5 * (i * len(spec.criteria) + j) / total, f"CDF {c.name}, {data.stage_name(stage)}")
+            progress(0.15 + 0.5 * (i * len(spec.criteria) + j) / total, f"CDF {c.name}, {sname}")
             base = data.batches.get((c.metric, 0), np.zeros(0))
             here = data.batches.get((c.metric, stage), np.zeros(0))
+            text = texts.get((c.name, stage))
+            if not here.size:
+                panels.append(plots.Panel(f"{c.name}: {sname}", why=(
+                    f"{c.name} ({c.metric}) in {sname}: no samples of this stage yet "
+                    f"(baseline {base.size} samples); "
+                    + ("no verdict in the journal" if text is None else f"verdict {text.line}"))))
+                continue
             b_stat, s_stat = _stat(base, c.statistic), _stat(here, c.statistic)
             limit = None if b_stat is None else limit_in_units(c.comparison, c.threshold, b_stat)
-            v = last.get((c.name, stage))
-            outcome, detail = (v.outcome, v.detail) if v is not None else ("not judged", "no verdict in the journal")
-            cdfs.append({"stage": data.stage_name(stage), "criterion": c.name, "outcome": outcome, "detail": detail,
-                         "figure": plots.criterion_cdf(c, data.stage_name(stage), base, here, b_stat, s_stat, limit,
-                                                       outcome, detail)})
+            outcome = text.outcome if text is not None else "not judged"
+            words = text.line if text is not None else "not judged: no verdict in the journal"
+            fig = plots.criterion_cdf(c, sname, base, here, b_stat, s_stat, limit, outcome, words)
+            if text is not None:
+                effect = text.effect or "no estimate"
+                caption = f"{text.outcome}: {effect}" + (f" (limit {text.limit})" if text.effect else "")
+                caption += f"; {notes[j]}" if notes[j] else ""
+            else:
+                caption = "not judged: no verdict in the journal"
+            panels.append(plots.Panel(f"{c.name}: {sname}", attrs.evolve(fig, caption=caption)))
+        cdf_stages.append({"stage": sname, "panels": panels})
     effects = []
     names = dict(enumerate(data.stage_names))
     for c in spec.criteria:
         looks = [v for v in data.verdicts if v.criterion == c.name]
-        if looks:
-            progress(0.7, f"effects {c.name}")
-            effects.append(plots.effects_over_time(c, looks, effect_limit(c.comparison, c.threshold), names, marks))
+        if not looks:
+            continue
+        progress(0.7, f"effects {c.name}")
+        if all(v.effect is None for v in looks):
+            effects.append(plots.Panel(f"{c.name}: effect over time", why=_no_estimate(c, looks)))
+        else:
+            effects.append(plots.Panel(f"{c.name}: effect over time",
+                                       plots.effects_over_time(c, looks, plots.effect_scale(c), names, marks)))
     progress(0.8, "relay costs")
     stage_list = list(data.stage_names)
 
@@ -169,23 +233,33 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
     measured = {k: np.concatenate(v) for k, v in pooled.items()}
     costs = _cost_figures(data.figures, cost_stages, measured)
     progress(0.9, "rollbacks")
-    rollbacks = [{"r": r, "figure": plots.rollback_recovery(r.plan.kind, r.plan.valid_after, r.at, spec.cadence)}
+    judged = _judged(spec, data.verdicts)
+    rollbacks = [{"r": r, "cause": _message(r.cause, judged),
+                  "figure": plots.rollback_recovery(r.plan.kind, r.plan.valid_after, r.at, spec.cadence)}
                  for r in data.rollbacks]
-    decisions = [{**d, "stage_name": data.stage_name(d["stage"])} for d in data.decisions]
+    decisions = [{**d, "stage_name": data.stage_name(d["stage"]), "why": _message(d["message"], judged)}
+                 for d in data.decisions]
+    transitions = [{**t, "why": _message(t["cause"], judged)} for t in data.transitions]
     criteria_rows = []
+    cells = [(c, s) for c in spec.criteria for s in range(len(data.stage_names))]
+    notes = dict(zip(cells, collapse([(f"{c.name} in {data.stage_name(s)}", texts[(c.name, s)].note
+                                       if (c.name, s) in texts else "") for c, s in cells]), strict=True))
     for c in spec.criteria:
         row = {"name": c.name, "rule": c.base.describe(), "cells": []}
         for s in range(len(data.stage_names)):
-            v = last.get((c.name, s))
-            row["cells"].append(None if v is None else {"outcome": v.outcome, "detail": v.detail})
+            text = texts.get((c.name, s))
+            row["cells"].append(None if text is None else {"v": text, "note": notes[(c, s)]})
         criteria_rows.append(row)
+    rehearsal_notes = collapse([(p.kind, p.note) for p in data.rehearsals])
     return {
         "title": f"{spec.plan_name}: {'dry run' if data.mode == 'dry-run' else 'experiment'} report",
-        "data": data, "summary": data.summary, "spec": spec, "param": param, "figures": figures, "cdfs": cdfs,
-        "effects": effects,
-        "costs": costs, "cost_rows": _cost_rows(data.figures, cost_stages), "cost_stages": cost_stages,
+        "data": data, "summary": data.summary, "spec": spec, "param": param, "figures": figures,
+        "cdf_stages": cdf_stages, "effects": effects,
+        "costs": costs, "cost_tables": _cost_tables(data.figures, cost_stages),
         "stages": stage_list,
-        "rollbacks": rollbacks, "decisions": decisions, "criteria_rows": criteria_rows,
+        "rollbacks": rollbacks, "decisions": decisions, "transitions": transitions,
+        "intents": _intent_rows(data.intents), "criteria_rows": criteria_rows,
+        "rehearsals": list(zip(data.rehearsals, rehearsal_notes, strict=True)),
         "status": data.status.describe(),
         # one line per stretch without a majority-signed consensus, and per authority outage
         "outages": [o.describe(ISO_MIN) for o in data.health.outages],
@@ -194,26 +268,33 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
     }
 
 
+def _no_estimate(criterion, looks) -> str:
+    """Why a criterion's effects plot would be empty, in one line."""
+    latest = looks[-1].detail
+    if all(v.reason == "insufficient_samples" for v in looks):
+        return (f"{criterion.name} ({criterion.metric}): no estimate yet — 0 of {len(looks)} looks had enough "
+                f"samples (min_samples {criterion.min_samples}; latest look: {latest})")
+    return (f"{criterion.name} ({criterion.metric}): no estimate yet — none of {len(looks)} looks had one "
+            f"(latest look: {latest})")
+
+
 def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict:
     stages = list(data.stages)
-    order = stages + [f"transition:{s}" for s in stages if s != "baseline"]
+    transitions = [f"transition:{s}" for s in stages if s != "baseline"]
     timeline = build_timeline(plan)
     metrics = list(dict.fromkeys(f.metric for f in data.figures))
-    client_rows, prediction_figures = [], []
+    stage_rows, transition_rows, prediction_figures = [], [], []
     for i, metric in enumerate(metrics):
         progress(0.1 + 0.6 * i / max(1, len(metrics)), f"predictions {metric}")
-        m = catalogue.get(metric)
-        unit, scale = DISPLAY.get(metric, (m.unit if m else "", 1.0))
+        unit, scale = catalogue.display(metric)
         classes = [f.relay_class for f in data.figures if f.metric == metric]
         cls = "all" if "all" in classes else "" if "" in classes else classes[0]
         by = {f.stage: f for f in data.figures if f.metric == metric and f.relay_class == cls}
         if not by:
             continue
-        client_rows.append({"metric": metric, "unit": unit, "relay_class": cls,
-                            "cells": [None if s not in by else {"median": by[s].median * scale,
-                                                                 "low": by[s].low * scale,
-                                                                 "high": by[s].high * scale,
-                                                                 "change": by[s].change} for s in order]})
+        label = f"{metric} ({unit})" + (f", relays: {cls}" if cls else "")
+        stage_rows.append({"label": label, "cells": [_cell(by.get(s)) for s in stages]})
+        transition_rows.append({"label": label, "cells": [_cell(by.get(s)) for s in transitions]})
         prediction_figures.append(plots.predictions(
             metric, stages, {s: (f.median, f.low, f.high) for s, f in by.items()}, scale, unit))
     progress(0.75, "relay costs")
@@ -228,11 +309,16 @@ def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict
     end = max(r.end for r in timeline.rows)
     planned_votes = {a: [(t, v) for t, v in consensus] for a in plan.authorities.participating}
     timeline_fig = plots.timeline(param, planned_votes, consensus, end, LIVE_CADENCE, spans)
+    networks = max((f.networks for f in data.figures), default=0)
     return {
         "title": f"{plan.name}: plan report (predictions before any run)", "plan": plan, "stages": stages,
-        "order": order, "timeline": timeline, "timeline_figure": timeline_fig, "client_rows": client_rows,
-        "prediction_figures": prediction_figures, "costs": costs, "cost_rows": _cost_rows(data.figures, stages),
-        "source": data.source, "networks": max((f.networks for f in data.figures), default=0),
+        "timeline": timeline, "timeline_figure": timeline_fig,
+        "predictions_table": {"stages": stages, "rows": stage_rows},
+        # predictions made without transition windows have none to show
+        "transition_table": ({"stages": transitions, "rows": transition_rows}
+                             if any(c for r in transition_rows for c in r["cells"]) else None),
+        "prediction_figures": prediction_figures, "costs": costs, "cost_tables": _cost_tables(data.figures, stages),
+        "source": data.source, "networks": networks,
     }
 
 

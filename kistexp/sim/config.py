@@ -175,13 +175,13 @@ class LinkConfig:
     bounds the bytes in flight, caps the sender's mss at half of it (``tcp_bound_to_half_wnd`` in
     ``tcp_sync_mss``), and the receiver sends a window update when a read frees half of it
     (``tcp_cleanup_rbuf``). Receive-buffer autotuning (``tcp_rcv_space_adjust``) is not
-    modelled (docs/simulator.md)."""
+    modelled (docs/simulator.md, "What the model leaves out")."""
     receive_window_max_bytes: int = 0
     """With ``nagle``: 0 keeps the window fixed at ``receive_window_bytes``. Larger, the window
     clamp up to which the receiver raises its window as data arrives (``tcp_grow_window``,
     net/ipv4/tcp_input.c: by ``max(2 * advmss, 2 * len)`` per segment of at least 128 B, each
     growth granting one quick ACK). The sender's mss stays capped by the first window. Off by
-    default: with it the fidelity table got worse (docs/simulator.md, "Tried")."""
+    default: with it the fidelity table got worse (docs/simulator.md, "Design choices")."""
     delayed_ack_ms: float = 40.0
     """Linux's delayed-ACK timeout and the ``ato`` window that puts a socket in pingpong mode:
     ``TCP_ATO_MIN`` = ``TCP_DELACK_MIN`` = HZ/25 jiffies = 40 ms (include/net/tcp.h)."""
@@ -254,7 +254,7 @@ class FlowControlConfig:
     ``CountPrivateBandwidth``), and a stream SENDME owed waits while that outbuf holds more than
     10 cells (``sendme_connection_edge_consider_sending``, core/or/sendme.c).  Fixed SENDME
     windows only: Vegas circuits send no stream SENDMEs.  0: the older model, in which a stream
-    SENDME leaves the moment it is owed (docs/simulator.md, change 8)."""
+    SENDME leaves the moment it is owed (docs/simulator.md, "Design choices")."""
     sendme_inc: int = 31
     cwnd_init: int = 124
     cwnd_min: int = 124
@@ -337,14 +337,14 @@ class RunConfig:
     record that ends in, and the rest of an arriving flight waits for the event loop's next
     pass, after the scheduler run and writes this read set going.  False gives the older model in
     which a node's relay layer takes a whole flight (on loopback up to 127 cells) at once
-    (docs/simulator.md, change 3)."""
+    (docs/simulator.md, "Design choices")."""
     wake_rebase: bool = True
     """Model libevent's timeout on every wake-up of a node's event loop: while a KIST run timer
     is armed, each pass that reads or writes measures the next ``epoll_wait`` timeout from its
     own cached time, so the run lands at the phase of the loop's last wake-up before the coarse
     deadline (``event_base_loop``: ``timeout_next`` before ``clear_time_cache``), and a wake-up
     once the coarse clock has reached the deadline runs it in that pass.  False: the run's phase
-    is the pass that armed the timer's (docs/simulator.md, change 9)."""
+    is the pass that armed the timer's (docs/simulator.md, "Design choices")."""
 
     def validate(self, where: str = "run") -> None:
         _finite(where, "duration_s", self.duration_s, minimum=0.0, strict=True)

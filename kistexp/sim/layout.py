@@ -51,7 +51,8 @@ TLS_CELL_BYTES = 543      # a cell with its TLS framing on the wire (KIST's 514 
 # SSL_write one TLS record, each record one send() on the socket
 TLS_RECORD_BYTES = 4096 - 40
 # what TLS 1.3 adds to each record on the wire: a 5-byte header, the inner content type and a
-# 16-byte AEAD tag; a one-cell record is 536 B on loopback (tcpdump, docs/fidelity.md "On the wire")
+# 16-byte AEAD tag; a one-cell record is 536 B on loopback (tcpdump of real tor, 2026-12-02: a lone SENDME
+# is 536 B on the wire)
 TLS_RECORD_OVERHEAD = 22
 
 # scheduler kinds (§3)

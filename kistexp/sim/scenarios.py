@@ -45,7 +45,7 @@ MB = 1e6
 #: downloads (KIST at 2 and 10 ms, 2026-12-02 08:58 UTC, Linux 6.18, ``tcp_rmem`` max 32 MiB)
 #: reported ``snd_wnd`` medians of 798 and 831 KB (86 KB at a connection's start, up to 2.4 MB)
 #: and an mss of 65,483 B; the model's figures are the same for any window from 300 KB up
-#: except 8 circuits under KIST at 10 ms (docs/simulator.md).
+#: except 8 circuits under KIST at 10 ms (docs/simulator.md, "Design choices").
 LOOPBACK_RECEIVE_WINDOW = 800_000
 LOOPBACK_LINK = LinkConfig(rtt_ms=0.01, mss=LOOPBACK_MSS, nagle=True,
                            receive_window_bytes=LOOPBACK_RECEIVE_WINDOW)
@@ -76,7 +76,7 @@ class PathScenario:
     nagle: bool = LOOPBACK_LINK.nagle
     """Model Nagle and Linux's delayed ACKs on every connection (``LinkConfig.nagle``; tor never
     sets TCP_NODELAY). On by default; False gives the older model that acknowledges every flight
-    one RTT after it left (docs/simulator.md compares the two)."""
+    one RTT after it left (docs/simulator.md, "Design choices")."""
     receive_window_bytes: int = LOOPBACK_LINK.receive_window_bytes
     """Every receiver's first window (``LinkConfig.receive_window_bytes``)."""
     receive_window_max_bytes: int = LOOPBACK_LINK.receive_window_max_bytes
@@ -153,7 +153,7 @@ def start_phase_ms(seed: int, tick_ms: float) -> float:
     node's coarse clock and timer follow (kist-ewma.md §5.2), and the wake-up phases the nodes
     then carry from run to run are set by when the first cells arrive, so a figure from one start
     phase is one draw: on the loopback path KIST at 2 ms moves 7.6-10.9 MB/s depending on it
-    (docs/simulator.md). The seeds sample that phase instead of repeating one run.
+    (docs/simulator.md, "Design choices"). The seeds sample that phase instead of repeating one run.
     """
     return ((seed - 1) * _PHASE_STEP) % 1.0 * tick_ms
 

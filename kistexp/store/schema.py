@@ -13,6 +13,8 @@ compare as integers and no timezone text is ever parsed back.
 
 from __future__ import annotations
 
+import functools
+import re
 import sqlite3
 from pathlib import Path
 
@@ -327,6 +329,48 @@ CREATE TABLE rollout_authority_health (
 MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL, _V3_SEQUENTIAL_JUDGE, _V4_MEASURED)
 
 SCHEMA_VERSION = len(MIGRATIONS)
+_CREATED = re.compile(r"CREATE TABLE (\w+)")
+
+
+def tables_at(version: int) -> tuple[str, ...]:
+    """The tables a database at schema ``version`` holds: those its migrations created (none drops one)."""
+    return tuple(name for script in MIGRATIONS[:version] for name in _CREATED.findall(script))
+
+
+def missing_tables(conn: sqlite3.Connection, prefix: str = "") -> tuple[str, ...]:
+    """Tables (starting with ``prefix``) that the database's schema version promises and it lacks:
+    a table dropped by hand or lost to damage, which readers would otherwise take for an empty one."""
+    version = min(conn.execute("PRAGMA user_version").fetchone()[0], SCHEMA_VERSION)
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return tuple(t for t in tables_at(version) if t.startswith(prefix) and t not in have)
+
+
+@functools.cache
+def columns_at(version: int) -> dict[str, tuple[str, ...]]:
+    """Each table's columns in a database at schema ``version``, as its migrations leave them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for script in MIGRATIONS[:version]:
+            conn.executescript(script)
+        return {t: tuple(r[1] for r in conn.execute(f"PRAGMA table_info({t})"))  # noqa: S608 - our own names
+                for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        conn.close()
+
+
+def missing_columns(conn: sqlite3.Connection, prefix: str = "") -> tuple[str, ...]:
+    """``table.column`` for each column that the database's schema version promises a table (starting
+    with ``prefix``) it has and that the table lacks: a table dropped and made again by hand, which
+    readers would otherwise read as a column of defaults."""
+    version = min(conn.execute("PRAGMA user_version").fetchone()[0], SCHEMA_VERSION)
+    out = []
+    for table, columns in columns_at(version).items():
+        if not table.startswith(prefix):
+            continue
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}  # noqa: S608 - our own names
+        if have:  # a missing table is missing_tables' to tell
+            out += [f"{table}.{c}" for c in columns if c not in have]
+    return tuple(out)
 
 
 def _check_header(path: Path) -> None:
@@ -405,6 +449,10 @@ def _prepare(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"{path}: the database refused WAL mode (journal_mode is {mode})")
     conn.execute("PRAGMA foreign_keys = ON")
     _migrate(conn, path)
+    lost = missing_tables(conn)
+    if lost:
+        raise StoreError(f"{path}: damaged experiment database: table {', '.join(lost)} is missing "
+                         f"(schema version {_version(conn)})")
 
 
 def _version(conn: sqlite3.Connection) -> int:

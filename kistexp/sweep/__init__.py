@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +21,12 @@ from pathlib import Path
 import attrs
 
 from kistexp.errors import SweepError
+from kistexp.safeio import open_output, read_bounded, write_atomic
 from kistexp.sweep import results
 from kistexp.sweep.cache import CellCache
 from kistexp.sweep.cells import CellTask, expand
 from kistexp.sweep.execute import CellOutcome, execute
-from kistexp.sweep.spec import CONFIRM_CELLS, Sweep, load_sweep
+from kistexp.sweep.spec import CONFIRM_CELLS, MAX_SWEEP_BYTES, Sweep, load_sweep
 
 __all__ = ["CONFIRM_CELLS", "SweepReport", "load_sweep", "run_sweep"]
 
@@ -63,7 +63,7 @@ class _PartialWriter:
     def __init__(self, sweep: Sweep, path: Path) -> None:
         self.columns = results._columns(sweep)
         self.sweep = sweep
-        self.f = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.f = open_output(path, "the partial results", SweepError, newline="", encoding="utf-8")
         self.w = csv.DictWriter(self.f, fieldnames=self.columns)
         self.w.writeheader()
 
@@ -101,7 +101,8 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
     wall0 = time.perf_counter()
     _prepare_out(out)
     if Path(sweep.path).is_file():
-        shutil.copyfile(sweep.path, out / "sweep.toml")
+        write_atomic(out / "sweep.toml", read_bounded(sweep.path, MAX_SWEEP_BYTES, "sweep", SweepError), "the sweep",
+                     SweepError)
     tasks = expand(sweep)
     if on_start is not None:
         on_start(len(tasks), sum(1 for t in tasks if cache.get(t.key) is not None))
@@ -129,7 +130,7 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
     files += [out / "cells.csv", out / "recommendation.csv", out / "rises.csv", out / "partial.csv"]
     if plots:
         classes = list(dict.fromkeys(["all", *(r.relay_class for r in sweep.recommend)]))
-        files += results.plot(sweep, rows, out, classes)
+        files += results.plot(sweep, rows, out, classes, recs)
     report = SweepReport(
         name=sweep.name, out=str(out), cells=len(tasks), ran=sum(o.status == "ok" for o in outcomes),
         cached=sum(o.status == "cached" for o in outcomes), failed=sum(o.status == "failed" for o in outcomes),
@@ -139,5 +140,6 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
     summary = attrs.asdict(report, filter=lambda a, _v: a.name != "outcomes")
     summary["failures"] = [{"cell": o.task.key[:16], "index": o.task.index, "attempts": o.attempts,
                             "error": o.error} for o in outcomes if o.status == "failed"]
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    write_atomic(out / "summary.json", (json.dumps(summary, indent=2, default=str) + "\n").encode("utf-8"),
+                 "the summary", SweepError)
     return report

@@ -13,13 +13,19 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 import numpy as np
 
+from kistexp import params
+from kistexp.errors import SweepError
+from kistexp.metrics import catalogue
+from kistexp.safeio import write_atomic
 from kistexp.sweep.execute import CellOutcome
 from kistexp.sweep.spec import Recommend, Sweep
 
@@ -47,12 +53,11 @@ def _columns(sweep: Sweep) -> list[str]:
 
 
 def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns))
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=list(columns))
+    w.writeheader()
+    w.writerows(rows)
+    write_atomic(path, f.getvalue().encode("utf-8"), "the results", SweepError)
 
 
 def write_table(sweep: Sweep, rows: Sequence[dict], out: Path) -> tuple[Path, Path]:
@@ -63,8 +68,9 @@ def write_table(sweep: Sweep, rows: Sequence[dict], out: Path) -> tuple[Path, Pa
     table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows],
                                  schema=_schema(sweep)) if rows else _schema(sweep).empty_table()
     parquet = out / "results.parquet"
-    pq.write_table(table, parquet.with_name("results.parquet.tmp"))
-    parquet.with_name("results.parquet.tmp").replace(parquet)
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    write_atomic(parquet, buf.getvalue(), "the results", SweepError)
     csv_path = out / "results.csv"
     write_csv(csv_path, rows, cols)
     return parquet, csv_path
@@ -214,87 +220,264 @@ PLOT_METRICS = ("client_ttfb_s", "client_ttlb_50kib_s", "client_ttlb_1mib_s", "c
                 "client_throughput_mbytes_per_s", "quiet_circuit_latency_ms", "relay_cpu_utilization",
                 "relay_rss_bytes", "relay_bandwidth_bytes_per_s", "relay_kernel_queue_bytes")
 MAX_LINES = 6
-# metric -> (axis unit, factor from the catalogue's unit); CPU as everywhere: % of one core (100 = one core)
-PLOT_UNITS = {"client_ttfb_s": ("s", 1.0), "client_ttlb_50kib_s": ("s", 1.0), "client_ttlb_1mib_s": ("s", 1.0),
-              "client_ttlb_5mib_s": ("s", 1.0), "client_throughput_mbytes_per_s": ("MB/s", 1.0),
-              "quiet_circuit_latency_ms": ("ms", 1.0), "relay_cpu_utilization": ("% of one core", 100.0),
-              "relay_rss_bytes": ("MB", 1e-6), "relay_bandwidth_bytes_per_s": ("MB/s", 1e-6),
-              "relay_kernel_queue_bytes": ("KB", 1e-3)}
+# axes stored as fractions (spec.py: load a target mean relay utilisation, loss a rate) and shown in %
+_PERCENT_AXES = ("load", "loss_rate")
+_SHORT = {"load": "load", "loss_rate": "loss", "class_mix": "mix"}
+# parameter units that name no quantity: the axis says "(value)" and a level prints bare
+_UNITLESS = {"", "-", "enum", "bool", "version"}
 
 
-def _axes(sweep: Sweep) -> list[tuple[str, list]]:
-    """Swept axes with at least two levels: each parameter, load, loss rate, class mix."""
+@attrs.frozen
+class PlotAxis:
+    """A swept axis as the plots show it: where each level sits on the x axis and how it reads in the axis
+    label, the ticks and the legend."""
+
+    name: str  # a parameter, "load", "loss_rate" or "class_mix"
+    levels: tuple
+
+    @property
+    def unit(self) -> str:
+        if self.name in _PERCENT_AXES:
+            return "%"
+        p = params.get(self.name)
+        return "" if p is None or p.unit in _UNITLESS else p.unit
+
+    @property
+    def label(self) -> str:
+        """The x axis' label, with its unit in parentheses."""
+        if self.name == "load":
+            return "load: target mean relay utilisation (%)"
+        if self.name == "loss_rate":
+            return "packet loss on every link (%)"
+        if self.name == "class_mix":
+            return "relay-class mix (name in [class_mixes])"
+        return f"{self.name} ({self.unit or 'value'})"
+
+    def x(self, level) -> float:
+        if self.name == "class_mix":
+            return float(self.levels.index(level))
+        return 100.0 * level if self.name in _PERCENT_AXES else float(level)
+
+    def tick(self, level) -> str:
+        return str(level) if self.name == "class_mix" else f"{self.x(level):g}"
+
+    def value_text(self, level) -> str:
+        """A level with its unit: ``5 ms``, ``60 %``, ``hz1000``."""
+        return f"{self.tick(level)} {self.unit}".rstrip()
+
+    def text(self, level) -> str:
+        """A level in a legend: ``load 60 %``, ``loss 1 %``, ``mix hz1000``, ``KISTSchedRunInterval 5 ms``."""
+        return f"{_SHORT.get(self.name, self.name)} {self.value_text(level)}"
+
+
+def plot_axes(sweep: Sweep) -> list[PlotAxis]:
+    """Swept axes with at least two levels: each parameter, load, loss rate, class mix (numbers in order,
+    class mixes in the file's order)."""
     out = []
     for j, p in enumerate(sweep.parameters):
         levels = sorted({vs[j][1] for vs in sweep.value_sets})
         if len(levels) > 1:
-            out.append((p, levels))
-    for name, levels in (("load", list(sweep.loads)), ("loss_rate", list(sweep.loss_rates)),
+            out.append(PlotAxis(p, tuple(levels)))
+    for name, levels in (("load", sorted(sweep.loads)), ("loss_rate", sorted(sweep.loss_rates)),
                          ("class_mix", [m for m, _ in sweep.class_mixes])):
         if len(levels) > 1:
-            out.append((name, levels))
+            out.append(PlotAxis(name, tuple(levels)))
     return out
 
 
-def plot(sweep: Sweep, rows: Sequence[dict], out: Path, relay_classes: Sequence[str] = ("all",)) -> list[Path]:
-    """One PNG per swept axis: each metric against it, median over networks with the 95 % band; one line
-    per combination of the other axes (the first few). Relay metrics for each of ``relay_classes``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    band_by = {(b.point, b.metric, b.relay_class): b for b in bands(sweep, rows)}
-    panels = [(m, "") for m in PLOT_METRICS if not m.startswith("relay_")]
-    panels += [(m, c) for c in relay_classes for m in PLOT_METRICS if m.startswith("relay_")]
-    panels = [(m, c) for m, c in panels if any(k[1] == m and k[2] == c for k in band_by)]
-    written = []
-    for axis, levels in _axes(sweep):
-        ncols = 4
-        nrows = max(1, math.ceil(len(panels) / ncols))
-        fig, grid = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
-        for ax in grid.flat[len(panels):]:
-            ax.set_visible(False)
-        for ax, (metric, cls) in zip(grid.flat, panels, strict=False):
-            lines: dict[tuple, list[tuple]] = {}
-            for (point, m, c), b in band_by.items():
-                if m != metric or c != cls:
-                    continue
-                x, rest = _split_point(sweep, point, axis)
-                lines.setdefault(rest, []).append((x, b))
-            unit, k = PLOT_UNITS[metric]
-            for rest in sorted(lines, key=str)[:MAX_LINES]:
-                pts = sorted(lines[rest], key=lambda xb: levels.index(xb[0]))
-                xs = [levels.index(x) if axis == "class_mix" else x for x, _ in pts]
-                med = [b.median * k for _, b in pts]
-                ax.plot(xs, med, marker="o", label=rest[1] or "all")
-                ax.fill_between(xs, [b.low * k for _, b in pts], [b.high * k for _, b in pts], alpha=0.2)
-            ax.set_ylabel(unit, fontsize=8)
-            if axis == "class_mix":
-                ax.set_xticks(range(len(levels)), levels, rotation=20)
-            ax.set_title(f"{metric}" + (f" [{cls}]" if cls else ""), fontsize=9)
-            ax.set_xlabel(axis, fontsize=8)
-            ax.tick_params(labelsize=7)
-            if len(lines) > 1:
-                ax.legend(fontsize=6)
-        fig.suptitle(f"{sweep.name}: metrics against {axis} (median over networks, 95 % band across networks)",
-                     fontsize=11)
-        fig.tight_layout()
-        path = out / f"plot-{axis}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
-def _split_point(sweep: Sweep, point: tuple, axis: str) -> tuple[object, tuple[str, str]]:
+def _coords(sweep: Sweep, point: tuple) -> dict:
     values, load, loss, mix = point
     coords = dict(zip(sweep.parameters, values, strict=True))
     coords.update(load=load, loss_rate=loss, class_mix=mix)
-    x = coords.pop(axis)
-    varying = {name for name, _ in _axes(sweep)}
-    label = " ".join(f"{k}={v}" for k, v in coords.items() if k in varying)
-    return x, (axis, label)
+    return coords
+
+
+def _point(sweep: Sweep, coords: dict) -> tuple:
+    return tuple(coords[p] for p in sweep.parameters), coords["load"], coords["loss_rate"], coords["class_mix"]
+
+
+def _fixed(sweep: Sweep, axes: Sequence[PlotAxis]) -> dict:
+    """The coordinates of the axes with a single level."""
+    swept = {a.name for a in axes}
+    out = {p: sweep.value_sets[0][j][1] for j, p in enumerate(sweep.parameters) if p not in swept}
+    for name, levels in (("load", sweep.loads), ("loss_rate", sweep.loss_rates),
+                         ("class_mix", [m for m, _ in sweep.class_mixes])):
+        if name not in swept:
+            out[name] = levels[0]
+    return out
+
+
+def _class_words(relay_class: str) -> str:
+    return "all relays" if relay_class == "all" else f"{relay_class} relays"
+
+
+def value_text(parameter: str, value: int) -> str:
+    """A parameter's value with its unit from the parameter catalogue: ``10 ms``."""
+    return PlotAxis(parameter, ()).value_text(value)
+
+
+def _rule_words(rule: Recommend) -> str:
+    return (f"the lowest {rule.parameter} whose {catalogue.label(rule.metric)} of {_class_words(rule.relay_class)} "
+            f"rises at most {rule.max_rise_percent:g} % over {value_text(rule.parameter, rule.baseline)} on every "
+            "sampled network")
+
+
+@attrs.frozen
+class _Marks:
+    """What a figure marks of the recommendation: vertical lines at the recommended value (plots against the
+    recommended parameter), rings on the recommended value's line (plots against another axis), and the
+    contexts where no swept value qualifies."""
+
+    vlines: tuple[tuple[float, str, str], ...]  # (x, legend label, colour)
+    rings: frozenset  # (line key, level)
+    ring_label: str
+    notes: tuple[str, ...]
+
+
+def _marks(sweep: Sweep, axis: PlotAxis, others: Sequence[PlotAxis], lines: dict[tuple, tuple[str, str]],
+           fixed: dict, recommendations: Sequence[Recommendation]) -> _Marks:
+    rec_by = {(r.rule, r.context): r for r in recommendations}
+    names = [a.name for a in others]
+
+    def rec_at(i: int, rule: Recommend, key: tuple, level) -> Recommendation | None:
+        coords = {**fixed, **dict(zip(names, key, strict=True)), axis.name: level}
+        return rec_by.get((i, _context_label(sweep, _point(sweep, coords), rule.parameter)))
+
+    vlines, rings, ring_params, notes = [], set(), [], []
+    own = [(i, r) for i, r in enumerate(sweep.recommend) if r.parameter == axis.name]
+    for i, rule in own:
+        tag = "recommended" if len(own) == 1 else f"recommended by rule {i + 1}"
+        by_value: dict = {}
+        for key in lines:
+            rec = rec_at(i, rule, key, rule.baseline)
+            if rec is not None:
+                by_value.setdefault(rec.value, []).append(key)
+        found = sorted(v for v in by_value if v is not None)
+        if len(found) == 1 and None not in by_value:  # every line agrees: one line, no context to name
+            vlines.append((axis.x(found[0]), f"{tag}: {axis.value_text(found[0])}", "black"))
+        else:
+            for v in found:
+                keys = by_value[v]
+                colour = lines[keys[0]][1] if len(keys) == 1 else "black"
+                # wrapped: with several other axes the contexts make a label wider than the figure
+                vlines.append((axis.x(v), textwrap.fill(f"{tag} for {'; '.join(lines[k][0] for k in keys)}: "
+                                                        f"{axis.value_text(v)}", 56), colour))
+        if None in by_value:
+            where = "; ".join(lines[k][0] for k in by_value[None] if lines[k][0])
+            notes.append(f"{tag}: no swept value qualifies" + (f" for {where}" if where else ""))
+    for i, rule in enumerate(sweep.recommend):
+        if rule.parameter == axis.name or rule.parameter not in names:
+            continue
+        p = names.index(rule.parameter)
+        for key in lines:
+            for level in axis.levels:
+                rec = rec_at(i, rule, key, level)
+                if rec is not None and rec.value == key[p]:
+                    rings.add((key, level))
+        ring_params.append(rule.parameter)
+    ring_label = (f"ring: the recommended {' / '.join(dict.fromkeys(ring_params))} at that "
+                  f"{_SHORT.get(axis.name, axis.name)}") if rings else ""
+    return _Marks(tuple(vlines), frozenset(rings), ring_label, tuple(notes))
+
+
+def figures(sweep: Sweep, rows: Sequence[dict], relay_classes: Sequence[str] = ("all",),
+            recommendations: Sequence[Recommendation] = ()) -> list[tuple[PlotAxis, object]]:
+    """One matplotlib figure per swept axis (``plot_axes``): each metric against it, the median over networks
+    with the 2.5-97.5 % band across networks, one line per combination of the other swept axes (the first
+    ``MAX_LINES``), relay metrics for each of ``relay_classes``; the recommended value marked; one legend for
+    the whole figure, below the panels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    band_by = {(b.point, b.metric, b.relay_class): b for b in bands(sweep, rows)}
+    networks = max((b.networks for b in band_by.values()), default=0)
+    panels = [(m, "") for m in PLOT_METRICS if not m.startswith("relay_")]
+    panels += [(m, c) for c in relay_classes for m in PLOT_METRICS if m.startswith("relay_")]
+    panels = [(m, c) for m, c in panels if any(k[1] == m and k[2] == c for k in band_by)]
+    axes = plot_axes(sweep)
+    fixed = _fixed(sweep, axes)
+    out = []
+    for axis in axes:
+        others = [a for a in axes if a is not axis]
+        # lines in the order of the other axes' levels, coloured once for the whole figure, so that a line
+        # keeps its colour in every panel and the one legend holds for all
+        keys = sorted({tuple(_coords(sweep, b.point)[a.name] for a in others) for b in band_by.values()},
+                      key=lambda k: tuple(a.levels.index(v) for a, v in zip(others, k, strict=True)))
+        lines = {k: (", ".join(a.text(v) for a, v in zip(others, k, strict=True)), f"C{i}")
+                 for i, k in enumerate(keys[:MAX_LINES])}
+        marks = _marks(sweep, axis, others, lines, fixed, recommendations)
+        ncols = max(1, min(4, len(panels)))
+        nrows = max(1, math.ceil(len(panels) / ncols))
+        fig = Figure(figsize=(4.4 * max(ncols, 2), 3.3 * nrows + 1.8), layout="constrained")
+        FigureCanvasAgg(fig)
+        grid = fig.subplots(nrows, ncols, squeeze=False)
+        for ax in grid.flat[len(panels):]:
+            ax.set_visible(False)
+        for ax, (metric, cls) in zip(grid.flat, panels, strict=False):
+            unit, factor = catalogue.display(metric)
+            points: dict[tuple, list] = {}
+            for (point, m, c), b in band_by.items():
+                if m == metric and c == cls:
+                    coords = _coords(sweep, point)
+                    points.setdefault(tuple(coords[a.name] for a in others), []).append((coords[axis.name], b))
+            for key, (_text, colour) in lines.items():
+                pts = sorted(points.get(key, []), key=lambda lb: axis.levels.index(lb[0]))
+                if not pts:
+                    continue
+                xs = [axis.x(level) for level, _ in pts]
+                ax.plot(xs, [b.median * factor for _, b in pts], marker="o", color=colour)
+                ax.fill_between(xs, [b.low * factor for _, b in pts], [b.high * factor for _, b in pts],
+                                color=colour, alpha=0.18, linewidth=0)
+                ringed = [(axis.x(level), b.median * factor) for level, b in pts if (key, level) in marks.rings]
+                if ringed:
+                    ax.plot(*zip(*ringed, strict=True), linestyle="none", marker="o", markersize=13,
+                            markerfacecolor="none", markeredgecolor="black", markeredgewidth=1.5,
+                            label="recommended")
+            for x, text, colour in marks.vlines:
+                ax.axvline(x, color=colour, linestyle="--", linewidth=1.5, label=text)
+            ax.set_title(catalogue.label(metric) + (f", {_class_words(cls)}" if cls else ""), fontsize=10)
+            ax.set_xlabel(axis.label, fontsize=9)
+            ax.set_ylabel(f"median ({unit or 'value'})", fontsize=9)
+            ax.set_xticks([axis.x(level) for level in axis.levels], [axis.tick(level) for level in axis.levels])
+            ax.margins(x=0.06)  # a recommended value at either end of the axis is not hidden by the frame
+            ax.tick_params(labelsize=8)
+        handles = [Line2D([], [], color=colour, marker="o", label=text or f"median over {networks} networks")
+                   for text, colour in lines.values()]
+        handles.append(Patch(facecolor="0.5", alpha=0.35, label="2.5-97.5 % range across networks"))
+        handles += [Line2D([], [], color=colour, linestyle="--", linewidth=1.5, label=text)
+                    for _x, text, colour in marks.vlines]
+        if marks.rings:
+            handles.append(Line2D([], [], linestyle="none", marker="o", markersize=11, markerfacecolor="none",
+                                  markeredgecolor="black", markeredgewidth=1.5, label=marks.ring_label))
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), max(ncols, 2)), fontsize=9,
+                   frameon=False)
+        caption = [f"{sweep.name}: metrics against {axis.label}",
+                   f"line: median over {networks} sampled network{'s' if networks != 1 else ''} (each the mean "
+                   "over seeds of its cells' medians); band: 2.5-97.5 % range across networks"]
+        caption += [f"recommended: {_rule_words(rule)}" for rule in sweep.recommend
+                    if rule.parameter == axis.name or marks.rings and rule.parameter in {a.name for a in others}]
+        if len(keys) > len(lines):
+            caption.append(f"lines: the first {len(lines)} of {len(keys)} combinations of "
+                           + ", ".join(_SHORT.get(a.name, a.name) for a in others))
+        caption += list(marks.notes)
+        fig.suptitle("\n".join(caption), fontsize=11)
+        out.append((axis, fig))
+    return out
+
+
+def plot(sweep: Sweep, rows: Sequence[dict], out: Path, relay_classes: Sequence[str] = ("all",),
+         recommendations: Sequence[Recommendation] = ()) -> list[Path]:
+    """``plot-<axis>.png`` in ``out`` for each figure of ``figures``."""
+    written = []
+    for axis, fig in figures(sweep, rows, relay_classes, recommendations):
+        path = out / f"plot-{axis.name}.png"
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
+        write_atomic(path, buf.getvalue(), "the plot", SweepError)
+        written.append(path)
+    return written
 
 
 def recommend_rows(rises: Sequence[RiseRow], recs: Sequence[Recommendation]) -> list[dict]:

@@ -200,11 +200,14 @@ def _limit_pct(x: float) -> str:
 
 
 def effect_text(comparison: str, threshold: float, effect: float | None, low: float | None, high: float | None,
-                unit: str = "") -> str:
+                unit: str = "", factor: float = 1.0) -> str:
     """A verdict's effect in plain words: relative comparisons as a change in %, absolute ones as a
-    difference in the metric's unit, ``above``/``below`` as the stage's value; with the interval
+    difference in the metric's display unit, ``above``/``below`` as the stage's value; with the interval
     and the limit. The journal keeps the judge's scale (the ratio stage/baseline for relative
-    comparisons), so a ratio of 1.706 is "+70.6 %"."""
+    comparisons, catalogue units otherwise), so a ratio of 1.706 is "+70.6 %"; ``unit`` and ``factor``
+    are the metric's ``catalogue.display`` (relay CPU 0.012 is "1.2 % of one core")."""
+    # a difference of a metric shown in % is one of percentage points: "+1 %" would read as relative
+    diff = " percentage points" if unit == "%" else f" {unit}" if unit else ""
     u = f" {unit}" if unit else ""
     if comparison.startswith("relative"):
         def show(x: float) -> str:
@@ -212,12 +215,12 @@ def effect_text(comparison: str, threshold: float, effect: float | None, low: fl
         limit = _limit_pct(100 * (threshold if comparison == "relative-increase" else -threshold))
     elif comparison.startswith("absolute"):
         def show(x: float) -> str:
-            return f"{x:+.3g}{u}"
-        limit = f"{threshold if comparison == 'absolute-increase' else -threshold:+.3g}{u}"
+            return f"{x * factor:+.3g}{diff}"
+        limit = f"{(threshold if comparison == 'absolute-increase' else -threshold) * factor:+.3g}{diff}"
     else:
         def show(x: float) -> str:
-            return f"{x:.3g}{u}"
-        limit = f"{comparison} {threshold:.3g}{u}"
+            return f"{x * factor:.3g}{u}"
+        limit = f"{comparison} {threshold * factor:.3g}{u}"
     if effect is None:
         return f"(no estimate) vs limit {limit}"
     interval = f" [{show(low)}, {show(high)}]" if low is not None and high is not None else ""
@@ -484,8 +487,8 @@ def _verdicts(ctx: FeedContext, verdicts: Sequence[VerdictRow], events: list[Fee
             crit = next((c for c in ctx.spec.criteria if c.name == v.criterion), None)
         outcome = v.outcome.upper()
         if v.outcome in ("pass", "fail", "inconclusive") and crit is not None:
-            m = catalogue.get(crit.metric)
-            words = effect_text(crit.comparison, crit.threshold, v.effect, v.ci_low, v.ci_high, m.unit if m else "")
+            unit, factor = catalogue.display(crit.metric)
+            words = effect_text(crit.comparison, crit.threshold, v.effect, v.ci_low, v.ci_high, unit, factor)
             if v.outcome == "inconclusive":
                 words += f" ({v.reason or v.detail or 'inconclusive'})"
         else:
