@@ -127,7 +127,7 @@ def test_plan_report_before_any_run(predicted, tmp_path):
     for img in page.images:
         _decode_svg(img["src"])
     # medians with their 95 % range over networks and the change: 2 ms raises middle relays' CPU by 12 %
-    # (two networks, the second 1 % above the first: medians 40 and 40.4 % of a core)
+    # (two networks, the second 1 % above the first: medians 40 and 40.4 % of one core)
     assert re.search(r"relay_cpu_utilization \(% of one core\), relays: middle 40\.2 40–40\.4 "
                      r"45 \(\+12\.0 %\) 44\.8–45\.2", text)
     # the timeline: the authorities reload 10 minutes before the 2 ms stage's first consensus
