@@ -30,6 +30,7 @@ import attrs
 
 from kistexp.errors import FidelityHistoryError
 from kistexp.safeio import read_bounded_text, write_atomic
+from kistexp.textsafe import csv_row, visible
 
 if TYPE_CHECKING:
     from kistexp.fidelity import Report
@@ -385,7 +386,8 @@ def to_csv(rows: Iterable[HistoryRow], columns: Sequence[str] = COLUMNS, header:
     if header:
         writer.writerow(columns)
     for row in rows:
-        writer.writerow(row_cells(row, columns))
+        # machine names and notes are the user's text: never a formula in the spreadsheet that opens the file
+        writer.writerow(csv_row(row_cells(row, columns)))
     return buf.getvalue()
 
 
@@ -550,7 +552,7 @@ def plot(history: History, out: str | os.PathLike[str], title: str = "") -> Path
                         xycoords=("data", "axes fraction"), xytext=(0, 3), textcoords="offset points",
                         ha="center", va="bottom", fontsize=7, rotation=90)
         ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels([f"{r.measured_utc:%m-%d %H:%M}\n{_short(r.machine)}" for r in runs],
+        ax.set_xticklabels([f"{r.measured_utc:%m-%d %H:%M}\n{_short(visible(r.machine))}" for r in runs],
                            rotation=90, fontsize=7)
         ax.set_xlim(-0.6, len(runs) - 0.4)
         ax.set_ylim(min([0.5, *(r.ratio_min for r in runs if r.ratio_min is not None)]) - 0.05, top * 1.05)
@@ -560,7 +562,8 @@ def plot(history: History, out: str | os.PathLike[str], title: str = "") -> Path
                      "(compared rows only; above each run: rows within 25 % / rows compared)", fontsize=10,
                      pad=42)
         ax.grid(axis="y", alpha=0.3)
-        handles = [Line2D([], [], ls="", marker="o", color=colours[s], label=s) for s in scenarios]
+        # scenario and machine names are the history file's text: control characters would make an SVG invalid
+        handles = [Line2D([], [], ls="", marker="o", color=colours[s], label=visible(s)) for s in scenarios]
         handles += [Line2D([], [], ls="", marker=m, color="0.3", label=k) for k, m in SCHEDULER_MARKERS.items()]
         handles += [Line2D([], [], ls="", marker="o", color="0.3", mfc="none", label="interval 10 ms or more"),
                     plt.Rectangle((0, 0), 1, 1, color="#2e7d32", alpha=0.12, label="within 25 %")]

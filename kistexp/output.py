@@ -13,7 +13,8 @@ server error messages. Such text is printed *as text*:
 The API (stable; other command modules rely on it):
 
 ``visible(value) -> str``
-    ``str(value)`` with every control/format character escaped. Use for any text built by hand.
+    ``str(value)`` with every control/format character escaped. Use for any text built by hand
+    (``kistexp.textsafe.visible``: the same rule for plain-text documents, figures, Markdown and CSV).
 ``plain(value, style=None) -> rich.text.Text``
     One piece of text, styled as a whole by *our* style (``"red"``, ``"bold"``), never by its content.
 ``say(*parts, style=None, err=False)``
@@ -29,7 +30,8 @@ The API (stable; other command modules rely on it):
 ``emit_json(obj)``
     One JSON document on stdout (JSON escapes control characters itself).
 ``progress_bar(*columns, as_json=False, transient=True) -> rich.progress.Progress``
-    The progress bar of long work, on stderr and only at a terminal; it never moves backwards.
+    The progress bar of long work, on stderr and only at a terminal; it never moves backwards, and
+    its task descriptions are printed literally.
 """
 
 from __future__ import annotations
@@ -37,14 +39,17 @@ from __future__ import annotations
 import json
 import re
 import sys
-import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console, ConsoleDimensions
-from rich.progress import Progress, ProgressColumn
+from rich.markup import escape
+from rich.progress import Progress, ProgressColumn, TaskID
 from rich.table import Table
 from rich.text import Text
+
+# the one implementation of terminal-safe text (kistexp/textsafe.py); re-exported as part of this API
+from kistexp.textsafe import visible
 
 #: The width of piped output when $COLUMNS does not give one: people read it in pagers and CI logs, so
 #: tables are not squeezed into 80 columns and lines are not wrapped.
@@ -82,42 +87,6 @@ class _Console(Console):
 
 console = _Console()
 err_console = Console(stderr=True)
-
-# Unicode categories that do not draw a glyph and can change what the terminal does or shows: controls
-# (C0, DEL, C1), format characters (bidi overrides, zero-width), line/paragraph separators, surrogates
-# (undecodable bytes in file names), private use and unassigned code points.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-_escape_cache: dict[str, str] = {}
-
-
-_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(ch: str) -> str:
-    if ch in _SHORT_ESCAPES:
-        return _SHORT_ESCAPES[ch]
-    code = ord(ch)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def visible(value: object) -> str:
-    """``str(value)`` with every control, format and separator character replaced by its escape."""
-    text = value if isinstance(value, str) else str(value)
-    if text.isprintable():
-        return text  # the common case (isprintable is False for every hidden category below)
-    out = []
-    for ch in text:
-        escaped = _escape_cache.get(ch)
-        if escaped is None:
-            escaped = _escape(ch) if unicodedata.category(ch) in _HIDDEN_CATEGORIES else ch
-            if len(_escape_cache) < 4096:
-                _escape_cache[ch] = escaped
-        out.append(escaped)
-    return "".join(out)
 
 
 def plain(value: object, style: str | None = None) -> Text:
@@ -225,15 +194,28 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, default=_default, indent=2, sort_keys=False) + "\n")
 
 
-class _ForwardProgress(Progress):
-    """A Progress whose ``update(completed=...)`` never moves a bar back (``reset`` still can)."""
+def _description(text: object) -> str:
+    # rich's TextColumn reads a task's description as markup: a sweep, file or stage name in it is
+    # escaped for that, and its control characters made visible
+    return escape(visible(text))
 
-    def update(self, task_id: Any, *, completed: float | None = None, **kwargs: Any) -> None:
+
+class _ForwardProgress(Progress):
+    """A Progress whose ``update(completed=...)`` never moves a bar back (``reset`` still can), and whose
+    task descriptions are printed literally."""
+
+    def add_task(self, description: str, *args: Any, **kwargs: Any) -> TaskID:
+        return super().add_task(_description(description), *args, **kwargs)
+
+    def update(self, task_id: Any, *, completed: float | None = None, description: str | None = None,
+               **kwargs: Any) -> None:
         if completed is not None:
             shown = next((t.completed for t in self.tasks if t.id == task_id), None)
             if shown is not None and completed < shown:
                 completed = shown
-        super().update(task_id, completed=completed, **kwargs)
+        if description is not None:
+            description = _description(description)
+        super().update(task_id, completed=completed, description=description, **kwargs)
 
 
 def progress_bar(*columns: str | ProgressColumn, as_json: bool = False, transient: bool = True) -> Progress:

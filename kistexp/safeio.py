@@ -1,4 +1,4 @@
-"""Reading a file named by a user without trusting what the name points at.
+"""Reading and writing a file named by a user without trusting what the name points at.
 
 Plans, votes, consensuses, key certificates and state files are read through ``read_bounded``: only a
 regular file is read, in chunks, and never more than a size cap. What the name may point at instead,
@@ -13,6 +13,9 @@ and what happened before this rule:
 
 Each gets one line naming the file and what it is instead. A file that grows past its ``stat`` size while it
 is read (a log still being written, a kernel file) is refused too: what was checked is what is read.
+
+Reports, announcements, plots, state and sweep files are written through ``write_atomic`` (or, for a file
+that grows as it is written, ``open_output``): only to a new name or a regular file, never through a link.
 """
 
 from __future__ import annotations
@@ -102,18 +105,60 @@ def read_bounded_text(path: str | os.PathLike[str], limit: int, what: str,
         raise error(f"{os.fsdecode(path)}: {what} is not UTF-8 text (byte {exc.start})") from None
 
 
+# --- writing a file named by a user --------------------------------------------------------------
+#
+# A destination is written only if it does not exist yet or is a regular file. The temporary file
+# is renamed over the name, which replaces whatever directory entry is there: run as root,
+# ``kistexp report EXP -o /dev/null`` once replaced the machine's /dev/null with a regular file. A
+# FIFO, a device, a socket or a directory is refused in one line, before anything is created.
+#
+# A symbolic link is refused too, whatever it points at. Following it would let a link planted in a
+# shared directory (/tmp) steer the write into any file the user may write; renaming over it would
+# silently turn the user's link into a plain file. The user names the target itself instead.
+
+
+class OutputPathError(KistexpError):
+    """An output path that names something other than a regular file or a new file."""
+
+
+def check_output_path(path: str | os.PathLike[str], what: str,
+                      error: type[KistexpError] = OutputPathError) -> None:
+    """Refuse ``path`` as a destination unless it is absent or a regular file (not a symlink)."""
+    name = os.fsdecode(path)
+    shown = _shown(name)
+    if "\0" in name:
+        raise error(f"{shown}: cannot write {what}: the name holds a NUL byte")
+    try:
+        info = os.lstat(name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise error(f"{shown}: cannot write {what}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = f" (to {_shown(os.readlink(name))})"
+        except OSError:
+            target = ""
+        raise error(f"{shown}: cannot write {what}: it is a symbolic link{target}; name the file itself")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{shown}: cannot write {what}: it is {_kind(info.st_mode)}, not a regular file")
+
+
+def _shown(name: str) -> str:
+    # a name with a line break or an escape sequence is quoted, so the error stays one line
+    return name if name.isprintable() else repr(name)
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, what: str,
                  error: type[KistexpError] = KistexpError) -> None:
     """Write ``data`` to ``path`` whole or not at all: a temporary file in the same directory,
     flushed, then renamed over ``path``. A reader never sees half a file and a failure (no such
-    directory, no permission, disk full, a directory in the way) leaves nothing behind."""
+    directory, no permission, disk full, a directory in the way) leaves nothing behind. Only a new
+    name or a regular file is written (``check_output_path``)."""
     import tempfile
 
     name = os.fsdecode(path)
-    if os.path.isdir(name):
-        raise error(f"{name}: cannot write {what}: it is a directory")
+    check_output_path(name, what, error)
     folder = os.path.dirname(os.path.abspath(name))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(name)}.", suffix=".tmp", dir=folder)
@@ -126,6 +171,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, what: str,
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp, 0o644)
+            # checked again just before the rename: what was refused a moment ago is still refused
+            check_output_path(name, what, error)
             os.replace(tmp, name)
         except OSError as exc:
             raise error(f"{name}: cannot write {what}: {exc.strerror or exc}") from None
@@ -133,3 +180,32 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, what: str,
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def open_output(path: str | os.PathLike[str], what: str, error: type[KistexpError] = OutputPathError,
+                **text: str):
+    """``path`` opened for writing as text (``open``'s ``encoding``/``newline`` in ``text``), for a
+    file written as it grows (a sweep's partial.csv): refused like ``write_atomic``'s destinations.
+    O_NOFOLLOW and O_NONBLOCK make a link or a FIFO put there after the check fail at once instead of
+    being followed or blocking; the opened file is checked again by ``fstat``."""
+    name = os.fsdecode(path)
+    check_output_path(name, what, error)
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(name, flags, 0o644)
+    except OSError as exc:  # ELOOP: a link put there after the check; ENXIO: a FIFO with no reader
+        raise error(f"{_shown(name)}: cannot write {what}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{_shown(name)}: cannot write {what}: it is {_kind(info.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)  # truncated only once it is known to be a regular file
+    except OSError as exc:
+        os.close(fd)
+        raise error(f"{_shown(name)}: cannot write {what}: {exc.strerror or exc}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "w", **text)

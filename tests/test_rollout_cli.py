@@ -65,6 +65,7 @@ def test_commands_are_checked_then_queued_and_rollback_preview_touches_nothing(p
     assert ok["state"] == "queued"
     db = exp / "experiment.db"
     before = (db.read_bytes(), db.stat().st_mtime_ns)
+    (exp / "run.lock").unlink()  # the dry run's lock: the preview must not take one
     preview = kistexp("rollback", str(exp), "--dry-run", "--json")
     assert preview.returncode == 0, preview.stderr
     kinds = {p["kind"]: p for p in json.loads(preview.stdout)}

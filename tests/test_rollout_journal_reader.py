@@ -222,9 +222,10 @@ def test_reset_for_rehearsal_empties_the_rehearsals_rows_sets_meta_and_keeps_the
     run = journal.begin_run(["kistexp", "dry-run"], T0)
     _step(journal, "a", T0, Status(), Status(state="BASELINE"), "baseline")
     journal.vote_seen("moria1", T0, {KIST: 10})
-    journal.reset_for_rehearsal(mode="dry-run", experiment_id="dry-run:p", start=(T0 + H).isoformat())
+    # the same rehearsal's journal (another's is refused: tests/test_hardening_journal.py)
+    journal.reset_for_rehearsal(mode="dry-run", experiment_id="t", start=(T0 + H).isoformat())
     with JournalReader.of_experiment(tmp_path) as r:
         assert r.statuses() == [] and r.decisions() == [] and r.votes_seen() == []
         assert [x.id for x in r.runs()] == [run]
         meta = r.meta()
-        assert (meta.experiment_id, meta.start, meta.cadence) == ("dry-run:p", (T0 + H).isoformat(), "{}")
+        assert (meta.experiment_id, meta.start, meta.cadence) == ("t", (T0 + H).isoformat(), "{}")

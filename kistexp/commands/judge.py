@@ -8,11 +8,10 @@ from pathlib import Path
 
 import click
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 
 from kistexp.errors import KistexpError
-from kistexp.output import console, emit_json, progress_bar, say
+from kistexp.output import add_row, emit_json, make_table, plain, print_table, progress_bar, say
 
 _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
@@ -79,9 +78,9 @@ def effect_label(what: str, v) -> str:
     return f"{what}, stage window: {_fmt(v.effect)} (compared with the level {v.threshold:g})"
 
 
-def _outcome(v) -> str:
+def _outcome(v):
     text = v.outcome.upper() + (f" ({v.reason})" if v.reason and v.reason != "undecided" else "")
-    return f"[{_STYLE[v.outcome]}]{text}[/{_STYLE[v.outcome]}]"
+    return plain(text, _STYLE[v.outcome])
 
 
 @judge_app.command("compare")
@@ -120,6 +119,13 @@ def compare(
 
     if baseline is None and comparison not in ("above", "below"):
         raise KistexpError(f"--baseline is needed for {comparison} (only above/below compare with a level)")
+    from kistexp.judge.model import MAX_PLANNED, check_alpha
+
+    check_alpha(alpha, "--alpha")  # before the samples are read: 0, NaN or 0.6 are refused in one line
+    if not 0 <= planned <= MAX_PLANNED:
+        raise KistexpError(f"--planned-samples {planned}: from 0 (the baseline's size) to {MAX_PLANNED:g}")
+    if min_samples < 0:
+        raise KistexpError(f"--min-samples {min_samples}: 0 or more")
     base_src = None if comparison in ("above", "below") else read_source(baseline, server=server,
                                                                          vantage_point=vantage_point)
     stage_src = read_source(stage, server=server, vantage_point=vantage_point)
@@ -130,6 +136,10 @@ def compare(
         say(f"kistexp: warning: {w}", err=True)
     crit = CriterionSpec(statistic, comparison, threshold, min_samples, stage_src.metric)
     state = None
+    if state_file is not None:
+        from kistexp.safeio import check_output_path
+
+        check_output_path(state_file, "the sequential state")  # refused before judging, not after
     if state_file is not None and state_file.is_file():
         state = _load_state(state_file)
     elif sequential or state_file is not None:
@@ -138,31 +148,34 @@ def compare(
     v = judge(crit, base, stage_w, sequential_state=state, alpha_fail=alpha, alpha_pass=alpha, final=final,
               estimator=estimator)
     if state_file is not None and v.state is not None:
-        state_file.write_text(json.dumps(v.to_dict()["state"], indent=2) + "\n")
+        from kistexp.safeio import write_atomic
+
+        write_atomic(state_file, (json.dumps(v.to_dict()["state"], indent=2) + "\n").encode(), "the sequential state")
     what = _measured(statistic, stage_src.metric)
     if as_json:
         emit_json({**v.to_dict(), "effect_label": effect_label(what, v),
                    "effect_percent": _percent(v.effect) if v.comparison.startswith("relative") else None,
                    "input_warnings": input_warnings})
         return
-    table = Table(title=f"{what}: {comparison} {threshold:g}")
-    for col in ("verdict", "effect", "interval", "bound", "n baseline", "n stage", "excluded"):
-        table.add_column(col)
-    table.add_row(_outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound), str(v.n_baseline), str(v.n_stage),
-                  str(v.excluded))
-    console.print(table)
+    table = make_table(f"{what}: {comparison} {threshold:g}",
+                       ("verdict", "effect", "interval", "bound", "n baseline", "n stage", "excluded"))
+    add_row(table, _outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound), str(v.n_baseline), str(v.n_stage),
+            str(v.excluded))
+    print_table(table)
     say("effect: ", effect_label(what, v))
-    console.print(f"rule: {v.rule}", highlight=False, soft_wrap=True)
-    console.print(f"detail: {v.detail}", highlight=False, soft_wrap=True)
+    say(f"rule: {v.rule}")
+    say(f"detail: {v.detail}")
     for w in v.warnings:
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False, soft_wrap=True)
+        say(plain("warning:", "yellow"), f" {w}")
 
 
 def _load_state(path: Path):
     from kistexp.judge import SequentialState
+    from kistexp.safeio import read_bounded_text
 
     try:
-        data = json.loads(path.read_text())
+        # a million looks of a mixture state are about 20 MB of JSON
+        data = json.loads(read_bounded_text(path, 32 * 1024 * 1024, "sequential state"))
         return SequentialState(data["method"], float(data["planned_stage"]), float(data["alpha_fail"]),
                                float(data["alpha_pass"]), float(data["target_stage"]),
                                tuple(float(t) for t in data["fractions"]))
@@ -200,13 +213,13 @@ def judge_plan_cmd(
              "window_start": r.window_start, "window_end": r.window_end, **r.verdict.to_dict()}
             for r in results]})
         return
-    table = Table(title=f"{plan.name}: criteria judged")
-    for col in ("stage", "criterion", "verdict", "effect", "interval", "bound", "n baseline", "n stage", "excluded"):
-        table.add_column(col)
+    # stage and criterion names are the plan's: plain cells, never markup
+    table = make_table(f"{plan.name}: criteria judged", ("stage", "criterion", "verdict", "effect", "interval",
+                                                         "bound", "n baseline", "n stage", "excluded"))
     for r in results:
         v = r.verdict
-        table.add_row(r.stage, r.criterion, _outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound),
-                      str(v.n_baseline), str(v.n_stage), str(v.excluded))
-    console.print(table)
+        add_row(table, r.stage, r.criterion, _outcome(v), _fmt(v.effect), _interval(v), _fmt(v.bound),
+                str(v.n_baseline), str(v.n_stage), str(v.excluded))
+    print_table(table)
     if not results:
-        console.print("no stage has begun yet", highlight=False)
+        say("no stage has begun yet")

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from kistexp.errors import KistexpError
 from kistexp.metrics import catalogue
-from kistexp.output import console, emit_json, progress_bar
+from kistexp.output import add_row, emit_json, make_table, print_table, progress_bar, say, visible
+
+# Sources, labels and problems come from imported files and servers: every table cell and line is
+# plain text (kistexp.output), never markup or escape sequences.
+_FOLD = {"overflow": "fold"}
 
 metrics_app = typer.Typer(help="Collect measurements (OnionPerf, MetricsPort, consensus archives, operator "
                                "reports) into an experiment directory and show them.", no_args_is_help=True)
@@ -46,7 +49,10 @@ def _time(text: str | None, option: str) -> dt.datetime | None:
         t = dt.datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith("Z") else raw)
     except ValueError:
         raise KistexpError(f"{option} {text!r}: not an ISO 8601 time (e.g. 2026-03-01T12:00:00Z)") from None
-    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+    try:
+        return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+05:00 is before year 1 in UTC
+        raise KistexpError(f"{option} {text!r}: outside years 1 to 9999 in UTC") from None
 
 
 def _fmt(t: dt.datetime | None) -> str:
@@ -110,19 +116,17 @@ def import_cmd(
              "votes": r.votes, "skipped_files": r.skipped, "problems": list(r.problems)} for r in results],
             "failed": errors})
     elif results:
-        table = Table(title=f"Imported into {exp_dir}")
-        for col in ("source", "kind", "samples", "consensuses / votes", "left out"):
-            table.add_column(col, overflow="fold")
+        table = make_table(f"Imported into {exp_dir}", [(col, _FOLD) for col in (
+            "source", "kind", "samples", "consensuses / votes", "left out")])
         for r in results:
-            table.add_row(r.location, r.kind, str(r.n_samples),
-                          f"{r.consensuses} / {r.votes}" if r.kind == "consensus-archive" else "-",
-                          str(len(r.problems)))
-        console.print(table)
+            add_row(table, r.location, r.kind, str(r.n_samples),
+                    f"{r.consensuses} / {r.votes}" if r.kind == "consensus-archive" else "-", str(len(r.problems)))
+        print_table(table)
     # One line per failed source or record left out, never wrapped: scripts grep these.
     # The first becomes the error the command ends with, the others are warnings.
     messages = errors + problems
     for m in messages[1:_MAX_WARNINGS + 1]:
-        print(f"kistexp: warning: {m}", file=sys.stderr)
+        print(f"kistexp: warning: {visible(m)}", file=sys.stderr)
     if len(messages) > _MAX_WARNINGS + 1:
         print(f"kistexp: warning: ... and {len(messages) - _MAX_WARNINGS - 1} more (all are kept with the source: "
               "kistexp metrics list --json)", file=sys.stderr)
@@ -148,21 +152,18 @@ def list_cmd(exp_dir: Path = _DIR, as_json: bool = _JSON) -> None:
         emit_json({"metrics": summary, "sources": sources, "consensuses": len(consensuses), "votes": n_votes,
                    "prediction_rows": n_pred})
         return
-    table = Table(title=f"Metrics in {exp_dir}")
-    for col in ("metric", "shown in", "series", "samples", "first", "last", "consensus values"):
-        table.add_column(col, overflow="fold")
+    table = make_table(f"Metrics in {exp_dir}", [(col, _FOLD) for col in (
+        "metric", "shown in", "series", "samples", "first", "last", "consensus values")])
     for m in summary:
         # the unit `metrics show` prints the metric in; --json keeps the stored unit
-        table.add_row(m.metric, catalogue.display(m.metric)[0], str(m.n_series), str(m.n_samples), _fmt(m.first),
-                      _fmt(m.last), ", ".join(map(str, m.param_values)) or "-")
-    console.print(table)
-    src = Table(title="Sources")
-    for col in ("#", "kind", "source", "imported", "samples", "left out"):
-        src.add_column(col, overflow="fold")
+        add_row(table, m.metric, catalogue.display(m.metric)[0], str(m.n_series), str(m.n_samples), _fmt(m.first),
+                _fmt(m.last), ", ".join(map(str, m.param_values)) or "-")
+    print_table(table)
+    src = make_table("Sources", [(col, _FOLD) for col in ("#", "kind", "source", "imported", "samples", "left out")])
     for s in sources:
-        src.add_row(str(s.id), s.kind, s.location, _fmt(s.imported), str(s.n_samples), str(s.n_rejected))
-    console.print(src)
-    console.print(f"{len(consensuses)} consensuses, {n_votes} votes, {n_pred} prediction rows")
+        add_row(src, str(s.id), s.kind, s.location, _fmt(s.imported), str(s.n_samples), str(s.n_rejected))
+    print_table(src)
+    say(f"{len(consensuses)} consensuses, {n_votes} votes, {n_pred} prediction rows")
 
 
 @metrics_app.command("show")
@@ -212,27 +213,24 @@ def show_cmd(
         emit_json(out)
         return
     if not got:
-        console.print(f"no samples of {metric} in that window")
+        say(f"no samples of {metric} in that window")
         return
     # figures in the display unit (CPU in % of one core, bytes in MB), as every table and plot shows them;
     # --json above keeps the stored unit
     unit, factor = catalogue.display(metric)
-    table = Table(title=f"{metric} ({unit}): {info.meaning}")
-    for col in ("labels", "n", "first", "last", "min", "p10", "median", "p90", "max", "consensus values"):
-        table.add_column(col, overflow="fold")
+    table = make_table(f"{metric} ({unit}): {info.meaning}", [(col, _FOLD) for col in (
+        "labels", "n", "first", "last", "min", "p10", "median", "p90", "max", "consensus values")])
     for r in rows:
-        table.add_row(" ".join(f"{k}={v}" for k, v in r["labels"].items()) or "-", str(r["n"]), _fmt(r["first"]),
-                      _fmt(r["last"]), *(f"{r[k] * factor:.6g}" for k in ("min", "p10", "median", "p90", "max")),
-                      ", ".join(map(str, r["param_values"])) or "-")
-    console.print(table)
+        add_row(table, " ".join(f"{k}={v}" for k, v in r["labels"].items()) or "-", str(r["n"]), _fmt(r["first"]),
+                _fmt(r["last"]), *(f"{r[k] * factor:.6g}" for k in ("min", "p10", "median", "p90", "max")),
+                ", ".join(map(str, r["param_values"])) or "-")
+    print_table(table)
     if samples:
-        raw = Table(title=f"samples ({unit})")
-        for col in ("time", "value", "labels", "value in effect"):
-            raw.add_column(col, overflow="fold")
+        raw = make_table(f"samples ({unit})", [(col, _FOLD) for col in ("time", "value", "labels", "value in effect")])
         for s in got:
-            raw.add_row(s.time.strftime("%Y-%m-%d %H:%M:%S.%f"), f"{s.value * factor:.6g}",
-                        " ".join(f"{k}={v}" for k, v in s.labels.items()), str(s.param_value or "-"))
-        console.print(raw)
+            add_row(raw, s.time.strftime("%Y-%m-%d %H:%M:%S.%f"), f"{s.value * factor:.6g}",
+                    " ".join(f"{k}={v}" for k, v in s.labels.items()), str(s.param_value or "-"))
+        print_table(raw)
 
 
 @metrics_app.command("params")
@@ -258,21 +256,19 @@ def params_cmd(
                    "votes": {n: [{"valid_after": t, "votes": v} for t, v in sorted(d.items())]
                              for n, d in voted.items()}})
         return
-    table = Table(title=f"Consensus parameters ({flavour}, {len(consensuses)} consensuses)")
-    for col in ("parameter", "value", "from (valid-after)", "to (valid-after)", "consensuses", "note"):
-        table.add_column(col, overflow="fold")
+    table = make_table(f"Consensus parameters ({flavour}, {len(consensuses)} consensuses)", [(col, _FOLD) for col in (
+        "parameter", "value", "from (valid-after)", "to (valid-after)", "consensuses", "note")])
     for n, spans in history.items():
         for s in spans:
-            table.add_row(n, "absent (tor default)" if s.value is None else str(s.value), _fmt(s.first),
-                          _fmt(s.last), str(s.n_consensuses), "after a missing hour" if s.after_gap else "")
-    console.print(table)
+            add_row(table, n, "absent (tor default)" if s.value is None else str(s.value), _fmt(s.first),
+                    _fmt(s.last), str(s.n_consensuses), "after a missing hour" if s.after_gap else "")
+    print_table(table)
     for n, by_time in voted.items():
         if not by_time:
             continue
-        vt = Table(title=f"Votes for {n}")
+        # authority nicknames come from the votes' documents
         auths = sorted({a for v in by_time.values() for a in v})
-        for col in ("valid-after", *auths):
-            vt.add_column(col)
+        vt = make_table(f"Votes for {n}", ("valid-after", *auths))
         for t, v in sorted(by_time.items()):
-            vt.add_row(_fmt(t), *("-" if v.get(a) is None else str(v[a]) for a in auths))
-        console.print(vt)
+            add_row(vt, _fmt(t), *("-" if v.get(a) is None else str(v[a]) for a in auths))
+        print_table(vt)

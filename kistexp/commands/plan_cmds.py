@@ -8,9 +8,10 @@ import typer
 from rich.text import Text
 
 from kistexp.errors import KistexpError
+from kistexp.metrics import catalogue
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 from kistexp.plan import load_plan
-from kistexp.plan.lint import lint_paths
+from kistexp.plan.lint import Detectable, change_text, detectable_changes, limit_text, lint_paths
 from kistexp.plan.timeline import build_timeline
 
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
@@ -48,6 +49,8 @@ def lint(
                  "message": f.message}
                 for f in report.findings
             ],
+            # per stage and criterion: the smallest change FAILed with 80 % power at the stage's end
+            "detectable": [d.to_dict() for d in report.detectable],
         })
     else:
         for finding in report.findings:
@@ -68,11 +71,12 @@ def show(
     plan_path: str = typer.Argument(..., metavar="PLAN", help="Plan file."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable timeline."),
 ) -> None:
-    """Print the plan's timeline: stages, consensus rounds and propagation."""
+    """Print the plan's timeline: stages, consensus rounds, propagation and what each stage can detect."""
     plan = load_plan(plan_path)
     timeline = build_timeline(plan)
+    detectable = detectable_changes(plan)
     if as_json:
-        emit_json(timeline.to_dict())
+        emit_json({**timeline.to_dict(), "detectable": [d.to_dict() for d in detectable]})
         return
     say(plain(plan.name, "bold"), f" ({plan.kind}) owner {plan.owner} <{plan.contact}>")
     say(f"parameters: {', '.join(plan.parameters)}; tor {plan.tor_versions}; "
@@ -99,11 +103,34 @@ def show(
             f"{row.vote_deadline:%H:%M}", f"{row.first_valid_after:{day}}", f"{row.relays_50:%H:%M}",
             f"{row.relays_100:%H:%M}", f"{row.clients_50:%H:%M}", f"{row.clients_100:{day}}")))
     print_table(spread)
+    _print_detectable(plan, detectable)
     say("authorities:")
     for row in timeline.rows:
         say(f"  {row.stage}: {row.authority_action}")
     if timeline.revert:
         say(f"rollback: {timeline.revert}")
+
+
+def _print_detectable(plan, detectable: tuple[Detectable, ...]) -> None:
+    """One row per criterion and distinct detectable change, naming its stages ("all" when every stage
+    has it): a plan of many stages of one length stays a few lines."""
+    if not detectable:
+        return
+    stages = list(dict.fromkeys(d.stage for d in detectable))
+    table = make_table("Smallest change each stage detects (80 % power to FAIL at its end)",
+                       [("criterion", {"overflow": "fold"}), ("limit", {"no_wrap": True}),
+                        ("detectable", {"no_wrap": True}), (Text("power to FAIL\nat 2x limit"), {"no_wrap": True}),
+                        ("stages", {"overflow": "fold"})], title_justify="left")
+    criteria = {c.name or c.metric: c for c in plan.criteria}
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for d in detectable:
+        crit, metric = criteria[d.criterion], catalogue.get(d.metric)
+        rows.setdefault((d.criterion, change_text(crit, metric, d.change), f"{d.p_fail * 100:.0f} %"),
+                        []).append(d.stage)
+    for (name, change, p_fail), names in rows.items():
+        where = "all" if names == stages and len(stages) > 1 else ", ".join(names)
+        add_row(table, name, limit_text(criteria[name], catalogue.get(criteria[name].metric)), change, p_fail, where)
+    print_table(table)
 
 
 def register(app: typer.Typer) -> None:

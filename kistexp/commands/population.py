@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from kistexp.output import console, emit_json
+from kistexp.output import add_row, console, emit_json, make_table, plain, print_table, say
 
 population_app = typer.Typer(
     name="population", help="Relay population from a consensus: path selection, sampling, classes.",
@@ -56,21 +55,19 @@ def paths_cmd(
                    "relays": [{"fingerprint": r.fingerprint, "nickname": r.nickname, "class": r.position_class,
                                "guard": r.guard, "middle": r.middle, "exit": r.exit} for r in picks]})
         return
-    console.print(f"[bold]{pop.source}[/bold]: {circuits} circuits to port {port}, seed {seed}, "
-                  f"{len(pop)} relays")
-    t = Table(title="share of picks by position class (D guard+exit, G guard, E exit, M other)", box=None)
-    t.add_column("position")
-    for c in ("D", "E", "G", "M"):
-        t.add_column(c, justify="right")
+    # the source is a file name and nicknames come from the consensus: printed as text, never markup
+    say(plain(pop.source, "bold"), f": {circuits} circuits to port {port}, seed {seed}, {len(pop)} relays")
+    t = make_table("share of picks by position class (D guard+exit, G guard, E exit, M other)",
+                   ["position", *((c, {"justify": "right"}) for c in ("D", "E", "G", "M"))], box=None)
     for p, shares in classes.items():
-        t.add_row(p, *(_pct(shares[c]) for c in ("D", "E", "G", "M")))
-    console.print(t)
-    t = Table(title=f"top {top} relays by picks", box=None)
-    for col in ("nickname", "fingerprint", "class", "guard", "middle", "exit"):
-        t.add_column(col, justify="right" if col in ("guard", "middle", "exit") else "left")
+        add_row(t, p, *(_pct(shares[c]) for c in ("D", "E", "G", "M")))
+    print_table(t)
+    columns = ("nickname", "fingerprint", "class", "guard", "middle", "exit")
+    t = make_table(f"top {top} relays by picks", [(col, {"justify": "right" if col in ("guard", "middle", "exit")
+                                                         else "left"}) for col in columns], box=None)
     for r in picks[:top]:
-        t.add_row(r.nickname, r.fingerprint[:16], r.position_class, _pct(r.guard), _pct(r.middle), _pct(r.exit))
-    console.print(t)
+        add_row(t, r.nickname, r.fingerprint[:16], r.position_class, _pct(r.guard), _pct(r.middle), _pct(r.exit))
+    print_table(t)
 
 
 class _null:
@@ -110,20 +107,21 @@ def summary_cmd(
     if as_json:
         emit_json(s)
         return
-    console.print(f"[bold]{s.source}[/bold]: {s.relays} relays, ΣB {s.total_weight_kBps:,} kB/s, "
-                  f"capacity {s.capacity_gbit:,.1f} Gbit/s, {s.weights_case or 'footer'} weights; "
-                  f"{s.users:,} users, {s.circuits_per_10min:,.0f} exit circuits per 10 min")
-    console.print("  weight kB/s  " + "  ".join(f"{k} {v:,.0f}" for k, v in s.weight_quantiles_kBps))
-    console.print("  flags        " + "  ".join(f"{k} {v}" for k, v in s.flags), soft_wrap=True)
-    console.print("  tornettools  " + "  ".join(f"{k} {_pct(v)}" for k, v in s.tornet_classes))
+    console.print(plain(s.source, "bold").append_text(plain(
+        f": {s.relays} relays, ΣB {s.total_weight_kBps:,} kB/s, "
+        f"capacity {s.capacity_gbit:,.1f} Gbit/s, {s.weights_case or 'footer'} weights; "
+        f"{s.users:,} users, {s.circuits_per_10min:,.0f} exit circuits per 10 min")))
+    console.print(plain("  weight kB/s  " + "  ".join(f"{k} {v:,.0f}" for k, v in s.weight_quantiles_kBps)))
+    # flags and class names come from the consensus and the classes file
+    console.print(plain("  flags        " + "  ".join(f"{k} {v}" for k, v in s.flags)), soft_wrap=True)
+    console.print(plain("  tornettools  " + "  ".join(f"{k} {_pct(v)}" for k, v in s.tornet_classes)))
     for title, rows in (("position class", s.position_classes), ("scheduler", s.schedulers),
                         ("relay class", s.relay_classes), ("country", s.countries[:countries])):
-        t = Table(title=title, box=None, title_justify="left")
-        for col in (title, "relays", "% relays", "% weight"):
-            t.add_column(col, justify="left" if col == title else "right")
+        t = make_table(title, [(col, {"justify": "left" if col == title else "right"})
+                               for col in (title, "relays", "% relays", "% weight")], box=None, title_justify="left")
         for r in rows:
-            t.add_row(r.key, str(r.relays), _pct(r.relay_share), _pct(r.weight_share))
-        console.print(t)
+            add_row(t, r.key, str(r.relays), _pct(r.relay_share), _pct(r.weight_share))
+        print_table(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -27,11 +27,19 @@ def _t(value) -> str:
 def _health(exp: Path):
     """The journal's authority health (``kistexp.rollout.watch.HealthSummary``), or None when the
     directory holds no rollout journal to read it from."""
+    from kistexp.rollout.journal import JournalReader
+    from kistexp.rollout.runs import NoRolloutError
     from kistexp.rollout.watch import health_summary
 
     try:
-        return health_summary(exp)
+        JournalReader.of_experiment(exp).close()
     except KistexpError:
+        return None  # no journal at all: told by the command's own reading
+    # only a journal without a rollout has no health to tell; a damaged row or a plan copy gone is
+    # refused in its one line, never shown as a status without the authorities' health
+    try:
+        return health_summary(exp)
+    except NoRolloutError:
         return None
 
 
@@ -58,7 +66,9 @@ def dry_run_cmd(
 
     plan = load_plan(plan_path)
     if replay:
-        _replay(plan, replay, exp, align, not stop_at_gates, as_json)
+        if predictions is not None:
+            raise KistexpError("--predictions with --replay: a replay judges the recordings, not predictions")
+        _replay(plan, replay, exp, align, not stop_at_gates, as_json, inject, command)
         return
     if exp is None and predictions is None:
         raise KistexpError(f"{plan_path}: a dry run draws from the population's predictions: make them with "
@@ -107,7 +117,8 @@ def dry_run_cmd(
     say(plain(r.status, "bold"), f" ({r.wall_s:.1f} s; journal {r.journal})")
 
 
-def _replay(plan, files: list[str], exp: str | None, align: str | None, approve: bool, as_json: bool) -> None:
+def _replay(plan, files: list[str], exp: str | None, align: str | None, approve: bool, as_json: bool,
+            inject: list[str], command: list[str]) -> None:
     from kistexp.rollout.replay import replay
 
     at = None
@@ -117,23 +128,27 @@ def _replay(plan, files: list[str], exp: str | None, align: str | None, approve:
         except ValueError:
             raise KistexpError(f"--align {align!r}: not an ISO 8601 time") from None
         at = at if at.tzinfo else at.replace(tzinfo=dt.timezone.utc)
-    r = replay(plan, files, Path(exp) if exp else None, align=at, approve_gates=approve)
+    r = replay(plan, files, Path(exp) if exp else None, align=at, approve_gates=approve, injections=inject,
+               commands=command)
     if as_json:
         emit_json(r.to_json())
         return
-    console.print(f"replay of {', '.join(files)} through {r.plan}: recorded {_t(r.recorded_from)} .. "
-                  f"{_t(r.recorded_until)} UTC; {r.alignment}", highlight=False, soft_wrap=True)
+    # file, stage and criterion names are printed as text (plain), never as markup or escape sequences
+    console.print(plain(f"replay of {', '.join(files)} through {r.plan}: recorded {_t(r.recorded_from)} .. "
+                        f"{_t(r.recorded_until)} UTC; {r.alignment}"), soft_wrap=True)
     for w in r.windows:
-        console.print(f"  {w['name']}: {_t(w['start'])} .. {_t(w['end'])}", highlight=False)
+        console.print(plain(f"  {w['name']}: {_t(w['start'])} .. {_t(w['end'])}"))
     fb = r.first_rollback
     if fb is None:
-        console.print(f"no rollback would have fired ({r.dry_run['status']})", highlight=False)
+        console.print(plain(f"no rollback would have fired ({r.dry_run['status']})"))
         return
     v = fb["verdict"] or {}
-    console.print(f"[bold]rollback {fb['kind']}[/bold] would have fired at {_t(fb['at'])} UTC, hour "
-                  f"{fb['hour_in_stage']:.0f} of stage {fb['stage']} ({fb['stage_name']}): criterion "
-                  f"{fb['criterion']!r} {v.get('detail', '')}; {', '.join(fb['authorities_must_act'])} must act; "
-                  f"relays back after {fb['relays_back_after_s'] / 3600:.1f} h", highlight=False, soft_wrap=True)
+    line = plain(f"rollback {fb['kind']}", "bold").append_text(plain(
+        f" would have fired at {_t(fb['at'])} UTC, hour "
+        f"{fb['hour_in_stage']:.0f} of stage {fb['stage']} ({fb['stage_name']}): criterion "
+        f"{fb['criterion']!r} {v.get('detail', '')}; {', '.join(fb['authorities_must_act'])} must act; "
+        f"relays back after {fb['relays_back_after_s'] / 3600:.1f} h"))
+    console.print(line, soft_wrap=True)
 
 
 def run_cmd(
@@ -177,8 +192,10 @@ def run_cmd(
 
     if as_json and json_lines:
         raise KistexpError("--json and --json-lines: pick one")
-    if remind_every < 0:
-        raise KistexpError(f"--remind-every {remind_every:g}: seconds, 0 or more")
+    if not 0 <= remind_every <= 7 * 86400:  # NaN too: it silenced every reminder
+        raise KistexpError(f"--remind-every {remind_every:g}: seconds, 0 (no reminders) to 604800 (a week)")
+    if not 2 <= interval <= 3600:  # 10^14 overflowed the stage durations in a traceback
+        raise KistexpError(f"--interval {interval}: real seconds per plan hour, 2 to 3600 (3600 runs in real time)")
     notifier = Notifier(notify_command, notify_url, warn=_warn)  # a malformed option is refused before anything
     exporter = None
     if metrics_port is not None:
@@ -229,7 +246,7 @@ def run_cmd(
     elif as_json:
         emit_json(view)
     else:
-        console.print(view["summary"], highlight=False)
+        console.print(plain(view["summary"]))
 
 
 def _warn(message: str) -> None:
@@ -344,7 +361,9 @@ def _status_parts(exp: str, view: dict, health) -> list:
     origins = {c.name: effect_origin(c.comparison) for c in spec.criteria}
     # a narrow terminal gets shorter sparklines and bars, so the table keeps its columns whole
     narrow = {"width": 10, "bar_width": 5} if console.width < 100 else {}
-    parts: list = [status_table(view, verdict_looks(exp), limits, origins=origins, **narrow), times_table(view)]
+    roles = {c.name: c.role for c in spec.criteria}
+    parts: list = [status_table(view, verdict_looks(exp), limits, origins=origins, roles=roles, **narrow),
+                   times_table(view)]
     if health is not None:
         parts.append(health.last_round_text())
         current = health.current_outage
@@ -420,10 +439,17 @@ def _renderable(part):
 
 
 def _refresh(exp: str, view: dict, health) -> tuple[dict, object]:
-    """A new reading; the previous one when the journal cannot be read this time (busy a moment)."""
+    """A new reading; the previous one when the journal cannot be read this time (busy a moment). A row
+    the run wrote since that is damaged ends the watch with its one line, as the first reading would."""
+    import sqlite3
+
+    from kistexp.rollout.journal import JournalDamageError
+
     try:
         return _status_with_health(exp)
-    except KistexpError:
+    except JournalDamageError:
+        raise
+    except (KistexpError, sqlite3.OperationalError):
         return view, health
 
 
@@ -460,7 +486,7 @@ def _command(kind: str, exp: str, args: dict, as_json: bool) -> None:
                                  os.environ.get("USER", ""))
     out = {"command": kind, "id": cid, "state": "queued", "expected": message,
            "note": "applied by the running engine at its next step (or when `kistexp run` resumes)"}
-    emit_json(out) if as_json else console.print(f"{kind} queued (#{cid}): {message}", highlight=False)
+    emit_json(out) if as_json else console.print(plain(f"{kind} queued (#{cid}): {message}"))
 
 
 def register(app: typer.Typer) -> None:
@@ -491,7 +517,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("abort")
     def abort(exp: str = typer.Argument(..., metavar="DIR"),
-              kind: str = typer.Option("", "--kind", help="step-back, revert-default, remove-param or baseline."),
+              kind: str = typer.Option("", "--kind", help="step-back, revert-default, remove-param, baseline, or "
+                                       "hold (pause, votes unchanged)."),
               as_json: bool = typer.Option(False, "--json")) -> None:
         """Roll back (to the baseline by default), then stop."""
         _command("abort", exp, {"kind": kind}, as_json)

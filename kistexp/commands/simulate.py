@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kistexp.metrics import catalogue
-from kistexp.output import console, emit_json, progress_bar, say
+from kistexp.output import console, emit_json, plain, progress_bar, say, visible
 
 
 def _fmt(value: float, factor: float) -> str:
@@ -29,8 +29,9 @@ def _figure_dict(f) -> dict:
 
 
 def _heading(stage: str) -> Text:
-    # "transition:back-to-10ms" on two lines: the column is as wide as the stage's name
-    return Text(stage.replace("transition:", "transition:\n", 1))
+    # "transition:back-to-10ms" on two lines: the column is as wide as the stage's name (the plan's text,
+    # its control characters made visible)
+    return Text(visible(stage).replace("transition:", "transition:\n", 1))
 
 
 def _width(text: str) -> int:
@@ -41,6 +42,9 @@ def _tables(title: str, label: str, rows: list[tuple[str, dict[str, str]]], stag
     """One table of ``rows`` (label, {stage: cell}) over ``stages``; when it would not fit the console, the
     stage columns are split over several tables, each repeating the label column, so no label or cell is
     cut (every cell keeps its lines whole)."""
+    # relay classes come from the predictions' rows: text, their control characters made visible (the
+    # cells' own line breaks kept)
+    rows = [(visible(name, keep="\n"), {s: visible(c, keep="\n") for s, c in cells.items()}) for name, cells in rows]
     label_w = max([_width(label), *(_width(r) for r, _ in rows)])
     widths = {s: max([_width(_heading(s).plain), *(_width(c.get(s, "-")) for _, c in rows)]) for s in stages}
     room = console.width - label_w - 2
@@ -55,7 +59,7 @@ def _tables(title: str, label: str, rows: list[tuple[str, dict[str, str]]], stag
     out = []
     for i, chunk in enumerate(chunks):
         more = f" ({i + 1} of {len(chunks)})" if len(chunks) > 1 else ""
-        t = Table(title=Text(title + more), box=None, title_justify="left")
+        t = Table(title=plain(title + more), box=None, title_justify="left")
         t.add_column(label, no_wrap=True, min_width=min(label_w, console.width // 2), overflow="fold")
         for s in chunk:
             t.add_column(_heading(s), justify="right", no_wrap=True)
@@ -65,7 +69,7 @@ def _tables(title: str, label: str, rows: list[tuple[str, dict[str, str]]], stag
     return out
 
 
-def _print(plan_name: str, stages: list[str], figures, header: str, classes: int) -> None:
+def _print(plan_name: str, stages: list[str], figures, header: Text, classes: int) -> None:
     console.print(header)
     by = {(f.stage, f.metric, f.relay_class): f for f in figures}
     # narrow consoles: each figure on lines of its own (median / [95 % range] / change), so columns are narrow
@@ -154,7 +158,8 @@ def simulate(
             emit_json({"plan": p.name, "dir": str(path), "stages": stages,
                        "figures": [_figure_dict(f) for f in figures]})
         else:
-            _print(p.name, order, figures, f"[bold]{p.name}[/bold]: stored predictions in {path}", classes)
+            _print(p.name, order, figures, plain(p.name, "bold").append_text(plain(f": stored predictions in {path}")),
+                   classes)
         return
     duration = p.simulation.duration.total_seconds()
     traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=min(10.0, duration / 6))
@@ -173,12 +178,13 @@ def simulate(
         out["figures"] = [_figure_dict(f) for f in result.figures]
         emit_json(out)
         return
-    header = (f"[bold]{p.name}[/bold]: {result.networks} networks of {', '.join(map(str, result.relays_per_network))} "
-              f"relays and {result.clients_per_network[0]} client processes, scale "
-              f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
-              f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
-              f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s; "
-              f"{len(result.predictions)} predicted quantiles saved in {path}")
+    header = plain(p.name, "bold").append_text(plain(
+        f": {result.networks} networks of {', '.join(map(str, result.relays_per_network))} relays and "
+        f"{result.clients_per_network[0]} client processes, scale "
+        f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
+        f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
+        f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s; "
+        f"{len(result.predictions)} predicted quantiles saved in {path}"))
     _print(p.name, order, result.figures, header, classes)
 
 

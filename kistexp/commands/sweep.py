@@ -7,10 +7,12 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 from rich.text import Text
 
-from kistexp.output import console, emit_json, err_console, progress_bar
+from kistexp.output import add_row, console, emit_json, make_table, plain, print_table, progress_bar, say
+
+# a longer wait for a scheduler and its workers is a hung command, not patience
+MAX_DASK_TIMEOUT_S = 3600.0
 
 
 def _pct(x: float | None) -> str:
@@ -33,7 +35,8 @@ def sweep(
     out: Path = typer.Option(None, "--out", help="Output directory (default: sweeps/<name>)."),
     cache: Path = typer.Option(None, "--cache", help="Cell cache (default: $KISTEXP_SWEEP_CACHE or "
                                "~/.cache/kistexp/sweep)."),
-    yes: bool = typer.Option(False, "--yes", help=f"Run a grid of more than {10_000:,} cells."),
+    yes: bool = typer.Option(False, "--yes", help=f"Run a grid of more than {10_000:,} cells (at most "
+                             f"{100_000:,})."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip the plots."),
     check: bool = typer.Option(False, "--check", help="Check the sweep file and print its grid; run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -57,27 +60,34 @@ def sweep(
                          "pass --yes to run it")
     if dask is not None and workers is not None:
         raise SweepError("--workers and --dask exclude each other (a Dask cluster has its own workers)")
-    if dask_timeout <= 0:
-        raise SweepError(f"--dask-timeout {dask_timeout:g}: must be positive")
+    # finite and at most an hour: nan or inf would wait for ever (the timeout also bounds the wait for workers)
+    if not 0 < dask_timeout <= MAX_DASK_TIMEOUT_S:
+        raise SweepError(f"--dask-timeout {dask_timeout:g}: must be a number of seconds in (0, "
+                         f"{MAX_DASK_TIMEOUT_S:g}]")
     store = CellCache(cache if cache is not None else default_cache_dir())
     out_dir = out if out is not None else Path("sweeps") / spec.name
-    backend = DaskBackend(dask, timeout_s=dask_timeout) if dask else LocalBackend(workers or os.cpu_count() or 1)
+    # `--dask ""` is an address too (refused by DaskBackend), not a request for local workers
+    backend = (DaskBackend(dask, timeout_s=dask_timeout) if dask is not None
+               else LocalBackend(workers if workers is not None else os.cpu_count() or 1))
+    told = 0
     try:
         with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           TextColumn("ETA"), TimeRemainingColumn(), as_json=as_json, transient=False) as bar:
             task = bar.add_task(f"{spec.name}: sampling networks", total=spec.n_cells)
 
             def start(total: int, cached: int) -> None:
+                nonlocal told
                 # the bar counts the cells to run: cached ones would make rich's rate, hence the ETA, wrong
                 bar.update(task, total=total - cached,
                            description=f"{spec.name}: {cached} of {total} cached, {backend.description}")
+                told = _tell(store, told)  # cache entries not trusted: their cells are among those to run
 
             def done(outcome) -> None:
                 if outcome.status != "cached":
                     bar.advance(task)
                 if outcome.status == "failed":
-                    err_console.print(f"cell {outcome.task.index} ({outcome.task.key[:12]}) failed after "
-                                      f"{outcome.attempts} attempt(s): {outcome.error}")
+                    say(f"cell {outcome.task.index} ({outcome.task.key[:12]}) failed after "
+                        f"{outcome.attempts} attempt(s): {outcome.error}", err=True)
 
             report = run_sweep(spec, out_dir, backend, store, on_start=start, on_outcome=done,
                                plots=not no_plots)
@@ -86,6 +96,7 @@ def sweep(
                          "command again to resume") from None
     finally:
         backend.close()
+    _tell(store, told)  # results that could not be cached
     if as_json:
         import attrs
 
@@ -93,12 +104,27 @@ def sweep(
         doc["failures"] = [{"index": o.task.index, "cell": o.task.key[:16], "attempts": o.attempts,
                             "error": o.error} for o in report.outcomes if o.status == "failed"]
         doc["cache"] = str(store.root)
+        doc["cache_rejected"] = store.rejected
         emit_json(doc)
     else:
         _print(spec, report)
     if report.failed:
         raise SweepError(f"{report.failed} of {report.cells} cells failed (see {report.out}/cells.csv); the "
                          "others are done, and running the same command again retries only the failed ones")
+
+
+def _tell(store, since: int) -> int:
+    """Print the cache's notices from number ``since`` on (a few lines, then how many more) on stderr;
+    returns how many there are now."""
+    from kistexp.sweep.cache import MAX_NOTICES
+
+    lines = store.notices[since:min(since + 5, MAX_NOTICES)]
+    for line in lines:
+        say(line, err=True)
+    more = store.notice_count - since - len(lines)
+    if more > 0:
+        say(f"... and {more:,} more notices about cache entries in {store.root}", err=True)
+    return store.notice_count
 
 
 def _print_grid(spec, as_json: bool) -> None:
@@ -111,37 +137,39 @@ def _print_grid(spec, as_json: bool) -> None:
                    "seeds": list(spec.seeds), "scale": spec.scale, "samples": list(spec.samples),
                    "duration_s": spec.duration_s})
         return
-    console.print(f"[bold]{spec.name}[/bold]: {spec.n_cells:,} cells = "
-                  + " x ".join(f"{n} {k.replace('_', ' ')}" for k, n in axes.items())
-                  + f", scale {spec.scale:g}, {spec.duration_s:g} simulated s each")
+    # the sweep's name, class mixes and relay classes are the sweep file's text: printed as text
+    say(plain(spec.name, "bold"), f": {spec.n_cells:,} cells = "
+        + " x ".join(f"{n} {k.replace('_', ' ')}" for k, n in axes.items())
+        + f", scale {spec.scale:g}, {spec.duration_s:g} simulated s each")
 
 
 def _print(spec, report) -> None:
     from kistexp.sweep.results import PlotAxis, rule_text, value_text
 
-    console.print(f"[bold]{report.name}[/bold]: {report.cells} cells ({report.ran} run, {report.cached} cached, "
-                  f"{report.failed} failed) on {report.backend} in {report.wall_s:.0f} s; results in {report.out}")
+    say(plain(report.name, "bold"), f": {report.cells} cells ({report.ran} run, {report.cached} cached, "
+        f"{report.failed} failed) on {report.backend} in {report.wall_s:.0f} s; results in {report.out}")
     for i, rule in enumerate(spec.recommend):
-        t = Table(title=rule_text(rule), box=None, title_justify="left", pad_edge=False)
-        # the context wraps at its spaces; names and numbers are never cut (a range keeps its % whole)
-        t.add_column("context", justify="left", min_width=max([7, *(len(w) for r in report.rises if r.rule == i
-                                                                      for w in r.context.split())]))
         unit = PlotAxis(rule.parameter, ()).unit  # from the parameter catalogue; "" for a bare number
         head = f"{rule.parameter}\n({unit})" if unit else rule.parameter
-        t.add_column(Text(head), justify="right", no_wrap=True, min_width=len(rule.parameter))
-        for head in ("rise\n(median)", "rise\n(95 % range)", "networks", "within"):
-            t.add_column(Text(head), justify="right", no_wrap=True)
+        # the context wraps at its spaces; names and numbers are never cut (a range keeps its % whole)
+        context_width = max([7, *(len(w) for r in report.rises if r.rule == i for w in plain(r.context).plain.split())])
+        t = make_table(rule_text(rule), [
+            ("context", {"justify": "left", "min_width": context_width}),
+            (Text(head), {"justify": "right", "no_wrap": True, "min_width": len(rule.parameter)}),
+            *((Text(h), {"justify": "right", "no_wrap": True})
+              for h in ("rise\n(median)", "rise\n(95 % range)", "networks", "within"))],
+            box=None, title_justify="left", pad_edge=False)
         for r in report.rises:
             if r.rule == i:
-                t.add_row(r.context, str(r.value), _pct(r.rise_median), _range(r.rise_low, r.rise_high),
-                          str(r.networks), "yes" if r.within else "no")
-        console.print(t)
+                add_row(t, r.context, str(r.value), _pct(r.rise_median), _range(r.rise_low, r.rise_high),
+                        str(r.networks), "yes" if r.within else "no")
+        print_table(t)
         for rec in report.recommendations:
             if rec.rule == i:
                 verdict = (f"{rule.parameter} = {value_text(rule.parameter, rec.value)} "
                            f"(rise at most {_pct(rec.rise_high)})"
                            if rec.value is not None else f"none: {rec.note}")
-                console.print(f"  recommended for {rec.context}: [bold]{verdict}[/bold]")
+                console.print(plain(f"  recommended for {rec.context}: ").append_text(plain(verdict, "bold")))
 
 
 def register(app: typer.Typer) -> None:

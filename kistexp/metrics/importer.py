@@ -11,6 +11,7 @@ metricsport (a relay's MetricsPort URL), prometheus (a process-exporter URL), pr
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,11 +20,19 @@ import attrs
 
 from kistexp.clock import RealClock
 from kistexp.errors import KistexpError
-from kistexp.metrics.collectors import Collected, group_samples
+from kistexp.metrics.collectors import Collected, group_samples, read_head
 from kistexp.metrics.series import Sample
 from kistexp.metrics.store import MetricStore
 
 KINDS = ("onionperf", "operator-report", "consensus-archive", "metricsport", "prometheus", "proc")
+# Live sources: scrapes and the seconds between them. A day of one-minute scrapes fits; NaN, an
+# infinite or a negative interval once ended in a traceback, a huge one in a wait without end.
+MAX_SCRAPES = 10_000
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
+# tor's consensus parameters are int32 (a larger value cannot be in a consensus, and one beyond
+# 64 bits made the store fail with an OverflowError)
+PARAM_MIN, PARAM_MAX = -(2**31), 2**31 - 1
+_LABEL_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
 
 class SourceKindError(KistexpError):
@@ -42,6 +51,22 @@ class ImportOptions:
     scrapes: int = 2  # live kinds
     interval_s: float = 10.0
     group: str = "tor"  # prometheus kind: process-exporter group name
+
+    def check(self) -> None:
+        """Refuse, in one line naming the option, what no source can be imported with."""
+        if not (isinstance(self.interval_s, (int, float)) and math.isfinite(self.interval_s)
+                and MIN_INTERVAL_S <= self.interval_s <= MAX_INTERVAL_S):
+            raise SourceKindError(f"--interval {self.interval_s!r}: seconds between scrapes must be a number from "
+                                  f"{MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}")
+        if self.scrapes > MAX_SCRAPES:
+            raise SourceKindError(f"--scrapes {self.scrapes}: at most {MAX_SCRAPES} scrapes")
+        if self.param_value is not None and not PARAM_MIN <= self.param_value <= PARAM_MAX:
+            raise SourceKindError(f"--param-value {self.param_value}: a consensus parameter is a 32-bit integer "
+                                  f"({PARAM_MIN} to {PARAM_MAX})")
+        for key in self.labels:
+            if not _LABEL_KEY.fullmatch(key):
+                raise SourceKindError(f"--label {key!r}: a label name is a lowercase letter, then at most 63 "
+                                      "lowercase letters, digits or '_'")
 
 
 @attrs.frozen
@@ -77,11 +102,8 @@ def detect_kind(source: str) -> str:
         return "onionperf"
     if not path.exists():
         raise SourceKindError(f"{source}: no such file, directory or URL")
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(256)
-    except OSError as exc:
-        raise SourceKindError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    # a FIFO would block this read for ever, /dev/zero answer zeros without end
+    head = read_head(path, 256, "a metric source", SourceKindError)
     if head.startswith((b"network-status-version 3", b"@type network-status", b"dir-key-certificate")):
         return "consensus-archive"
     if head.startswith(b"\xfd7zXZ\x00") or head.lstrip().startswith(b"{"):
@@ -133,11 +155,15 @@ def _live(kind: str, source: str, opts: ImportOptions, clock) -> Collected:
             raise SourceKindError(f"{source}: expected proc:PID")
         poller = process.ProcessSampler(int(pid), {}, clock=clock)
     pairs = []
+    problems: list[str] = []
     for i in range(opts.scrapes):
         if i:
             clock.sleep_until(clock.now() + dt.timedelta(seconds=opts.interval_s))
         pairs.extend(poller.poll())
-    return Collected(kind, source, group_samples(pairs))
+        # what a scrape left out (a NaN, a series given twice) is said, not lost: its metric may be missing
+        last = getattr(getattr(poller, "poller", None), "last", None)
+        problems.extend(p for p in (last.problems if last is not None else ()) if p not in problems)
+    return Collected(kind, source, group_samples(pairs), tuple(problems))
 
 
 def collect(kind: str, source: str, opts: ImportOptions, clock=None) -> Collected:
@@ -163,6 +189,7 @@ def import_source(store: MetricStore, source: str, kind: str | None = None, opts
     be used; otherwise stores its good records and returns the problems of the rest.
     ``on_item(n, location)`` reports progress through an archive's files."""
     clock = clock or RealClock()
+    opts.check()
     kind = kind or detect_kind(source)
     if kind not in KINDS:
         raise SourceKindError(f"{source}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
@@ -201,6 +228,7 @@ def import_all(store: MetricStore, sources: Sequence[str], kind: str | None = No
     """Import each source; one that fails as a whole is reported and the others still
     imported. Returns the results and the one-line errors of the failed sources.
     ``progress(done, total, what)`` is called per source and per archive file."""
+    opts.check()  # a bad option is one error for the command, not one per source
     results, errors = [], []
     for i, source in enumerate(sources):
         if progress:

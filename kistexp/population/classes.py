@@ -12,6 +12,8 @@ negative costs and shares that do not sum to 1 are one-line errors naming the fi
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -23,10 +25,13 @@ import tomli
 from kistexp import params
 from kistexp.errors import PopulationError
 from kistexp.population.kernels import effective_interval_ms
+from kistexp.safeio import read_bounded_text
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_CLASSES = DATA / "relay-classes.toml"
 DEFAULT_PROFILES = DATA / "hardware-profiles.toml"
+# the bundled files are a few KB; an operator's description of their relays is no larger than this
+MAX_TOML_BYTES = 1024 * 1024
 OS_NAMES = ("linux", "bsd", "windows", "macos", "other")
 SHARE_TOLERANCE = 1e-6
 # tor versions older than kistexp.params knows (or unparseable v lines) are treated as this one
@@ -62,19 +67,31 @@ _FLOAT_KEYS = _PROFILE_KEYS - {"description", "cores"}
 
 
 def _read_toml(path: Path) -> dict:
+    if "\0" in str(path):
+        raise PopulationError(f"{str(path)!r}: a file name cannot hold a NUL byte")
     try:
-        return tomli.loads(path.read_text(encoding="utf-8"))
+        os.lstat(path)
     except FileNotFoundError:
         raise PopulationError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise PopulationError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (tomli.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise PopulationError(f"{path}: not valid TOML: {exc}") from None
+    except OSError:
+        pass  # a name too long, a path through a file: read_bounded_text names the problem
+    # bounded: /dev/zero, a FIFO or a huge file named as a class mix is refused in one line, not read
+    # until memory runs out (or, for a FIFO, for ever)
+    text = read_bounded_text(path, MAX_TOML_BYTES, "relay classes", PopulationError)
+    try:
+        return tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        raise PopulationError(f"{path}: not valid TOML: {str(exc).splitlines()[0] if str(exc) else exc}") from None
+    except (RecursionError, ValueError) as exc:  # arrays nested past tomli's limit, integers of >4,300 digits
+        raise PopulationError(f"{path}: not valid TOML: {str(exc).splitlines()[0][:200]}") from None
 
 
 def _number(path: Path, key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PopulationError(f"{path}: {key}: expected a number, got {value!r}")
+        raise PopulationError(f"{path}: {key}: expected a number, got {str(value)[:100]!r}")
+    # nan would pass every comparison below (a share of nan summed to nan passed "sums to 1")
+    if isinstance(value, int) and abs(value) > 1e300 or isinstance(value, float) and not math.isfinite(value):
+        raise PopulationError(f"{path}: {key}: expected a finite number, got {str(value)[:20]}")
     if value < 0:
         raise PopulationError(f"{path}: {key}: must not be negative (got {value})")
     return float(value)

@@ -18,6 +18,7 @@ from kistexp.plan.timeline import authorities_needed, build_timeline
 from kistexp.population.costs import BASELINE_RSS_BYTES
 from kistexp.report.data import RELAY_COSTS, PlanData
 from kistexp.report.html import class_order
+from kistexp.textsafe import csv_row, markdown, one_line, visible
 
 FORMATS = ("text", "markdown")
 # What an operator reports, in the order of the kistexp-operator-report/1 columns they fill in.
@@ -40,10 +41,21 @@ NOTES = {
 }
 
 
+def _safe_output(value: object) -> object:
+    # every expression's text: no control character reaches the mail or the page, whatever a template
+    # forgets (line breaks stay: the CSV example and wrapped notes have them)
+    return visible(value, keep="\n") if isinstance(value, str) else value
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("kistexp.report", "templates"), autoescape=False,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True)
+                             keep_trailing_newline=True, finalize=_safe_output)
+    # text from the plan and the predictions (stage names, relay classes, owner, contact, description):
+    # `line` keeps it on its line in the text announcement, `md` shows it literally in Markdown (no live
+    # HTML, no extra table column)
+    env.filters["line"] = one_line
+    env.filters["md"] = markdown
     env.filters["utc"] = lambda t: t.astimezone(dt.timezone.utc).strftime(ISO)
     env.filters["pct"] = lambda x: "n/a" if x is None else f"{100 * x:+.1f} %"
     env.filters["num"] = lambda x: f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
@@ -105,11 +117,12 @@ def context(plan: Plan, data: PlanData) -> dict:
     others = [a.nickname for a in plan.authorities.authorities if a.nickname not in plan.authorities.participating]
     start, end = stages[0].start if stages else plan.start, max(r.end for r in stages) if stages else plan.start
     changes = [r for r in stages if r.stage != "baseline"]
-    example = ",".join(REPORT_COLUMNS) + "\n" + ",".join([
+    # an operator pastes the example into a spreadsheet: its cells go through the CSV rule as any export's
+    example = ",".join(REPORT_COLUMNS) + "\n" + ",".join(csv_row([
         EXAMPLE_FINGERPRINT, f"{plan.start:%Y-%m-%dT%H:00:00Z}",
         f"{plan.start + dt.timedelta(hours=1):%Y-%m-%dT%H:00:00Z}", "treatment", plan.parameters[0],
         str(next((v for _k, v in changes[0].values if v != UNSET), "")) if changes else "", "12.5", "850",
-        "40.1", "41.3", "proc", "vnstat", ""]) + "\n"
+        "40.1", "41.3", "proc", "vnstat", ""])) + "\n"
     return {
         "plan": plan, "timeline": timeline, "stages": stages, "changes": changes, "watch": watch,
         "authorities": authorities, "others": others, "others_mode": plan.authorities.others,

@@ -11,12 +11,13 @@ per (seed, metric, window), so event order cannot change them and reruns are byt
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -32,7 +33,15 @@ from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.rollout.assembly import assemble
 from kistexp.rollout.engine import Engine, metric_source_of
-from kistexp.rollout.journal import Journal, desired_params
+from kistexp.rollout.journal import (
+    LOCK_NAME,
+    REHEARSAL_MODE,
+    Journal,
+    JournalInUseError,
+    LockedError,
+    RunLock,
+    desired_params,
+)
 from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehearse
 from kistexp.rollout.rollback import plan_rollback
 from kistexp.rollout.sources import PREDICTED
@@ -58,7 +67,9 @@ class MetricShift:
     absolute: float | None
 
     def apply(self, values: np.ndarray) -> np.ndarray:
-        return values * (1 + self.relative) if self.relative is not None else values + self.absolute
+        # every catalogue metric is a time, a size, a share or a count: a shift never takes one below 0
+        shifted = values * (1 + self.relative) if self.relative is not None else values + self.absolute
+        return np.maximum(shifted, 0.0)
 
 
 @attrs.frozen
@@ -76,28 +87,41 @@ class MetricGap:
 
 
 Injection = MetricShift | AuthorityFault | MetricGap
-_WHEN = re.compile(r"^(?:day(\d+)|stage(\d+))(?:\+(\d+)h)?(?:(\d+)m)?$")
+_WHEN = re.compile(r"^(?:day([0-9]{1,9})|stage([0-9]{1,9}))(?:\+([0-9]{1,9})h)?(?:([0-9]{1,9})m)?$")
+# A moment of a rehearsal lies within ten years of the plan's baseline start: day 10^9 overflowed
+# the calendar, 10^20 hours a C int, and ISO times at years 1 and 9999 left no room for a gap's end.
+_WHEN_SPAN = dt.timedelta(days=3653)
 
 
 def _when(text: str, spec: RolloutSpec, option: str, flag: str = "--inject") -> dt.datetime:
     m = _WHEN.match(text)
-    if m:
-        day, stage, hours, minutes = m.groups()
-        if day is not None:
-            if int(day) < 1:
-                raise InjectionError(f"{flag} {option!r}: days count from day1")
-            base = spec.baseline_start + (int(day) - 1) * dt.timedelta(days=1) * (spec.hour / dt.timedelta(hours=1))
-        else:
-            n = int(stage)
-            if not 1 <= n <= spec.n_stages:
-                raise InjectionError(f"{flag} {option!r}: the plan has stages 1..{spec.n_stages}")
-            base = spec.start + sum((s.duration for s in spec.stages[: n - 1]), dt.timedelta())
-        return base + (int(hours or 0) * spec.hour) + int(minutes or 0) * spec.hour / 60
     try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InjectionError(f"{flag} {option!r}: when {text!r} is not dayD[+Hh], stageN[+Hh] or ISO UTC") from None
-    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+        if m:
+            day, stage, hours, minutes = m.groups()
+            if day is not None:
+                if int(day) < 1:
+                    raise InjectionError(f"{flag} {option!r}: days count from day1")
+                base = (spec.baseline_start
+                        + (int(day) - 1) * dt.timedelta(days=1) * (spec.hour / dt.timedelta(hours=1)))
+            else:
+                n = int(stage)
+                if not 1 <= n <= spec.n_stages:
+                    raise InjectionError(f"{flag} {option!r}: the plan has stages 1..{spec.n_stages}")
+                base = spec.start + sum((s.duration for s in spec.stages[: n - 1]), dt.timedelta())
+            t = base + (int(hours or 0) * spec.hour) + int(minutes or 0) * spec.hour / 60
+        else:
+            try:
+                t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+            except ValueError:
+                raise InjectionError(f"{flag} {option!r}: when {text!r} is not dayD[+Hh], stageN[+Hh] or "
+                                     "ISO UTC") from None
+            t = t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+        far = abs(t - spec.baseline_start) > _WHEN_SPAN
+    except OverflowError:
+        far = True
+    if far:
+        raise InjectionError(f"{flag} {option!r}: {text!r} is more than ten years from the plan's baseline start")
+    return t
 
 
 def _span(text: str, spec: RolloutSpec, option: str) -> tuple[dt.datetime, dt.datetime]:
@@ -123,17 +147,21 @@ def parse_injection(option: str, spec: RolloutSpec) -> Injection:
         raise InjectionError(f"--inject {option!r}: expected stage=N:METRIC=+X%, authority=NAME:down@dayD, "
                              "authority=NAME:stale@dayD or metrics=SOURCE:gap@dayD+Hh")
     if kind == "stage":
-        stage = 0 if name == "baseline" else int(name) if name.isdigit() else -1
+        stage = 0 if name == "baseline" else int(name) if name.isascii() and name.isdecimal() and len(name) < 4 else -1
         if not 0 <= stage <= spec.n_stages:
             raise InjectionError(f"--inject {option!r}: stage must be baseline or 1..{spec.n_stages}")
-        m = re.match(r"^([a-z0-9_]+)=([+-]\d+(?:\.\d+)?)(%|abs)$", effect)
+        m = re.match(r"^([a-z0-9_]+)=([+-][0-9]{1,15}(?:\.[0-9]{1,15})?)(%|abs)$", effect)
         if not m:
-            raise InjectionError(f"--inject {option!r}: effect must be METRIC=+X% or METRIC=+Xabs")
+            raise InjectionError(f"--inject {option!r}: effect must be METRIC=+X% or METRIC=+Xabs (at most 15 "
+                                 "digits)")
         metric, amount, unit = m.groups()
         if catalogue.get(metric) is None:
             raise InjectionError(f"--inject {option!r}: unknown metric {metric!r} "
                                  f"(one of {', '.join(catalogue.names())})")
         value = float(amount)
+        if unit == "%" and not -100 < value <= 10_000:
+            # -200 % made every sample negative, a 400-digit + an infinite one
+            raise InjectionError(f"--inject {option!r}: a relative shift is above -100 % and at most +10000 %")
         return MetricShift(stage, metric, value / 100 if unit == "%" else None, value if unit == "abs" else None)
     if kind == "authority":
         if name not in spec.authorities:
@@ -188,7 +216,8 @@ def parse_command(option: str, spec: RolloutSpec) -> ScriptedCommand:
             args[arg] = True
         elif kind == "abort" and "kind" not in args and arg in (*ROLLBACK_KINDS, "baseline"):
             args["kind"] = arg
-        elif kind == "undo" and "to_stage" not in args and (arg == "baseline" or arg.isdecimal() and arg.isascii()):
+        elif kind == "undo" and "to_stage" not in args and (arg == "baseline" or arg.isdecimal() and arg.isascii()
+                                                            and len(arg) < 4):
             args["to_stage"] = arg
         else:
             allowed = {"abort": "a rollback kind (" + ", ".join((*ROLLBACK_KINDS, "baseline")) + ")",
@@ -246,7 +275,11 @@ class PredictedMetrics:
         return 0
 
     def _key(self, stage: int) -> str:
-        return "baseline" if stage == 0 else self.spec.stage(stage).name
+        if stage == 0:
+            return "baseline"
+        name = self.spec.stage(stage).name
+        # `kistexp simulate` predicts a switchback's two arms, not each period (treatment-3 is "treatment")
+        return name.rsplit("-", 1)[0] if self.spec.kind == "switchback" else name
 
     def _draw(self, stage: int, metric: str, u: np.ndarray, pick: np.ndarray) -> np.ndarray:
         curves = self.curves.get((self._key(stage), metric))
@@ -362,49 +395,84 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
         tmp = tempfile.TemporaryDirectory(prefix="kistexp-dry-run-")
         exp = Path(tmp.name) / "exp"
     try:
-        expdir = ExperimentDir.open_or_create(exp)
-        if Path(plan.path).is_file() and Path(plan.path).resolve() != expdir.plan_path.resolve():
-            expdir.save_plan(plan.path)  # status, history and rollback --dry-run read the plan from here
-        source = ExperimentDir.open(predictions_from) if predictions_from else expdir
-        curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
-        journal = Journal(expdir.db_path, durable=False)
-        _start_fresh(journal, spec, injections=tuple(injections), commands=tuple(c.text for c in scripted))
-        clock = rehearsal_clock(spec)
-        planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
-        end = spec.start + 3 * sum((s.duration for s in spec.stages), dt.timedelta())
-        faults = tuple((f.authority, f.kind, f.at) for f in parsed if isinstance(f, AuthorityFault))
-        with EmbeddedAuthorities(spec, clock, initial_configs(spec), end, faults) as net:
-            metrics = PredictedMetrics(spec, curves, levels, net.history, seed=seed, injections=parsed)
-            engine = assemble(spec, journal, net.actuator, metrics, clock, experiment_id=f"dry-run:{plan.name}")
+        meta = rehearsal_meta(spec, PREDICTED, injections=tuple(injections), commands=tuple(c.text for c in scripted))
+        with ExperimentDir.open_or_create(exp) as expdir, claim_for_rehearsal(expdir, meta) as journal:
+            # the claim first: another run's plan.toml is never rewritten
+            if Path(plan.path).is_file() and Path(plan.path).resolve() != expdir.plan_path.resolve():
+                expdir.save_plan(plan.path)  # status, history and rollback --dry-run read the plan from here
+            if predictions_from:
+                with ExperimentDir.open(predictions_from) as source:
+                    curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
+            else:
+                curves, levels = load_curves(MetricStore(expdir.db), spec, plan.path)
+            journal.reset_for_rehearsal(**meta)
+            clock = rehearsal_clock(spec)
+            planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
+            end = spec.start + 3 * sum((s.duration for s in spec.stages), dt.timedelta())
+            faults = tuple((f.authority, f.kind, f.at) for f in parsed if isinstance(f, AuthorityFault))
+            with EmbeddedAuthorities(spec, clock, initial_configs(spec), end, faults) as net:
+                metrics = PredictedMetrics(spec, curves, levels, net.history, seed=seed, injections=parsed)
+                engine = assemble(spec, journal, net.actuator, metrics, clock,
+                                  experiment_id=f"dry-run:{plan.name}")
 
-            def waits_for_people(eng: Engine) -> bool:
-                # a pause only an operator can lift ends the rehearsal (it shows where the run would
-                # wait), unless a scripted command is still to come: it may be the one that lifts it
-                if any(c.at > clock.now() for c in scripted):
-                    return False
-                return eng.status.state == "PAUSED" and (bool(eng.status.reasons - {"gate"}) or not approve_gates)
+                def waits_for_people(eng: Engine) -> bool:
+                    # a pause only an operator can lift ends the rehearsal (it shows where the run would
+                    # wait), unless a scripted command is still to come: it may be the one that lifts it
+                    if any(c.at > clock.now() for c in scripted):
+                        return False
+                    return eng.status.state == "PAUSED" and (bool(eng.status.reasons - {"gate"})
+                                                             or not approve_gates)
 
-            rehearse(engine, journal, clock, until=end, who="dry-run (gate approved)", approve_gates=approve_gates,
-                     progress=progress, span=planned, stop=waits_for_people,
-                     commands=[(c.at, c.kind, c.as_args(), f"dry-run --command {c.text}") for c in scripted])
-        result = summarize(spec, journal, engine, tuple(injections), str(expdir.db_path),
-                           time.monotonic() - started)
-        journal.close()
-        return result
+                rehearse(engine, journal, clock, until=end, who="dry-run (gate approved)",
+                         approve_gates=approve_gates, progress=progress, span=planned, stop=waits_for_people,
+                         commands=[(c.at, c.kind, c.as_args(), f"dry-run --command {c.text}") for c in scripted])
+            return summarize(spec, journal, engine, tuple(injections), str(expdir.db_path),
+                             time.monotonic() - started)
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
+def rehearsal_meta(spec: RolloutSpec, metrics: str = PREDICTED, *, injections: tuple[str, ...] = (),
+                   commands: tuple[str, ...] = ()) -> dict[str, str]:
+    """The journal meta of a rehearsal (a dry run; a replay with ``metrics`` RECORDED). The ``--inject``
+    and ``--command`` options are kept as given (JSON lists), so the report can say which faults and
+    commands were scripted."""
+    return {"mode": REHEARSAL_MODE, "experiment_id": f"dry-run:{spec.plan_name}", "metrics": metrics,
+            "cadence": json.dumps(attrs.asdict(spec.cadence)), "start": spec.start.isoformat(),
+            "plan_canon_sha256": spec.digest(), "injections": json.dumps(list(injections)),
+            "commands": json.dumps(list(commands))}
+
+
 def _start_fresh(journal: Journal, spec: RolloutSpec, metrics: str = PREDICTED, *,
                  injections: tuple[str, ...] = (), commands: tuple[str, ...] = ()) -> None:
-    """A dry run rewrites the journal each time (its rows are a rehearsal, not a record). The
-    ``--inject`` and ``--command`` options are kept in the meta as given (JSON lists), so the report
-    can say which faults and commands were scripted."""
-    journal.reset_for_rehearsal(mode="dry-run", experiment_id=f"dry-run:{spec.plan_name}", metrics=metrics,
-                                cadence=json.dumps(attrs.asdict(spec.cadence)), start=spec.start.isoformat(),
-                                plan_canon_sha256=spec.digest(), injections=json.dumps(list(injections)),
-                                commands=json.dumps(list(commands)))
+    """A rehearsal rewrites its journal each time (its rows are a rehearsal, not a record): emptied and its
+    meta set (``rehearsal_meta``); a journal that is not the rehearsal's own is refused, never emptied."""
+    journal.reset_for_rehearsal(**rehearsal_meta(spec, metrics, injections=injections, commands=commands))
+
+
+@contextlib.contextmanager
+def claim_for_rehearsal(expdir: ExperimentDir, meta: dict[str, str]) -> Iterator[Journal]:
+    """The journal of ``expdir`` for a rehearsal with ``meta``, once it is known to be the rehearsal's to
+    rewrite: the directory's run lock is taken for the rehearsal's length (a live run going on there, or
+    another rehearsal, is refused, and none can start meanwhile), and a journal of a live run, of another
+    plan or of the other kind of rehearsal is refused (``Journal.refuse_foreign``), before anything in the
+    directory is written. A rehearsal's own earlier journal, or a directory of predictions only, is taken."""
+    lock = RunLock(expdir.path)
+    try:
+        lock.acquire()
+    except LockedError:
+        raise JournalInUseError(f"{expdir.path}: a run holds its {LOCK_NAME} now; a rehearsal never writes "
+                                "beside it: pass another --dir") from None
+    try:
+        journal = Journal(expdir.db_path, durable=False)
+        try:
+            journal.refuse_foreign(**meta)
+            yield journal
+        finally:
+            journal.close()
+    finally:
+        lock.release()
 
 
 def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: tuple[str, ...], where: str,
@@ -418,10 +486,12 @@ def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: t
             last = c["params"]
     rollbacks = []
     for d in journal.decisions():
-        if not d["decision"].startswith("rollback:") or d["decision"] == "rollback:hold":
+        if not d["decision"].startswith("rollback:"):
             continue
         kind = d["decision"].split(":", 1)[1]
-        t = next(x for x in transitions if x["valid_after"] == d["valid_after"] and x["kind"] == "rollback")
+        t = next((x for x in transitions if x["valid_after"] == d["valid_after"] and x["kind"] == "rollback"), None)
+        if t is None:
+            continue  # a hold that changed nothing on the network (a switchback's hold on the treatment does)
         prev = [x for x in transitions if x["seq"] < t["seq"]]
         current: Values = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
         stage = prev[-1]["stage"] if prev else 0

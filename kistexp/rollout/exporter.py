@@ -21,8 +21,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kistexp.errors import KistexpError
-from kistexp.rollout.journal import INTENT_STATES, JournalMeta, JournalReader, consensus_outages
+from kistexp.rollout.journal import (
+    INTENT_STATES,
+    JournalDamageError,
+    JournalMeta,
+    JournalReader,
+    JournalTooNewError,
+    consensus_outages,
+)
 from kistexp.rollout.state import OUTCOMES, PAUSE_REASONS, STATES
+from kistexp.textsafe import visible
 
 PREFIX = "kistexp_rollout"
 
@@ -54,7 +62,9 @@ class JournalCollector(Collector):
         if key != self._spec_key:
             try:
                 self._spec = load_spec(self.exp_path)[0]
-            except (KistexpError, OSError, ValueError, KeyError, TypeError):
+            except JournalDamageError:
+                raise  # the scrape says the journal is damaged, never leaves the plan's metrics out quietly
+            except (KistexpError, OSError):
                 self._spec = None
             self._spec_key = key
         return self._spec
@@ -63,16 +73,18 @@ class JournalCollector(Collector):
         up = GaugeMetricFamily(f"{PREFIX}_up", "1 when the experiment's rollout journal could be read")
         try:
             reader = JournalReader.of_experiment(self.exp_path)
-        except KistexpError:  # no database yet, or no journal in it
+        except KistexpError as exc:  # no database yet, no journal in it, or a damaged one
             up.add_metric([], 0)
             yield up
+            yield from _damage(exc)
             return
         try:
             with reader.snapshot():  # one snapshot per scrape
                 families = list(self._families(reader))
-        except sqlite3.Error:
+        except (sqlite3.Error, KistexpError) as exc:  # busy a moment (read again next scrape), or damaged
             up.add_metric([], 0)
             yield up
+            yield from _damage(exc)
             return
         finally:
             reader.close()
@@ -98,7 +110,7 @@ class JournalCollector(Collector):
                                   "(0 = baseline)", labels=["name"])
         if status is not None:
             name = "baseline" if status.stage == 0 else (
-                spec.stage(status.stage).name if spec and status.stage <= spec.n_stages else str(status.stage))
+                spec.stage(status.stage).name if spec and status.stage <= spec.last_stage else str(status.stage))
             stage.add_metric([name], status.stage)
         yield stage
         reasons = GaugeMetricFamily(f"{PREFIX}_pause_reason", "1 for each reason the rollout is paused",
@@ -245,6 +257,16 @@ class JournalCollector(Collector):
             g = GaugeMetricFamily(f"{PREFIX}_heartbeat_timestamp_seconds", "The running owner's last heartbeat")
             g.add_metric([], owner.heartbeat.timestamp())
             yield g
+
+
+def _damage(exc: BaseException) -> Iterator[Metric]:
+    """For a damaged journal (or one a newer kistexp wrote), what is wrong (the one line naming the table
+    and row) as a label: whoever looks at why the exporter is down reads it there."""
+    if isinstance(exc, (JournalDamageError, JournalTooNewError)):
+        fam = GaugeMetricFamily(f"{PREFIX}_journal_damaged", "1 when the journal holds what this kistexp cannot "
+                                "read", labels=["problem"])
+        fam.add_metric([visible(str(exc))], 1)
+        yield fam
 
 
 def registry_for(exp_path: Path | str) -> CollectorRegistry:

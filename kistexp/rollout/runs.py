@@ -22,11 +22,16 @@ from kistexp.expdir import DB_NAME, ExperimentDir
 from kistexp.plan.loader import load_plan
 from kistexp.plan.model import Plan
 from kistexp.rollout.journal import Journal, JournalReader, RunLock
+from kistexp.rollout.journal.fit import plan_canon, status_fits, stored_spec
 from kistexp.rollout.machine import initial_status, step
 from kistexp.rollout.rollback import plan_rollback
 from kistexp.rollout.sources import MeasuredMetrics
 from kistexp.rollout.spec import Cadence, RolloutError, RolloutSpec, json_value, spec_from_plan
 from kistexp.rollout.state import COMMANDS, REMOVE_PARAM, REVERT_DEFAULT, ROLLBACK_KINDS, STEP_BACK, Command, Status
+
+
+class NoRolloutError(RolloutError):
+    """The experiment directory's journal has no rollout laid on the clock yet (predictions only)."""
 
 
 def plan_hashes(plan_path: Path) -> tuple[str, str, dict]:
@@ -118,9 +123,10 @@ def _check_plan(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, cl
                          plan_sha256=raw, plan_canon_sha256=canon_sha, plan_canon=json.dumps(canon, sort_keys=True),
                          mode=mode, cadence=_cadence_json(cadence), start=spec.start.isoformat(), metrics=metrics)
     else:
+        stored = stored_spec(plan, _meta(journal, "cadence", "start"), journal.path)
         if journal.meta("mode") == "dry-run":
             raise RolloutError(f"{exp_path}: holds a dry run's journal; use another directory for a live run")
-        old_name = json.loads(journal.meta("plan_canon") or "{}").get("name")
+        old_name = plan_canon(_meta(journal, "plan_canon"), journal.path).get("name")
         if old_name != plan.name:
             raise RolloutError(f"{exp_path}: the journal is experiment {old_name!r}, not {plan.name!r}")
         if journal.meta("mode") != mode:
@@ -131,7 +137,7 @@ def _check_plan(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, cl
             raise RolloutError(f"{exp_path}: the run started with --metrics {journal.meta('metrics') or 'predicted'}, "
                                f"not {metrics}")
         if journal.meta("plan_canon_sha256") != canon_sha:
-            diff = plan_diff(json.loads(journal.meta("plan_canon")), canon)
+            diff = plan_diff(plan_canon(_meta(journal, "plan_canon"), journal.path), canon)
             if not accept_plan_change:
                 raise RolloutError(f"{plan_path}: changed since the run started ({'; '.join(diff[:5])}); "
                                    "rerun with --accept-plan-change to continue with it")
@@ -139,9 +145,12 @@ def _check_plan(plan_path: Path, exp_path: Path, mode: str, cadence: Cadence, cl
                                  clock.now())
             journal.set_meta(plan_canon_sha256=canon_sha, plan_canon=json.dumps(canon, sort_keys=True),
                              plan_sha256=raw)
-        stored = Cadence(**json.loads(journal.meta("cadence")))
-        spec = spec_from_plan(plan, stored, start=dt.datetime.fromisoformat(journal.meta("start")))
+        spec = stored
     return spec
+
+
+def _meta(journal: Journal, *keys: str) -> dict[str, str | None]:
+    return {k: journal.meta(k) for k in keys}
 
 
 def plan_watch(plan_path: Path, journal: Journal):
@@ -153,22 +162,23 @@ def plan_watch(plan_path: Path, journal: Journal):
             return f"{plan_path} cannot be read: {exc}"
         if canon_sha == journal.meta("plan_canon_sha256"):
             return ""
-        return "; ".join(plan_diff(json.loads(journal.meta("plan_canon")), canon)[:5]) or "plan changed"
+        return "; ".join(plan_diff(plan_canon(_meta(journal, "plan_canon"), journal.path), canon)[:5]) or "plan changed"
     return check
 
 
 # --- read-only views -----------------------------------------------------------------------------
 
 def load_spec(exp_path: Path) -> tuple[RolloutSpec, Status, dict]:
+    """The spec the run was laid on (its plan copy, cadence and start), its status and its meta. A
+    damaged meta or status row is refused naming the row (``JournalDamageError``)."""
     with JournalReader.of_experiment(exp_path) as reader:
         meta = reader.meta().as_dict()
         if "cadence" not in meta:
-            raise RolloutError(f"{exp_path}: no rollout has run here")
-        plan = load_plan(Path(exp_path) / "plan.toml")
-        spec = spec_from_plan(plan, Cadence(**json.loads(meta["cadence"])),
-                              start=dt.datetime.fromisoformat(meta["start"]))
-        status = reader.latest_status()
-        return spec, status if status is not None else initial_status(spec), meta
+            raise NoRolloutError(f"{exp_path}: no rollout has run here")
+        plan_path = Path(exp_path) / "plan.toml"
+        spec = stored_spec(load_plan(plan_path), meta, reader.path)
+        row = reader.last_status()
+        return spec, initial_status(spec) if row is None else status_fits(row, spec, reader.path, plan_path), meta
 
 
 def status_view(exp_path: Path) -> dict:
@@ -204,7 +214,8 @@ def queue_command(exp_path: Path, kind: str, args: dict, now: dt.datetime, user:
     if kind not in COMMANDS:
         raise RolloutError(f"unknown command {kind!r}")
     if kind == "abort" and args.get("kind") and args["kind"] not in ROLLBACK_KINDS + ("baseline",):
-        raise RolloutError(f"abort --kind {args['kind']!r}: one of step-back, revert-default, remove-param, baseline")
+        raise RolloutError(f"abort --kind {args['kind']!r}: one of step-back, revert-default, remove-param, hold, "
+                           "baseline")
     spec, st, _ = load_spec(exp_path)
     trial = step(spec, st, Command(now, kind, tuple(sorted((k, str(v)) for k, v in args.items() if v)), user))
     if trial.refused:

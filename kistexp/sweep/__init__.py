@@ -27,6 +27,7 @@ from kistexp.sweep.cache import CellCache
 from kistexp.sweep.cells import CellTask, expand
 from kistexp.sweep.execute import CellOutcome, execute
 from kistexp.sweep.spec import CONFIRM_CELLS, MAX_SWEEP_BYTES, Sweep, load_sweep
+from kistexp.textsafe import csv_row
 
 __all__ = ["CONFIRM_CELLS", "SweepReport", "load_sweep", "run_sweep"]
 
@@ -69,7 +70,8 @@ class _PartialWriter:
 
     def add(self, outcome: CellOutcome) -> None:
         rows = results.tidy_rows(self.sweep, [outcome])
-        self.w.writerows({c: r.get(c) for c in self.columns} for r in rows)
+        # text cells neutralised as in results.csv (kistexp.textsafe.csv_cell)
+        self.w.writerows(csv_row({c: r.get(c) for c in self.columns}) for r in rows)
         self.f.flush()
 
     def close(self) -> None:
@@ -103,9 +105,7 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
     if Path(sweep.path).is_file():
         write_atomic(out / "sweep.toml", read_bounded(sweep.path, MAX_SWEEP_BYTES, "sweep", SweepError), "the sweep",
                      SweepError)
-    tasks = expand(sweep)
-    if on_start is not None:
-        on_start(len(tasks), sum(1 for t in tasks if cache.get(t.key) is not None))
+    tasks = expand(sweep)  # lazy: each cell's task is built as execute() reaches it
     partial = _PartialWriter(sweep, out / "partial.csv")
 
     def seen(outcome: CellOutcome) -> None:
@@ -114,7 +114,7 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
             on_outcome(outcome)
 
     try:
-        outcomes = execute(tasks, backend, cache, on_outcome=seen)
+        outcomes = execute(tasks, backend, cache, on_start=on_start, on_outcome=seen)
     finally:
         partial.close()
     rows = results.tidy_rows(sweep, outcomes)

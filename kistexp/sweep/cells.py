@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import socket
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -95,38 +96,82 @@ def cell_key(*, model: str, consensus: str, geoip: str, scale: float, sample_see
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def expand(sweep: Sweep) -> list[CellTask]:
-    """Every cell of the grid, networks sampled here once (the sampling is cheap and seeded)."""
+# Every sampled network is held (and sent with each of its cells) while the sweep runs. A sampled relay
+# costs about 600 bytes and 0.1-0.7 ms to draw, so this bounds the sampling before the first cell to
+# about 600 MB and 2-12 min: 164 networks at scale 1 of the bundled consensus' 6,088 relays.
+MAX_SAMPLED_RELAYS = 1_000_000
+
+
+@attrs.frozen(eq=False)
+class CellGrid(Sequence):
+    """Every cell of a sweep, in grid order (values, load, loss rate, class mix, seed, network: the last
+    varies fastest), each task built when it is asked for: counting, indexing or iterating the grid never
+    holds more than one task, so memory before the first cell does not grow with the grid."""
+
+    sweep: Sweep = attrs.field(repr=False)
+    networks: tuple = attrs.field(repr=False)  # one sampled kistexp.population.relays.Population per sample seed
+    mixes: tuple = attrs.field(repr=False)  # (name, ClassShares, digest of the shares) per class mix
+    consensus: str  # digests of the consensus and GeoIP contents
+    geoip: str
+    model: str
+
+    def __len__(self) -> int:
+        return self.sweep.n_cells
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        s = self.sweep
+        rest, net_i = divmod(index, len(s.samples))
+        rest, seed_i = divmod(rest, len(s.seeds))
+        rest, mix_i = divmod(rest, len(self.mixes))
+        rest, loss_i = divmod(rest, len(s.loss_rates))
+        values_i, load_i = divmod(rest, len(s.loads))
+        values, load, loss, seed = s.value_sets[values_i], s.loads[load_i], s.loss_rates[loss_i], s.seeds[seed_i]
+        mix, shares, digest = self.mixes[mix_i]
+        sample_seed = s.samples[net_i]
+        key = cell_key(model=self.model, consensus=self.consensus, geoip=self.geoip, scale=s.scale,
+                       sample_seed=sample_seed, values=values, load=load, loss_rate=loss, shares_digest=digest,
+                       seed=seed, duration_s=s.duration_s)
+        return CellTask(key, index, net_i, sample_seed, values, load, loss, mix, seed, s.duration_s, s.scale,
+                        self.networks[net_i], shares, self.model)
+
+    def __iter__(self) -> Iterator[CellTask]:
+        return (self[i] for i in range(len(self)))
+
+
+def expand(sweep: Sweep) -> CellGrid:
+    """Every cell of the grid (built lazily, ``CellGrid``); the networks are sampled here once (the
+    sampling is cheap and seeded), after checking how many relays that is (``MAX_SAMPLED_RELAYS``)."""
     from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
+    from kistexp.errors import SweepError
     from kistexp.population.bundled import BUNDLED_CONSENSUS, BUNDLED_GEOIP, bundled_digest
     from kistexp.population.classes import load_class_shares
     from kistexp.population.geoip import MAX_GEOIP_BYTES
     from kistexp.population.relays import load_population
-    from kistexp.population.sampling import sample
+    from kistexp.population.sampling import eligible, sample
 
     full = load_population(sweep.consensus)
+    per_network = round(len(eligible(full)) * sweep.scale)  # sample()'s count, give or take one per class
+    if per_network * len(sweep.samples) > MAX_SAMPLED_RELAYS:
+        raise SweepError(f"{sweep.path}: {len(sweep.samples):,} samples x about {per_network:,} relays each "
+                         f"(scale {sweep.scale:g} of {len(full):,} relays) = {per_network * len(sweep.samples):,} "
+                         f"sampled relays, more than the limit of {MAX_SAMPLED_RELAYS:,}: fewer samples or a "
+                         "smaller scale")
     # digests of the content (the bundled files': decompressed, so equal to their originals')
     consensus = (file_digest(sweep.consensus) if sweep.consensus
                  else bundled_digest(BUNDLED_CONSENSUS, MAX_DOCUMENT_BYTES))
     geoip = bundled_digest(BUNDLED_GEOIP, MAX_GEOIP_BYTES)  # the cells' GeoIP table (load_geoip's default)
-    model = model_version()
-    networks = [sample(full, sweep.scale, s) for s in sweep.samples]
-    mixes = [(name, load_class_shares(path)) for name, path in sweep.class_mixes]
-    tasks = []
-    for values in sweep.value_sets:
-        for load in sweep.loads:
-            for loss in sweep.loss_rates:
-                for mix, shares in mixes:
-                    for seed in sweep.seeds:
-                        for net_i, sample_seed in enumerate(sweep.samples):
-                            key = cell_key(model=model, consensus=consensus, geoip=geoip, scale=sweep.scale,
-                                           sample_seed=sample_seed, values=values, load=load, loss_rate=loss,
-                                           shares_digest=_shares_digest(shares), seed=seed,
-                                           duration_s=sweep.duration_s)
-                            tasks.append(CellTask(key, len(tasks), net_i, sample_seed, values, load, loss, mix,
-                                                  seed, sweep.duration_s, sweep.scale, networks[net_i], shares,
-                                                  model))
-    return tasks
+    networks = tuple(sample(full, sweep.scale, s) for s in sweep.samples)
+    mixes = []
+    for name, path in sweep.class_mixes:
+        shares = load_class_shares(path)
+        mixes.append((name, shares, _shares_digest(shares)))
+    return CellGrid(sweep, networks, tuple(mixes), consensus, geoip, model_version())
 
 
 def run_cell(task: CellTask) -> CellResult:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -30,10 +32,11 @@ import attrs
 import cloudpickle
 
 from kistexp.errors import SweepError
-from kistexp.sweep.cache import CellCache
+from kistexp.sweep.cache import CellCache, check_result
 from kistexp.sweep.cells import CellResult, CellTask, model_version, run_cell
 
 MAX_ATTEMPTS = 2  # the first run and one retry
+MAX_WORKERS_PER_CPU = 4
 
 
 @attrs.frozen
@@ -67,6 +70,11 @@ class LocalBackend:
     def __init__(self, workers: int, cell_fn: Callable[[CellTask], CellResult] = run_cell) -> None:
         if workers < 1:
             raise SweepError(f"--workers {workers}: need at least one worker")
+        # a cell is one single-threaded process of about 250 MB: more processes than this only share the
+        # cores, and as many as the grid has cells would all be started at once
+        most = MAX_WORKERS_PER_CPU * (os.cpu_count() or 1)
+        if workers > most:
+            raise SweepError(f"--workers {workers}: at most {most} ({MAX_WORKERS_PER_CPU} per CPU of this machine)")
         self.workers = workers
         self._blob = cloudpickle.dumps(cell_fn)
         self._pool: cf.ProcessPoolExecutor | None = None
@@ -91,6 +99,72 @@ class LocalBackend:
             self._pool = None
 
 
+# how long past its own timeout a call into distributed may take before it is given up
+_GRACE_S = 2.0
+
+
+def _within(seconds: float, fn: Callable[[], object]):
+    """``fn()`` in a daemon thread, given up after ``seconds`` (TimeoutError): a call that never returns
+    is left behind instead of holding the command (and, being a daemon, does not hold the exit either)."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="kistexp-dask-connect", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer after {seconds:g} s")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]
+
+
+def _check_address(address: str, shown: str) -> None:
+    """An empty address or an unknown scheme, refused before anything connects (distributed would retry
+    it until its timeout, then print a traceback while collecting the half-made client)."""
+    from distributed.comm import registry
+    from distributed.comm.addressing import parse_address
+
+    if not address.strip():
+        raise SweepError("--dask: the scheduler address is empty (e.g. tcp://10.0.0.5:8786)")
+    try:
+        scheme, location = parse_address(address)
+    except ValueError as exc:
+        raise SweepError(f"--dask {shown}: not a Dask address ({_one_line(exc)})") from None
+    if scheme not in registry.backends:
+        raise SweepError(f"--dask {shown}: unknown address scheme {scheme!r} (known: "
+                         f"{', '.join(sorted(registry.backends))}; e.g. tcp://10.0.0.5:8786)")
+    if not location:
+        raise SweepError(f"--dask {shown}: no host in the address (e.g. tcp://10.0.0.5:8786)")
+
+
+def _probe(address: str, shown: str, timeout_s: float) -> None:
+    """Connect and complete distributed's handshake within ``timeout_s``. distributed's ``connect()``
+    bounds the TCP connection but then waits for the peer's handshake without a deadline, so a server
+    that accepts and never answers held ``Client()`` for ever whatever its timeout."""
+    import asyncio
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def handshake() -> None:
+        comm = await connect(address, timeout=timeout_s, **Security().get_connection_args("client"))
+        await comm.close()
+
+    try:
+        _within(timeout_s + _GRACE_S, lambda: asyncio.run(asyncio.wait_for(handshake(), timeout_s)))
+    except (TimeoutError, asyncio.TimeoutError):
+        raise SweepError(f"--dask {shown}: no Dask scheduler answered within {timeout_s:g} s") from None
+    except Exception as exc:  # OSError (refused, unreachable), a TLS address without certificates, ...
+        raise SweepError(f"--dask {shown}: no Dask scheduler answered within {timeout_s:g} s "
+                         f"({_one_line(exc)})") from None
+
+
 class DaskBackend:
     """Cells as tasks of an existing Dask distributed scheduler (workers must have kistexp installed)."""
 
@@ -102,26 +176,30 @@ class DaskBackend:
             from distributed import Client
         except ImportError:
             raise SweepError("--dask needs Dask's distributed package: pip install 'kistexp[dask]'") from None
+        shown = address if address.isprintable() else repr(address)
+        _check_address(address, shown)
+        _probe(address, shown, timeout_s)
         try:
-            self.client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
-        except Exception as exc:  # OSError, TimeoutError, ValueError for a malformed address, ...
-            raise SweepError(f"--dask {address}: no Dask scheduler answered within {timeout_s:g} s "
+            self.client = _within(timeout_s + _GRACE_S,
+                                  lambda: Client(address, timeout=f"{timeout_s}s", set_as_default=False))
+        except Exception as exc:  # OSError, TimeoutError, ...
+            raise SweepError(f"--dask {shown}: no Dask scheduler answered within {timeout_s:g} s "
                              f"({_one_line(exc)})") from None
         try:
             self.client.wait_for_workers(1, timeout=timeout_s)
         except Exception:
             self.client.close()
-            raise SweepError(f"--dask {address}: the scheduler has no workers (waited {timeout_s:g} s)") from None
+            raise SweepError(f"--dask {shown}: the scheduler has no workers (waited {timeout_s:g} s)") from None
         try:
             models = self.client.run(_worker_model)
         except Exception as exc:  # kistexp missing on a worker: the probe cannot even be unpickled there
             self.client.close()
-            raise SweepError(f"--dask {address}: the workers cannot run kistexp ({_one_line(exc)}); install it on "
+            raise SweepError(f"--dask {shown}: the workers cannot run kistexp ({_one_line(exc)}); install it on "
                              "every worker (docs/sweeps.md, \"Running on a Dask cluster\")") from None
         other = sorted(w for w, m in models.items() if m != model_version())
         if other:
             self.client.close()
-            raise SweepError(f"--dask {address}: {len(other)} worker(s) run another kistexp model (e.g. {other[0]}: "
+            raise SweepError(f"--dask {shown}: {len(other)} worker(s) run another kistexp model (e.g. {other[0]}: "
                              f"{models[other[0]]}, here {model_version()}): install the same kistexp everywhere")
         self.workers = max(1, sum(self.client.nthreads().values()))
         self._fn = cell_fn
@@ -146,10 +224,14 @@ class DaskBackend:
 
 
 def execute(tasks: Iterable[CellTask], backend, cache: CellCache, *,
+            on_start: Callable[[int, int], None] | None = None,
             on_outcome: Callable[[CellOutcome], None] | None = None) -> list[CellOutcome]:
-    """Run every task not already in ``cache``; ``on_outcome`` sees each cell as it finishes (cached
-    cells first). Results are stored as they arrive, so an interrupted sweep resumes where it stopped."""
-    tasks = list(tasks)
+    """Run every task not already in ``cache``; ``on_start`` gets the numbers of cells and of cached
+    cells once the cache has been read, ``on_outcome`` sees each cell as it finishes (cached cells
+    first). Results are stored as they arrive, so an interrupted sweep resumes where it stopped.
+
+    ``tasks`` is read once, in order (a ``CellGrid`` builds each task as it is read)."""
+    order: list[int] = []
     outcomes: dict[int, CellOutcome] = {}
 
     def finish(outcome: CellOutcome) -> None:
@@ -159,11 +241,14 @@ def execute(tasks: Iterable[CellTask], backend, cache: CellCache, *,
 
     pending: deque[CellTask] = deque()
     for task in tasks:
+        order.append(task.index)
         hit = cache.get(task.key)
         if hit is not None:
             finish(CellOutcome(task, "cached", 0, result=hit))
         else:
             pending.append(task)
+    if on_start is not None:
+        on_start(len(order), len(outcomes))
     suspects: deque[CellTask] = deque()
     attempts: dict[int, int] = {}
     in_flight: dict[cf.Future, CellTask] = {}
@@ -203,9 +288,17 @@ def execute(tasks: Iterable[CellTask], backend, cache: CellCache, *,
                 except cf.CancelledError as cancelled:
                     exc = cancelled
                 if exc is None:
+                    # checked as a cache entry is: a worker of another build, or one gone wrong, cannot
+                    # put NaN or a wrong shape into the cache and the tables
                     result = future.result()
-                    cache.put(result)
-                    finish(CellOutcome(task, "ok", attempts[task.index], result=result))
+                    checked = (check_result(attrs.asdict(result), task.key) if isinstance(result, CellResult)
+                               else f"is {type(result).__name__}, not a cell result")
+                    if isinstance(checked, str):
+                        finish(CellOutcome(task, "failed", attempts[task.index],
+                                           f"the worker returned an unusable result ({checked})"))
+                        continue
+                    cache.put(checked)
+                    finish(CellOutcome(task, "ok", attempts[task.index], result=checked))
                 elif backend.crashed(exc):
                     broke = True
                     if attempts[task.index] >= MAX_ATTEMPTS:
@@ -223,4 +316,4 @@ def execute(tasks: Iterable[CellTask], backend, cache: CellCache, *,
     finally:
         for future in in_flight:
             future.cancel()
-    return [outcomes[t.index] for t in tasks if t.index in outcomes]
+    return [outcomes[i] for i in order if i in outcomes]

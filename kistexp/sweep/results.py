@@ -28,6 +28,7 @@ from kistexp.metrics import catalogue
 from kistexp.safeio import write_atomic
 from kistexp.sweep.execute import CellOutcome
 from kistexp.sweep.spec import Recommend, Sweep
+from kistexp.textsafe import csv_cell, csv_row
 
 COORDS = ("network", "sample_seed", "seed", "load", "loss_rate", "class_mix")
 STATISTICS = ("median", "p95")
@@ -56,7 +57,9 @@ def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
     f = io.StringIO(newline="")
     w = csv.DictWriter(f, fieldnames=list(columns))
     w.writeheader()
-    w.writerows(rows)
+    # class-mix names, relay classes, contexts and error messages are text from the sweep's files: a
+    # spreadsheet opening the CSV must not run one as a formula (numbers stay numbers)
+    w.writerows(csv_row(r) for r in rows)
     write_atomic(path, f.getvalue().encode("utf-8"), "the results", SweepError)
 
 
@@ -65,7 +68,8 @@ def write_table(sweep: Sweep, rows: Sequence[dict], out: Path) -> tuple[Path, Pa
     import pyarrow.parquet as pq
 
     cols = _columns(sweep)
-    table = pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows],
+    # text cells neutralised as in the CSV: the same table opened in a spreadsheet runs no formula
+    table = pa.Table.from_pylist([{c: csv_cell(r.get(c)) for c in cols} for r in rows],
                                  schema=_schema(sweep)) if rows else _schema(sweep).empty_table()
     parquet = out / "results.parquet"
     buf = io.BytesIO()

@@ -8,7 +8,9 @@ loads, loss rates and scales outside their ranges.
 from __future__ import annotations
 
 import itertools
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -23,6 +25,13 @@ MAX_SWEEP_BYTES = 256 * 1024
 MAX_AXIS = 10_000
 # a larger grid is refused unless the user confirms (--yes): it is hours of a cluster
 CONFIRM_CELLS = 10_000
+# a larger grid is refused even with --yes, before any of it is built: the axes multiply, so a few
+# 10,000-value axes name billions of cells, and the submitting process holds every cell's task and result
+# (about 260 KB each once the results are tabulated: 26 GB at this limit). 100,000 small cells are about
+# 15 min of a 320-core cluster, 14 h of a 2-core laptop.
+MAX_CELLS = 100_000
+# each class mix is a file to read and parse before anything runs
+MAX_CLASS_MIXES = 100
 BUNDLED_MIX = "bundled"  # the class mix of kistexp/data/relay-classes.toml
 
 ValueSet = tuple[tuple[str, int], ...]
@@ -119,7 +128,9 @@ def _integers(t: _Table, name: str, default: list[int] | None = None) -> tuple[i
     return tuple(items)
 
 
-def _value_sets(root: _Table) -> tuple[tuple[str, ...], tuple[ValueSet, ...]]:
+def _value_sets(root: _Table) -> tuple[tuple[str, ...], str, int, Callable[[], tuple[ValueSet, ...]]]:
+    """The swept names, a grid's axis sizes in words ("" for a list), the number of value sets and a
+    function building them: a grid's combinations are built only once the whole grid is known to be within MAX_CELLS."""
     src = root.src
     if root.has("values") == root.has("value_sets"):
         raise _error(src, "values", "give either [values] (a grid: every combination) or [[value_sets]] "
@@ -139,8 +150,10 @@ def _value_sets(root: _Table) -> tuple[tuple[str, ...], tuple[ValueSet, ...]]:
             axes.append([_checked_value(src, f"{key}[{i}]", name, v) for i, v in enumerate(items)])
             if len(set(axes[-1])) != len(axes[-1]):
                 raise _error(src, key, "lists a value twice")
-        sets = tuple(tuple(zip(names, combo, strict=True)) for combo in itertools.product(*axes))
-        return tuple(names), sets
+        count = math.prod(len(a) for a in axes)
+        sizes = " x ".join(f"{len(a):,} {n}" for n, a in zip(names, axes, strict=True))
+        return (tuple(names), sizes, count,
+                lambda: tuple(tuple(zip(names, combo, strict=True)) for combo in itertools.product(*axes)))
     items = root.array("value_sets", limit=MAX_AXIS)
     if not items:
         raise _error(src, "value_sets", "is empty: the grid would have no cells")
@@ -166,31 +179,52 @@ def _value_sets(root: _Table) -> tuple[tuple[str, ...], tuple[ValueSet, ...]]:
     canon = [tuple(sorted(vs)) for vs in sets]
     if len(set(canon)) != len(canon):
         raise _error(src, "value_sets", "lists a value set twice")
-    return tuple(names), tuple(tuple((n, dict(vs)[n]) for n in names) for vs in sets)
+    listed = tuple(tuple((n, dict(vs)[n]) for n in names) for vs in sets)
+    return tuple(names), "", len(listed), lambda: listed
 
 
 def _class_mixes(root: _Table, base: Path) -> tuple[tuple[str, str | None], ...]:
     if not root.has("class_mixes"):
         return ((BUNDLED_MIX, None),)
-    t = root.table("class_mixes")
-    assert t is not None
-    if not t.data:
-        raise _error(root.src, "class_mixes", "is empty: the grid would have no cells")
+    t = _mix_table(root)
     out: list[tuple[str, str | None]] = []
     for name in t.data:
         text = t.string(str(name))
         if text == BUNDLED_MIX:
             out.append((str(name), None))
             continue
+        if "\0" in text:
+            raise _error(root.src, t.key(str(name)), f"{text!r}: a file name cannot hold a NUL byte")
         path = Path(text) if Path(text).is_absolute() else base / text
         from kistexp.population.classes import load_class_shares
 
         try:
-            load_class_shares(path)
+            load_class_shares(path)  # read bounded (kistexp.safeio): a device, FIFO or huge file is refused
         except PopulationError as exc:
             raise _error(root.src, t.key(str(name)), str(exc)) from None
         out.append((str(name), str(path)))
     return tuple(out)
+
+
+def _mix_table(root: _Table) -> _Table:
+    t = root.table("class_mixes")
+    assert t is not None
+    if not t.data:
+        raise _error(root.src, "class_mixes", "is empty: the grid would have no cells")
+    if len(t.data) > MAX_CLASS_MIXES:
+        raise _error(root.src, "class_mixes", f"has {len(t.data)} mixes, more than the limit of {MAX_CLASS_MIXES}")
+    return t
+
+
+def _check_size(path: str, sizes: dict[str, int], grid: str) -> None:
+    """Refuse a grid of more than MAX_CELLS cells, counted from its axes before any of it is built;
+    ``grid`` spells out the [values] grid's own axes."""
+    total = math.prod(sizes.values())
+    if total > MAX_CELLS:
+        axes = " x ".join(f"{n:,} {k}" + (f" ({grid})" if k == "value sets" and grid else "")
+                          for k, n in sizes.items())
+        raise SweepError(f"{path}: the grid has {total:,} cells = {axes}, more than the limit of {MAX_CELLS:,} "
+                         "even with --yes; split it into several sweeps")
 
 
 def _recommend(root: _Table, names: tuple[str, ...], value_sets: tuple[ValueSet, ...]) -> tuple[Recommend, ...]:
@@ -235,16 +269,25 @@ def parse_sweep(text: str, path: str = "<sweep>") -> Sweep:
     except tomli.TOMLDecodeError as exc:
         message = str(exc).splitlines()[0] if str(exc) else "invalid TOML"
         raise SweepError(f"{path}: not valid TOML: {message}") from None
+    except (RecursionError, ValueError) as exc:
+        # tomli raises these for arrays nested past its limit and for integers of more than 4,300 digits
+        # (int()'s limit); neither is a TOMLDecodeError
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise SweepError(f"{path}: not valid TOML: {message}") from None
     try:
         root = _Table(src, data, "")
         root.check_keys(_TOP_KEYS)
         name = root.string("name")
         if not name.strip():
             raise _error(src, "name", "is empty")
+        # the name is the output directory under sweeps/: one plain path component, never a way out of it
+        if name in (".", "..") or any(c in name for c in "/\\\0"):
+            raise _error(src, "name", f"{name!r} is not a directory name (no /, \\, NUL, '.' or '..'): it names "
+                         "the sweep's output directory under sweeps/")
         duration = root.duration("duration").total_seconds()
         if not 3 <= duration <= 3600:
             raise _error(src, "duration", f"{duration:g} s is outside 3 s .. 1 h of simulated time per cell")
-        names, value_sets = _value_sets(root)
+        names, detail, n_sets, build_sets = _value_sets(root)
         traffic = root.table("traffic", required=False) or _Table(src, {}, "traffic")
         traffic.check_keys(("loads", "loss_rates", "seeds"))
         loads = _numbers(traffic, "loads", 0.0, 1.0, "a target mean relay utilisation", default=[0.4])
@@ -258,12 +301,21 @@ def parse_sweep(text: str, path: str = "<sweep>") -> Sweep:
         if not 0 < scale <= 1:
             raise _error(src, "population.scale", f"{scale:g} is outside (0, 1]: the share of relays kept")
         samples = _integers(pop, "samples", default=[1])
+        n_mixes = len(_mix_table(root).data) if root.has("class_mixes") else 1
+        _check_size(path, {"value sets": n_sets, "loads": len(loads), "loss rates": len(losses),
+                           "class mixes": n_mixes, "seeds": len(seeds), "samples": len(samples)}, detail)
+        value_sets = build_sets()
         base = Path(path).resolve().parent if path != "<sweep>" else Path.cwd()
         consensus = None
         if pop.has("consensus"):
             c = Path(pop.string("consensus"))
             c = c if c.is_absolute() else base / c
-            if not c.is_file():
+            try:
+                found = "\0" not in str(c) and c.is_file()
+            except OSError as exc:  # a name too long for the file system, a path through a file
+                raise _error(src, "population.consensus", f"cannot use {str(c)[:200]!r}: "
+                                                          f"{exc.strerror or exc}") from None
+            if not found:
                 raise _error(src, "population.consensus", f"{c}: no such file")
             consensus = str(c)
         mixes = _class_mixes(root, base)

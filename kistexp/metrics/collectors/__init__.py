@@ -16,11 +16,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import lzma
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import attrs
 
+from kistexp import safeio
 from kistexp.errors import KistexpError
 from kistexp.metrics.series import Sample
 
@@ -66,27 +70,81 @@ def check_time(t: dt.datetime, where: str, now: dt.datetime) -> None:
         raise ValueError(f"{where}: time {t.isoformat()} is outside 2000-01-01 .. now + 1 day")
 
 
-def read_bounded(path: Path, *, max_compressed: int, max_raw: int) -> tuple[bytes, str]:
+def read_bounded(path: Path, *, max_compressed: int, max_raw: int, what: str = "metric source") -> tuple[bytes, str]:
     """The (decompressed) bytes of a file and the sha256 of its stored bytes.
 
-    ``.xz`` files are stream-decompressed, so a decompression bomb stops at
-    ``max_raw`` instead of filling memory; a truncated or non-xz file raises
-    CorruptSource.
+    Only a regular file is read (``safeio.read_bounded``): ``/dev/zero`` would be read until
+    memory ran out, a FIFO would block for ever and a ``/proc`` file's size says nothing of its
+    content. ``.xz`` files are stream-decompressed, so a decompression bomb stops at
+    ``max_raw`` instead of filling memory; a truncated or non-xz file raises CorruptSource.
     """
     try:
-        size = path.stat().st_size
+        info = path.stat()
     except OSError as exc:
         raise CorruptSource(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if size > max_compressed:
-        raise SourceTooLarge(f"{path}: {size} bytes is over the {max_compressed}-byte limit for this source")
-    try:
-        stored = path.read_bytes()
-    except OSError as exc:
-        raise CorruptSource(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISREG(info.st_mode) and info.st_size > max_compressed:
+        raise SourceTooLarge(f"{path}: {info.st_size} bytes is over the {max_compressed}-byte limit for this source")
+    stored = safeio.read_bounded(path, max_compressed, what, CorruptSource)
     digest = hashlib.sha256(stored).hexdigest()
     xz = path.suffix == ".xz" or stored[:6] == XZ_MAGIC
     return decompress_bounded(stored, str(path), xz=xz, max_raw=max_raw), digest
 
+
+def open_regular(path: str | os.PathLike[str], what: str, error: type[KistexpError] = CorruptSource) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file, else ``error`` naming what it is.
+
+    For readers that stream a file rather than hold it (a tarball, a sample file, the first
+    bytes of a file whose kind is being told): the same rule as ``safeio.read_bounded``. The
+    file is opened without blocking, so a FIFO is refused instead of waiting for a writer.
+    """
+    name = os.fsdecode(path)
+    real = os.path.realpath(name)
+    if any(real == root or real.startswith(root + "/") for root in ("/proc", "/sys")):
+        raise error(f"{name}: not a regular file ({what} cannot be read from a kernel file under /proc or /sys)")
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{name}: cannot read {what}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{name}: not a regular file ({what} expected, found a directory)") from None
+    except OSError as exc:
+        raise error(f"{name}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"{name}: not a regular file ({what} expected, found {_kind_of(mode)})")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_head(path: str | os.PathLike[str], n: int, what: str, error: type[KistexpError] = CorruptSource) -> bytes:
+    """The first ``n`` bytes of regular file ``path`` (``open_regular``'s rule)."""
+    with open_regular(path, what, error) as fh:
+        try:
+            return fh.read(n)
+        except OSError as exc:
+            raise error(f"{os.fsdecode(path)}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def is_special(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is if it exists and is not a regular file or a directory ("a FIFO (named
+    pipe)", "a character device", ...), else "": such a path is refused by name, never opened."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return ""
+    return "" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind_of(mode)
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def decompress_bounded(stored: bytes, where: str, *, xz: bool, max_raw: int) -> bytes:

@@ -39,6 +39,12 @@ COLUMNS = frozenset(REQUIRED + NUMERIC + ("nickname", "tor_version", "phase", "p
 PHASES = frozenset({"", "baseline", "treatment", "rollback"})
 SOURCES = frozenset({"", "proc", "process_exporter", "metricsport", "node_exporter", "vnstat", "provider", "other"})
 _FPR = re.compile(r"^[0-9A-F]{40}$")
+# Numbers are ASCII (float() also reads "١٢" and "1_0"), at most this large: 10^12 MiB of memory or
+# Mbit/s is far beyond any relay, and 1e308 MiB once turned into an infinite sample.
+MAX_NUMBER = 1e12
+# param_value is a consensus parameter: tor's are 32-bit (a value beyond 64 bits made the store fail)
+PARAM_MIN, PARAM_MAX = -(2**31), 2**31 - 1
+_INTEGER = re.compile(r"-?[0-9]{1,10}")
 
 
 @attrs.frozen
@@ -56,10 +62,13 @@ def _time(text: str, column: str) -> dt.datetime:
     try:
         t = dt.datetime.fromisoformat(raw[:-1] + "+00:00" if raw.endswith("Z") else raw)
     except ValueError:
-        raise ValueError(f"{column} {raw!r} is not an ISO 8601 time") from None
+        raise ValueError(f"{column} {raw[:40]!r} is not an ISO 8601 time") from None
     if t.tzinfo is None:
         raise ValueError(f"{column} {raw!r} has no timezone (write it in UTC with Z)")
-    return t.astimezone(dt.timezone.utc)
+    try:
+        return t.astimezone(dt.timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00+05:00 is before year 1 in UTC
+        raise ValueError(f"{column} {raw!r} is outside years 1 to 9999 in UTC") from None
 
 
 def _number(text: str, column: str) -> float | None:
@@ -67,11 +76,15 @@ def _number(text: str, column: str) -> float | None:
     if not raw:
         return None
     try:
+        if not raw.isascii():
+            raise ValueError
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{column} {raw!r} is not a number") from None
+        raise ValueError(f"{column} {raw[:40]!r} is not a number") from None
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{column} {raw!r} must be a finite non-negative number")
+        raise ValueError(f"{column} {raw[:40]!r} must be a finite non-negative number")
+    if value > MAX_NUMBER:
+        raise ValueError(f"{column} {raw[:40]!r} is over {MAX_NUMBER:g}")
     return value
 
 
@@ -156,6 +169,7 @@ def _row(row: list[str], header: list[str], location: str, line: int, known: Map
     if end <= start:
         raise ValueError("window_end_utc is not after window_start_utc")
     check_time(start, "window_start_utc", now)
+    check_time(end, "window_end_utc", now)
     if (fpr, start) in seen:
         raise ValueError(f"a second row for relay {fpr} and window {start.isoformat()}")
     phase = cells.get("phase", "").strip()
@@ -166,8 +180,9 @@ def _row(row: list[str], header: list[str], location: str, line: int, known: Map
             raise ValueError(f"{col} {cells[col].strip()!r} is not one of {', '.join(sorted(SOURCES - {''}))}")
     values = {col: _number(cells[col], col) for col in NUMERIC if col in cells}
     raw_pv = cells.get("param_value", "").strip()
-    if raw_pv and not re.fullmatch(r"-?\d+", raw_pv):
-        raise ValueError(f"param_value {raw_pv!r} is not an integer")
+    if raw_pv and not (_INTEGER.fullmatch(raw_pv) and PARAM_MIN <= int(raw_pv) <= PARAM_MAX):
+        raise ValueError(f"param_value {raw_pv[:40]!r} is not a 32-bit integer ({PARAM_MIN} to {PARAM_MAX}), as "
+                         "consensus parameters are")
     pv = int(raw_pv) if raw_pv else None
     seen.add((fpr, start))
     labels = {"relay": fpr, "source": Path(location).name}
@@ -193,7 +208,7 @@ def known_relays(consensus_path: str | Path) -> dict[str, str]:
     from kistexp.dirauth.netstatus import parse_network_status
 
     path = Path(consensus_path)
-    data, _ = read_bounded(path, max_compressed=64 * MiB, max_raw=64 * MiB)
+    data, _ = read_bounded(path, max_compressed=64 * MiB, max_raw=64 * MiB, what="consensus")
     doc = parse_network_status(data, str(path))
     return {r.identity: position_from_flags(r.flags) for r in doc.routers}
 
@@ -202,5 +217,6 @@ def collect(path: str | Path, *, known: Mapping[str, str] | None = None, limits:
             now: dt.datetime | None = None) -> Collected:
     """Read a report file; ``known`` as in ``parse`` (see ``known_relays``)."""
     path = Path(path)
-    data, digest = read_bounded(path, max_compressed=limits.max_bytes, max_raw=limits.max_bytes)
+    data, digest = read_bounded(path, max_compressed=limits.max_bytes, max_raw=limits.max_bytes,
+                                what="operator report")
     return parse(data, str(path), known=known, limits=limits, now=now, sha256=digest)

@@ -10,6 +10,7 @@ the CPU interval is then not computed across the restart.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -100,19 +101,25 @@ MEMORY = "namedprocess_namegroup_memory_bytes"
 START = "namedprocess_namegroup_oldest_start_time_seconds"
 
 
+def _usable(value: float | None) -> float | None:
+    """``value`` if it can be a sample (finite, not negative), else None: an exporter's text may hold
+    negative gauges or untyped negative counters, and sums of huge values overflow."""
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
 def exporter_between(prev: Exposition | None, cur: Exposition, groupname: str, labels: Mapping[str, str],
                      param_value: int | None = None) -> list[tuple[str, Sample]]:
     """Samples of one process group (e.g. "tor") between two process-exporter scrapes."""
     out = []
-    rss = cur.value(MEMORY, groupname=groupname, memtype="resident")
+    rss = _usable(cur.value(MEMORY, groupname=groupname, memtype="resident"))
     if rss is not None:
         out.append(("relay_rss_bytes", Sample(cur.time, rss, labels, param_value)))
     if prev is not None:
         wall = (cur.time - prev.time).total_seconds()
         restarted = prev.value(START, groupname=groupname) != cur.value(START, groupname=groupname)
-        cpu = counter_delta(prev.value(CPU, groupname=groupname), cur.value(CPU, groupname=groupname))
-        if cpu is not None and wall > 0 and not restarted:
-            out.append(("relay_cpu_utilization", Sample(cur.time, cpu / wall, labels, param_value)))
+        cpu = counter_delta(_usable(prev.value(CPU, groupname=groupname)), _usable(cur.value(CPU, groupname=groupname)))
+        if cpu is not None and wall > 0 and not restarted and (rate := _usable(cpu / wall)) is not None:
+            out.append(("relay_cpu_utilization", Sample(cur.time, rate, labels, param_value)))
     return out
 
 
@@ -121,6 +128,10 @@ def exporter_between(prev: Exposition | None, cur: Exposition, groupname: str, l
 NODE_CPU = "node_cpu_seconds_total"
 NODE_RX = "node_network_receive_bytes_total"
 NODE_TX = "node_network_transmit_bytes_total"
+# The labels that tell apart the series each collector here sums (a process group's CPU modes, a
+# host's CPUs and interfaces): the same identity twice makes the family unusable for that scrape.
+IDENTITY = {CPU: ("groupname", "mode"), MEMORY: ("groupname", "memtype"), START: ("groupname",),
+            NODE_CPU: ("cpu", "mode"), NODE_RX: ("device",), NODE_TX: ("device",)}
 
 
 def node_between(prev: Exposition | None, cur: Exposition, labels: Mapping[str, str],
@@ -138,19 +149,19 @@ def node_between(prev: Exposition | None, cur: Exposition, labels: Mapping[str, 
 
     def busy(e: Exposition) -> float | None:
         rows = [v for lab, v in e.labelled(NODE_CPU) if lab.get("mode") not in ("idle", "iowait", "steal")]
-        return sum(rows) if rows else None
+        return _usable(sum(rows)) if rows else None
 
     cpu = counter_delta(busy(prev), busy(cur))
-    if cpu is not None:
-        out.append(("relay_cpu_utilization", Sample(cur.time, cpu / wall, host, param_value)))
+    if cpu is not None and (rate := _usable(cpu / wall)) is not None:
+        out.append(("relay_cpu_utilization", Sample(cur.time, rate, host, param_value)))
 
     def traffic(e: Exposition) -> float | None:
         rows = [v for name in (NODE_RX, NODE_TX) for lab, v in e.labelled(name) if lab.get("device") != "lo"]
-        return sum(rows) if rows else None
+        return _usable(sum(rows)) if rows else None
 
     moved = counter_delta(traffic(prev), traffic(cur))
-    if moved is not None:
-        out.append(("relay_bandwidth_bytes_per_s", Sample(cur.time, moved / wall, host, param_value)))
+    if moved is not None and (rate := _usable(moved / wall)) is not None:
+        out.append(("relay_bandwidth_bytes_per_s", Sample(cur.time, rate, host, param_value)))
     return out
 
 
@@ -169,7 +180,7 @@ class ExporterCollector:
     def __init__(self, url: str, groupname: str, labels: Mapping[str, str], *, limits: Limits = Limits(),
                  clock=None, transport: httpx.BaseTransport | None = None) -> None:
         self.groupname, self.labels = groupname, dict(labels)
-        self.poller = Poller(url, limits=limits, clock=clock, transport=transport)
+        self.poller = Poller(url, limits=limits, clock=clock, transport=transport, identity=IDENTITY)
 
     def poll(self, param_value: int | None = None) -> list[tuple[str, Sample]]:
         prev, cur = self.poller.next()

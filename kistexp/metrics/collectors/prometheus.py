@@ -5,13 +5,19 @@ process-exporter or node_exporter beside the relay). Fetching is the collectors'
 GET (``httpfetch``: a total deadline even against a server that trickles its headers). Parsing
 is prometheus_client's parser; kistexp only isolates bad lines so that one garbage line does
 not lose a scrape, and refuses a series given twice with different values (a sum over it would
-count it twice). Limits: metrics-sources.md §5.3 (5 s, 4 MiB body, 4 KiB line, 1k families,
-50k samples).
+count it twice). A value that is NaN or infinite, or a counter below zero, leaves its whole name
+out of the scrape with a problem: no rate is computed from it or from the name's other series.
+Families whose series a collector sums (tor's traffic counter, the exporters' CPU seconds) can be
+given an identity, the labels that tell their series apart (``direction`` for tor's traffic): two
+series with the same identity, told apart only by some other label, make the family unusable for
+that scrape, since their sum would count the same counter twice. Limits: metrics-sources.md §5.3
+(5 s, 4 MiB body, 4 KiB line, 1k families, 50k samples).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -97,8 +103,15 @@ def _good_lines(text: str, location: str, limits: Limits) -> tuple[str, list[str
     return "\n".join(keep) + "\n", problems
 
 
-def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits = Limits()) -> Exposition:
+#: The labels that tell apart the series of a family a collector sums, by family name.
+Identity = Mapping[str, tuple[str, ...]]
+
+
+def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits = Limits(),
+          identity: Identity | None = None) -> Exposition:
     """Parse Prometheus text 0.0.4. Bad lines are left out and reported; the rest is kept.
+    ``identity`` names, for families that are summed, the labels that identify one series: a
+    family with two series of the same identity is left out (see the module's docstring).
     Raises CorruptSource only if nothing usable remains or a count limit is exceeded."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
@@ -130,6 +143,8 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
     types: dict[str, str] = {}
     seen: dict[tuple[str, frozenset], float] = {}
     conflicting: set[str] = set()
+    unusable: dict[str, list[str]] = {}  # name -> its series left out (one problem per name)
+    unusable_type: dict[str, str] = {}
     n = 0
     for fam in families:
         for s in fam.samples:
@@ -140,6 +155,12 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
             if fam.type == "counter" and name == fam.name + "_total" and fam.name in typed:
                 name = fam.name
             value = float(s.value)
+            # NaN, infinities and negative counters are legal text but no rate can come of them: a
+            # NaN once made the whole import end in a traceback, -1e308 an infinite rate
+            if not math.isfinite(value) or (fam.type == "counter" and value < 0):
+                unusable.setdefault(name, []).append(_series(name, s.labels) + f" {value!r}")
+                unusable_type[name] = fam.type
+                continue
             # The same series twice (a repeated family or line) must not be summed: the same
             # value again is dropped, a different one makes the whole name unusable.
             key = (name, frozenset(s.labels.items()))
@@ -152,12 +173,38 @@ def parse(text: str | bytes, location: str, *, time: dt.datetime, limits: Limits
             seen[key] = value
             samples.setdefault(name, []).append((MappingProxyType(dict(s.labels)), value))
             types[name] = fam.type
-    for name in sorted(conflicting):
+    for name, bad in sorted(unusable.items()):
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        what = "a finite non-negative counter value" if unusable_type[name] == "counter" else "a finite value"
+        # the whole name goes: a sum over the series left would pass for the whole (read bytes
+        # without the written ones)
+        problems.append(f"{location}: {bad[0]}{more}: not {what}; {name} left out")
+        samples.pop(name, None)
+        types.pop(name, None)
+    for name in sorted(conflicting - set(unusable)):
         problems.append(f"{location}: {name} has a series given twice with different values; {name} left out")
         del samples[name], types[name]
+    for name, keys in (identity or {}).items():
+        twice = _same_identity(samples.get(name, ()), keys)
+        if twice:
+            problems.append(f"{location}: {name} has {twice[1]} series for {twice[0]}, told apart only by other "
+                            f"labels; {name} left out (their sum would count one series {twice[1]} times)")
+            del samples[name], types[name]
     if not samples and problems:
         raise CorruptSource(f"{location}: no valid Prometheus samples; first problem: {problems[0]}")
     return Exposition(location, time, {k: tuple(v) for k, v in samples.items()}, types, tuple(problems))
+
+
+def _same_identity(series, keys: tuple[str, ...]) -> tuple[str, int] | None:
+    """The first identity (as ``k="v",...``) held by more than one of ``series``, and how many hold it."""
+    counts: dict[tuple[str, ...], int] = {}
+    for labels, _ in series:
+        ident = tuple(labels.get(k, "") for k in keys)
+        counts[ident] = counts.get(ident, 0) + 1
+    for ident, count in counts.items():
+        if count > 1:
+            return ",".join(f'{k}="{v}"' for k, v in zip(keys, ident, strict=True))[:200] or "no labels", count
+    return None
 
 
 def _series(name: str, labels: Mapping[str, str]) -> str:
@@ -165,12 +212,12 @@ def _series(name: str, labels: Mapping[str, str]) -> str:
     return f"{name}{{{inner}}}"[:200] if labels else name[:200]
 
 
-def scrape(url: str, *, limits: Limits = Limits(), clock=None,
-           transport: httpx.BaseTransport | None = None) -> Exposition:
+def scrape(url: str, *, limits: Limits = Limits(), clock=None, transport: httpx.BaseTransport | None = None,
+           identity: Identity | None = None) -> Exposition:
     """Fetch and parse one endpoint; the exposition's time is when the answer arrived."""
     clock = clock or RealClock()
     body = fetch(url, limits=limits, clock=clock, transport=transport)
-    return parse(body, url, time=clock.now(), limits=limits)
+    return parse(body, url, time=clock.now(), limits=limits, identity=identity)
 
 
 def counter_increase(prev: Exposition, cur: Exposition, name: str) -> float | None:
@@ -201,12 +248,12 @@ class Poller:
     only mean something as the change between two scrapes."""
 
     def __init__(self, url: str, *, limits: Limits = Limits(), clock=None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self.url, self.limits, self.transport = url, limits, transport
+                 transport: httpx.BaseTransport | None = None, identity: Identity | None = None) -> None:
+        self.url, self.limits, self.transport, self.identity = url, limits, transport, identity
         self.clock = clock or RealClock()
         self.last: Exposition | None = None
 
     def next(self) -> tuple[Exposition | None, Exposition]:
-        cur = scrape(self.url, limits=self.limits, clock=self.clock, transport=self.transport)
+        cur = scrape(self.url, limits=self.limits, clock=self.clock, transport=self.transport, identity=self.identity)
         prev, self.last = self.last, cur
         return prev, cur

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+from pathlib import Path
 
 import attrs
 
 from kistexp.metrics.series import from_us
-from kistexp.rollout.journal.codec import loads
+from kistexp.rollout.journal.codec import (
+    BadValue,
+    JournalDamageError,
+    flag_value,
+    names_value,
+    params_value,
+    text_value,
+    time_value,
+)
 
 # --- authority health, read-only (rollout.md §3.5 votes_seen, consensus_seen) -------------------------
 #
@@ -103,11 +112,14 @@ def _table_columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
         return ()
 
 
-def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[str]) -> tuple[RoundHealth, ...]:
+def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[str], *,
+                 db: Path | str | None = None) -> tuple[RoundHealth, ...]:
     """Every round the journal holds votes or a consensus for, oldest first, with who voted, who
     was down and who signed. ``authorities`` are the configured ones (the majority is more than
     half of them). A consensus the engine fetched went through the directory client, which accepts
-    only one signed by a majority; one recorded without signer names is taken as that."""
+    only one signed by a majority; one recorded without signer names is taken as that. A row that
+    cannot be read is a ``JournalDamageError`` naming ``db`` (default: the connection's file), its
+    table and its row."""
     n = len(authorities)
     voted: dict[int, set[str]] = {}
     down: dict[int, set[str]] = {}
@@ -115,22 +127,43 @@ def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[s
     signed: dict[int, set[str]] = {}
     seen_consensus: dict[int, tuple[object, list[str]]] = {}
     health_rounds: set[int] = set()  # rounds the engine wrote its own health rows for (newer schemas)
+
+    def decoded(table: str, row: object, build):
+        try:
+            return build()
+        except BadValue as exc:
+            where = db if db is not None else conn.execute("PRAGMA database_list").fetchone()[2]
+            raise JournalDamageError(where, table, row, str(exc)) from None
+
+    def when(va) -> int:
+        time_value(va, "valid_after_us")
+        return va
+
     if _table_columns(conn, "rollout_votes_seen"):
-        for auth, va, params in conn.execute("SELECT authority, valid_after_us, params FROM rollout_votes_seen"):
-            (down if loads(params) is None else voted).setdefault(va, set()).add(auth)
+        for key, auth, va, params in conn.execute("SELECT rowid, authority, valid_after_us, params "
+                                                  "FROM rollout_votes_seen"):
+            va, auth, params = decoded("rollout_votes_seen", key, lambda va=va, auth=auth, params=params: (
+                when(va), text_value(auth, "authority"), params_value(params, "params", null=True)))
+            (down if params is None else voted).setdefault(va, set()).add(auth)
     if _table_columns(conn, "rollout_consensus_seen"):
         # one flavour decides; microdesc is the one the engine fetches, others only where it is absent
-        for va, params, signers in conn.execute(
-                "SELECT valid_after_us, params, signers FROM rollout_consensus_seen "
+        for key, va, params, signers in conn.execute(
+                "SELECT rowid, valid_after_us, params, signers FROM rollout_consensus_seen "
                 "ORDER BY valid_after_us, flavour = 'microdesc'"):
-            names = loads(signers)
-            seen_consensus[va] = (loads(params), [str(s) for s in names] if isinstance(names, list) else [])
+            va, params, names = decoded("rollout_consensus_seen", key,
+                                        lambda va=va, params=params, signers=signers: (
+                                            when(va), params_value(params, "params", null=True),
+                                            names_value(signers, "signers")))
+            seen_consensus[va] = (None if params is None else dict(params), list(names))
     cols = _table_columns(conn, "rollout_authority_health")
     if {"valid_after_us", "authority"} <= set(cols):
         picked = [c for c in ("voted", "signed", "state") if c in cols]
-        for row in conn.execute(f"SELECT valid_after_us, authority, {', '.join(picked) or 'NULL'} "  # noqa: S608
+        for row in conn.execute(f"SELECT rowid, valid_after_us, authority, {', '.join(picked) or 'NULL'} "  # noqa: S608
                                 "FROM rollout_authority_health"):
-            va, auth, rest = row[0], row[1], dict(zip(picked, row[2:], strict=True))
+            va, auth, rest = decoded("rollout_authority_health", row[0], lambda row=row: (
+                when(row[1]), text_value(row[2], "authority"),
+                {c: (text_value(v, c) if c == "state" else flag_value(v, c))
+                 for c, v in zip(picked, row[3:], strict=True)}))
             if "signed" in rest:
                 health_rounds.add(va)
             state = str(rest.get("state") or "")
@@ -142,7 +175,7 @@ def round_health(conn: sqlite3.Connection, authorities: tuple[str, ...] | list[s
                     bucket.get(va, set()).discard(auth)
                 if state == "stale":
                     target = stale
-                elif state == "down" or rest.get("voted") == 0:
+                elif state == "down" or rest.get("voted") is False:
                     target = down
                 else:
                     target = voted

@@ -14,6 +14,7 @@ from kistexp.rollout.journal.codec import Pairs
 from kistexp.rollout.state import Status
 
 INTENT_STATES = ("intended", "acted", "verified", "done", "superseded", "failed")
+COMMAND_STATES = ("queued", "applied", "refused")
 
 
 @attrs.frozen

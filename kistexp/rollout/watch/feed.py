@@ -153,7 +153,7 @@ class FeedContext:
     def where(self, stage: int) -> str:
         if stage == 0:
             return "baseline"
-        if self.spec is not None and 1 <= stage <= self.spec.n_stages:
+        if self.spec is not None and 1 <= stage <= self.spec.last_stage:
             return f"stage {stage} ({self.spec.stage(stage).name})"
         return f"stage {stage}"
 

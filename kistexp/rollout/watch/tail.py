@@ -13,7 +13,7 @@ import attrs
 
 from kistexp.errors import KistexpError
 from kistexp.expdir import DB_NAME
-from kistexp.rollout.journal import JournalReader
+from kistexp.rollout.journal import JournalDamageError, JournalReader
 from kistexp.rollout.state import PAUSED
 from kistexp.rollout.watch.feed import (
     DEFAULT_REMINDER_S,
@@ -54,7 +54,9 @@ class JournalTail:
         try:
             reader = JournalReader(self.db)
         except KistexpError:
-            return None  # being created, or not a rollout's database (yet)
+            # being created, or not a rollout's database (yet); a damaged one is the run's to refuse, its
+            # own opening of the database telling what is wrong
+            return None
         try:
             started = reader.meta().cadence is not None
         except sqlite3.Error:
@@ -99,9 +101,7 @@ class JournalTail:
 
     def _read(self, reader: JournalReader, rewritten: bool) -> JournalRows:
         c = self.cursors.get
-        statuses = reader.statuses(c("status", 0))
-        # past every status row of this snapshot, those the reader skipped (unparseable) included
-        self.cursors["status"] = max(c("status", 0), reader.last_status_id())
+        statuses = self._after("status", reader.statuses(c("status", 0)))
         decisions = self._after("decisions", reader.decisions(c("decisions", 0)))
         transitions = self._after("transitions", reader.transitions(c("transitions", 0)), "seq")
         verdicts = self._after("verdicts", reader.verdicts(c("verdicts", 0)))
@@ -150,7 +150,9 @@ def context_for(exp_path: Path | str, shown_as: str | None = None) -> FeedContex
     shown = shown_as if shown_as is not None else str(exp_path)
     try:
         spec, _, meta = load_spec(Path(exp_path))
-    except (KistexpError, OSError, ValueError, KeyError, TypeError):
+    except JournalDamageError:
+        raise  # told in one line by whoever follows the feed, never shown as a journal without a plan
+    except (KistexpError, OSError):
         return FeedContext(shown)
     return FeedContext(shown, spec, meta.get("experiment_id", ""))
 
@@ -171,6 +173,10 @@ class Feed:
             return ()
         if self.ctx is None or self.ctx.spec is None or rows.rewritten:
             self.ctx = context_for(self.exp_path, self.shown_as)
+        if self.ctx.spec is not None:
+            from kistexp.rollout.journal.fit import rows_fit_plan
+
+            rows_fit_plan(self.ctx.spec, self.tail.db, self.exp_path / "plan.toml", rows.transitions, rows.decisions)
         events, self.state = feed(self.ctx, self.state, rows)
         return events
 
