@@ -25,11 +25,11 @@ def curve(median: float, sigma: float = 0.3) -> np.ndarray:
 def write_predictions(exp_path, effects: dict[str, dict[str, float]], networks: int = 2, *,
                       medians: dict[str, float] | None = None, classes: tuple[str, ...] = ("middle",),
                       levels: tuple[float, ...] | None = None,
-                      effect_scales: tuple[float, ...] | None = None) -> ExperimentDir:
+                      effect_scales: tuple[float, ...] | None = None, sigma: float = 0.3) -> ExperimentDir:
     """``effects[stage][metric]`` = relative change of the median against the baseline. Network ``n`` has
     every median times ``levels[n]`` (default 1 + 0.01 n) and its changes times ``effect_scales[n]``
     (default 1); relay metrics are written for each of ``classes``, the k-th class at (1 + 0.1 k) times
-    the level."""
+    the level. ``sigma`` is the log-normal spread of every curve (0.6: OnionPerf's transfer times)."""
     exp = ExperimentDir.open_or_create(exp_path)
     levels = levels or tuple(1 + 0.01 * n for n in range(networks))
     effect_scales = effect_scales or (1.0,) * networks
@@ -39,7 +39,7 @@ def write_predictions(exp_path, effects: dict[str, dict[str, float]], networks: 
             for k, cls in enumerate([""] if metric.startswith("client") else classes):
                 for net in range(networks):
                     change = per_metric.get(metric, 0.0) * effect_scales[net]
-                    values = curve(median * (1 + 0.1 * k) * (1 + change) * levels[net])
+                    values = curve(median * (1 + 0.1 * k) * (1 + change) * levels[net], sigma)
                     rows += [Prediction(stage, metric, cls, net, q, v) for q, v in zip(LEVELS, values, strict=True)]
     MetricStore(exp.db).save_predictions(rows)
     return exp

@@ -125,7 +125,7 @@ def test_revert_default_means_the_baselines_values_everywhere():
     from kistexp.rollout.rollback import target_values
     from kistexp.rollout.state import REVERT_DEFAULT
 
-    spec = types.SimpleNamespace(parameters=("KISTSchedRunInterval", "KISTSockBufSizeFactor"),
+    spec = types.SimpleNamespace(kind="staged", parameters=("KISTSchedRunInterval", "KISTSockBufSizeFactor"),
                                  baseline_values=(("KISTSchedRunInterval", 10),))
     assert target_values(spec, REVERT_DEFAULT, (("KISTSchedRunInterval", 2), ("KISTSockBufSizeFactor", 3)), 2) == (
         ("KISTSchedRunInterval", 10), ("KISTSockBufSizeFactor", UNSET))

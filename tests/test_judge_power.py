@@ -46,7 +46,8 @@ def test_relay_forecast_matches_measured_paired_power():
     measured, _ = simulate.paired_relays(rng, 4000, 20, 25, 1.10, 0.0, spread=0.2, noise_sd=0.3)
     # thr 0: P(FAIL at +10 %) is the forecast's PASS-side formula with the bound at 0
     forecast, _ = power.decision_power("mean", "relative-increase", 0.0, var, 20 * 25, 20 * 25, Z)
-    se = power.end_se("mean", "relative-increase", var, 20 * 25, 20 * 25)
-    c = Z * t.isf(0.05, 19) / Z
+    # 20 relays: the signed-rank interval, whose SE is the paired t's over sqrt(3/pi), at the t_19 quantile
+    se = power.end_se("mean", "relative-increase", var, 20 * 25, 20 * 25) / np.sqrt(3 / np.pi)
+    c = t.isf(0.05, 19)
     assert measured == pytest.approx(norm.cdf(np.log(1.10) / se - c), abs=0.04)
     assert forecast == pytest.approx(norm.cdf(0 - c), abs=1e-9)

@@ -42,6 +42,7 @@ CASES = {
     "KX106": ("values = { KISTSchedRunInterval = 8 }", "values = { KISTSchedRunInterval = 3 }"),
     "KX201": ('duration = "14d"', 'duration = "2h"'),
     "KX301": ('metric = "client_ttlb_1mib_s"', 'metric = "client_ttlb_2mib_s"'),
+    "KX304": ('on_fail = "step-back"', 'on_fail = "step-back"\nrole = "signal"'),
     "KX501": ("start = 2030-01-07T12:00:00Z", "start = 2029-01-07T12:00:00Z"),
     "KX601": ('participating = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg"]',
               'participating = ["moria1", "tor26", "dizum", "gabelmoo"]'),
@@ -94,28 +95,33 @@ def test_kx201_names_propagation_and_samples(tmp_path):
                        "value, then 5 hourly collections for 100 samples of client_ttlb_1mib_s (24 a collection: "
                        "12/h from each of 2 OnionPerf vantage points)")
     assert "7h" in message.split("needs ")[1]
-    # the engine's window count: 7 h is enough, 6 h is not
-    assert [f.severity for f in _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', 'duration = "7h"', 1)
-                                      ).findings if f.code == "KX201"] == ["warning"]
-    assert "error" in [f.severity for f in _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', 'duration = "6h"',
-                                                                               1)).findings if f.code == "KX201"]
+
+    # the engine's window count: 7 h is enough for the samples, 6 h is not
+    def sample_time(duration):
+        return [f for f in _lint(tmp_path, VALID_PLAN.replace('duration = "14d"', f'duration = "{duration}"', 1)
+                                 ).findings if f.code == "KX201" and "hourly collections" in f.message]
+
+    assert sample_time("7h") == [] and len(sample_time("6h")) == 1
     enough = VALID_PLAN.replace('duration = "14d"', 'duration = "11h"', 1)
     findings = [f for f in _lint(tmp_path, enough).findings if f.code == "KX201"]
-    # long enough for the samples, too short for 80 % power: a warning naming the duration that would
-    assert [f.severity for f in findings] == ["warning"]
+    # long enough for the samples, far too short to decide (power below 50 %): an error naming the duration
+    # that would reach 80 %
+    assert [f.severity for f in findings] == ["error"]
     assert "would reach 80 %" in findings[0].message
 
 
-def test_kx201_power_warning_names_a_duration_that_lints_clean(tmp_path):
+def test_kx201_power_names_a_duration_that_lints_clean(tmp_path):
     import re
 
-    short = VALID_PLAN.replace('duration = "14d"', 'duration = "2d"', 1)
-    (finding,) = [f for f in _lint(tmp_path, short).findings if f.code == "KX201"]
-    assert finding.severity == "warning" and finding.key == "stages[0].duration"
-    assert "median(client_ttlb_1mib_s) relative-increase 10 % reaches" in finding.message
-    need = re.search(r"; (\S+) would reach 80 %", finding.message).group(1)
-    fixed = VALID_PLAN.replace('duration = "14d"', f'duration = "{need}"', 1)
-    assert "KX201" not in _codes(_lint(tmp_path, fixed))
+    for stage, severity in (("2d", "error"), ("3d", "warning")):
+        short = VALID_PLAN.replace('duration = "14d"', f'duration = "{stage}"', 1)
+        (finding,) = [f for f in _lint(tmp_path, short).findings if f.code == "KX201"]
+        assert finding.severity == severity and finding.key == "stages[0].duration"
+        assert finding.message.startswith(f"stage 'two' ({stage}): criterion 'client_ttlb_1mib_s' can detect +")
+        assert "(limit +10 %); " in finding.message and "power to FAIL at +20 %" in finding.message
+        need = re.search(r"; (\S+) would reach 80 %", finding.message).group(1)
+        fixed = VALID_PLAN.replace('duration = "14d"', f'duration = "{need}"', 1)
+        assert "KX201" not in _codes(_lint(tmp_path, fixed))
 
 
 def _switchback(period: str, washout: str, cycles: int) -> str:
@@ -191,19 +197,20 @@ def test_kx201_sample_time_is_the_dry_runs_sample_model(tmp_path):
     from kistexp.metrics import catalogue
 
     cpu = catalogue.get("relay_cpu_utilization")
-    assert catalogue.samples_in(cpu) == cpu.samples_per_hour * catalogue.RELAY_INSTANCES == 600
-    assert catalogue.collections_needed(cpu, 601) == 2
+    assert catalogue.samples_in(cpu) == cpu.samples_per_hour * catalogue.RELAY_INSTANCES == 1800
+    assert catalogue.collections_needed(cpu, 1801) == 2
     assert catalogue.collections_needed(catalogue.get("client_ttlb_1mib_s"), 100) == 5
     from kistexp.rollout import dryrun
 
     assert (dryrun.RELAY_INSTANCES, dryrun.ONIONPERF_INSTANCES) == (catalogue.RELAY_INSTANCES,
                                                                      catalogue.ONIONPERF_INSTANCES)
-    text = VALID_PLAN.replace("min_samples = 100", "min_samples = 1201").replace(
+    text = VALID_PLAN.replace("min_samples = 100", "min_samples = 3601").replace(
         'metric = "client_ttlb_1mib_s"', 'metric = "relay_cpu_utilization"').replace('duration = "14d"',
                                                                                      'duration = "3h"', 1)
-    (finding,) = [f for f in _lint(tmp_path, text).findings if f.code == "KX201" and f.severity == "error"]
-    assert "then 3 hourly collections for 1201 samples" in finding.message
-    assert "(600 a collection: 60/h from each of 10 relays)" in finding.message
+    (finding,) = [f for f in _lint(tmp_path, text).findings if f.code == "KX201" and "collections" in f.message]
+    assert finding.severity == "error"
+    assert "then 3 hourly collections for 3601 samples" in finding.message
+    assert "(1800 a collection: 60/h from each of 30 relays)" in finding.message
 
 
 def test_a_finding_repeated_over_stages_and_criteria_is_one_line(tmp_path):

@@ -22,13 +22,15 @@ Public API (stable):
   rule, detail, statistic, comparison, threshold, method, sequential, look, information,
   c_fail, c_pass, excluded, warnings, state, criterion; ``to_dict()`` for JSON.
 
-    judge_switchback(criterion, periods, *, washout=0.0, planned_cycles=None,
+    judge_switchback(criterion, periods, *, washout=0.0, burnout=0.0, planned_cycles=None,
                      sequential_state=None, alpha_fail=0.05, alpha_pass=0.05, final=False,
-                     min_cycles=MIN_CYCLES) -> Verdict
+                     min_cycles=MIN_CYCLES, bucket="auto", lags=1) -> Verdict
 
 * ``periods``: Period(arm="treatment"|"control", values, start, end[, times]) (epoch s);
-  adjacent opposite-arm periods form cycles; the effect is the mean per-cycle
-  treatment/control ratio (or difference) with a t interval over cycles (spec §6).
+  each period's first ``washout`` and last ``burnout`` seconds are dropped; adjacent
+  opposite-arm periods form cycles; the effect is the slope of a regression of hour (or
+  period) bucket log-statistics on the arm with cycle and hour-of-day fixed effects, its SE
+  clustered by cycle with a Newey-West term, t over cycles (spec §6).
   ``planned_cycles`` starts sequential looks at cycle ends; then pass ``verdict.state``.
 """
 

@@ -14,25 +14,43 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import numpy as np
 from scipy import stats
 
 from kistexp.errors import KistexpError
 from kistexp.judge import estimators as est
-from kistexp.judge.model import Counts, CriterionSpec, SequentialState, Verdict, Window
+from kistexp.judge.model import (
+    Counts,
+    CriterionSpec,
+    SequentialState,
+    SequentialStateError,
+    Verdict,
+    Window,
+    check_alpha,
+)
 from kistexp.metrics import catalogue
+from kistexp.stats import power
 from kistexp.stats import sequential as seq
 
 STATISTICS = ("mean", "median", "p10", "p25", "p75", "p90", "p95", "p99", "shift")
 COMPARISONS = ("relative-increase", "relative-decrease", "absolute-increase", "absolute-decrease",
                "above", "below")
-# Spec §5.1: quantile p needs n·min(p, 1 − p) >= 20 per side; counts need 30 events;
-# relay series need 10 relays present in both windows; more than 20 % relay churn is a
-# coverage problem.
+# Spec §5.1: counts need 30 events; relay series need 10 relays present in both windows; more
+# than 20 % relay churn is a coverage problem. A quantile p of a window needs
+# est.QUANTILE_TAIL (5) samples beyond it, where its Woodruff interval is calibrated (p90:
+# 50); a switchback period's point statistic keeps n·min(p, 1 − p) >= 20 (_TAIL_SAMPLES).
 _TAIL_SAMPLES = 20
+# A quantile interval wider than this factor (ratio scale) tells nothing a plan could threshold:
+# at early sequential looks on few samples the t boundary of a 3-df Woodruff SE gave intervals
+# like [0.000004, 6531]; such a look is INCONCLUSIVE "cannot be estimated", with no interval.
+MAX_QUANTILE_SPAN = 100.0
 MIN_EVENTS = 30
 MIN_RELAYS = 10
 MAX_RELAY_CHURN = 0.20
+# Paired relay comparisons over fewer relays use the paired t interval (see _Context.paired); the
+# linter's forecast models the same rule.
+PAIRED_T_RELAYS = power.PAIRED_T_RELAYS
 HOURS_OF_DAY = 24
 ESTIMATORS = ("default", "bootstrap")
 
@@ -100,6 +118,8 @@ def _criterion(criterion: Any) -> CriterionSpec:
                          "p99 or p10 instead")
     if spec.statistic not in STATISTICS:
         raise JudgeError(f"statistic {spec.statistic!r} is not one of {', '.join(STATISTICS)}")
+    if spec.min_samples < 0:
+        raise JudgeError(f"min_samples {spec.min_samples} must be 0 or more")
     return spec
 
 
@@ -109,6 +129,7 @@ class _Look:
     def __init__(self, state: SequentialState | None, alpha_fail: float, alpha_pass: float,
                  n_stage: float, n_baseline: float, final: bool) -> None:
         self.state_in = state
+        self.n_stage, self.n_baseline = n_stage, n_baseline  # for the boundary a longer stage would have
         if state is None:
             self.kind, self.fraction = "fixed", 1.0
             self.c_fail, self.c_pass = seq.fixed_boundary(alpha_fail), seq.fixed_boundary(alpha_pass)
@@ -179,6 +200,10 @@ def judge(criterion: Any, baseline: Any, stage: Any, *, sequential_state: Sequen
     orient = _Orientation(spec.comparison, spec.threshold)
     if sequential_state is not None:
         alpha_fail, alpha_pass = sequential_state.alpha_fail, sequential_state.alpha_pass
+    try:
+        alpha_fail, alpha_pass = check_alpha(alpha_fail, "alpha_fail"), check_alpha(alpha_pass, "alpha_pass")
+    except SequentialStateError as exc:
+        raise JudgeError(str(exc)) from None
     if stale_after is None and spec.metric and (metric := catalogue.get(spec.metric)) is not None:
         stale_after = 3.0 * 3600.0 / metric.samples_per_hour
     ctx = _Context(spec, orient, sequential_state, alpha_fail, alpha_pass, now, stale_after, final, estimator)
@@ -229,19 +254,28 @@ class _Context:
             information=look.fraction if look else 0.0,
             c_fail=look.c_fail if look else math.nan, c_pass=look.c_pass if look else math.nan,
             excluded=self.excluded, warnings=tuple(self.warnings),
-            state=self.state, criterion=self.spec.name or self.spec.metric)
+            state=self.state, criterion=self.spec.name or self.spec.metric, alpha_fail=self.alpha_fail)
 
     def decide(self, e: est.Estimate, look: _Look, n_b: int, n_s: int, pass_gate: str = "",
-               scale: float = 1.0, extra: str = "", fail_pass: tuple[bool, bool] | None = None) -> Verdict:
-        """Bounds at both levels, then the three-way rule. ``scale`` widens for the design effect."""
+               scale: float = 1.0, extra: str = "", fail_pass: tuple[bool, bool] | None = None,
+               deff: est.DesignEffect | None = None) -> Verdict:
+        """Bounds at both levels, then the three-way rule. ``scale`` (or ``deff``, which sets it to
+        √DEFF) widens for the design effect."""
         o = self.orient
         c_fail, c_pass = look.c_fail, look.c_pass
-        if look.kind != "fixed" and math.isfinite(e.df):
+        df = e.df if look.kind != "fixed" else math.inf
+        if deff is not None and deff.value > 1.0:
+            # the design effect is an estimate too (spec §5.4 rule 3): se² = DEFF·se_iid² has the
+            # df of both, 1/ν = 1/ν_SE + 1/ν_DEFF, at a fixed look as well (it keeps A/A false
+            # alarms under AR(1) hours near 5 %; docs/judge.md "Correlated hours")
+            scale = math.sqrt(deff.value)
+            df = 1.0 / (1.0 / df + 1.0 / deff.df)
+        if math.isfinite(df):
             # Group-sequential t-tests (Jennison & Turnbull 2000, ch. 11): an estimated SE
             # takes the t quantile at each boundary's own tail probability. Far-out early
             # boundaries are where a noisy SE would otherwise leak error.
-            c_fail, c_pass = t_boundary(c_fail, e.df), t_boundary(c_pass, e.df)
-            extra = (extra + "; " if extra else "") + (f"t boundaries (df {e.df:.0f}): c_fail {c_fail:.3f}, "
+            c_fail, c_pass = t_boundary(c_fail, df), t_boundary(c_pass, df)
+            extra = (extra + "; " if extra else "") + (f"t boundaries (df {df:.0f}): c_fail {c_fail:.3f}, "
                                                        f"c_pass {c_pass:.3f}")
         lo_f, hi_f = e.bounds(c_fail * scale)
         lo_p, hi_p = e.bounds(c_pass * scale)
@@ -269,10 +303,20 @@ class _Context:
             outcome, reason = "inconclusive", pass_gate
         else:
             outcome, reason = "inconclusive", "undecided"
+        floor_fail, floor_pass = self._floor(e, look, scale)
+        # the side the estimate is on decides which bound a longer stage would have to clear
+        floor = floor_fail if theta_m > b_m else floor_pass
+        limited = "baseline" if outcome == "inconclusive" and reason == "undecided" and abs(theta_m - b_m) <= floor \
+            else ""
         detail = (f"{o.effect_name} {o.to_effect(theta):.4g} [{o.to_effect(ci[0]):.4g}, {o.to_effect(ci[1]):.4g}] "
                   f"vs bound {o.to_effect(o.b):.4g}; theta {theta:.5g}, se {e.se:.4g}")
-        if scale != 1.0:
-            detail += f", design effect {scale * scale:.2f} (hourly blocks of the baseline)"
+        if deff is not None and deff.value > 1.0:
+            detail += f", {deff.describe()}"
+        elif scale != 1.0:
+            detail += f", design effect {scale * scale:.2f}"
+        if limited:
+            detail += (f"; no longer stage can decide: with this baseline the interval stays at least ±{floor:.3g} "
+                       f"wide on theta's scale, and theta is {abs(theta_m - b_m):.3g} from the bound")
         if reason and reason != "undecided":
             detail += f"; would PASS but {reason}: {pass_gate_text(reason)}"
         if extra:
@@ -286,7 +330,34 @@ class _Context:
             method=e.method, sequential=look.kind, look=look.look, information=look.fraction,
             c_fail=look.c_fail, c_pass=look.c_pass, excluded=self.excluded, warnings=tuple(notes),
             state=look.state_out if look.state_out is not None else self.state,
-            criterion=self.spec.name or self.spec.metric)
+            criterion=self.spec.name or self.spec.metric,
+            se_stage=math.sqrt(max(e.se * e.se - e.se_baseline ** 2, 0.0)) * scale, se_baseline=e.se_baseline * scale,
+            halfwidth_floor=floor, limited_by=limited, design_effect=scale * scale, alpha_fail=self.alpha_fail)
+
+    def _floor(self, e: est.Estimate, look: _Look, scale: float) -> tuple[float, float]:
+        """The narrowest half-widths (FAIL level, PASS level; θ's scale) any longer stage could reach with
+        this baseline, its spread staying as it is: at stage size n' >= n_S, se² = se_S²·n_S/n' + se_B²
+        times the boundary the look would have there (spec §3.2: the baseline's se_B bounds it). NaN where
+        the estimator does not separate the sides, and for alpha spending, whose boundaries past the planned
+        end are not defined: such a verdict never claims that extending cannot help."""
+        se_b = e.se_baseline
+        if (not (math.isfinite(e.se) and math.isfinite(se_b)) or look.kind not in ("fixed", "mixture")
+                or not look.n_stage > 0):
+            return math.nan, math.nan
+        n_s = float(look.n_stage)
+        grown = n_s * np.append(2.0 ** np.arange(41), np.inf)  # this stage up to 10^12 times as long, and the limit
+        half = np.sqrt(max(e.se * e.se - se_b * se_b, 0.0) * n_s / grown + se_b * se_b) * scale
+        if look.kind == "fixed":
+            return float(look.c_fail * half.min()), float(look.c_pass * half.min())
+        n_base = look.n_baseline if look.n_baseline > 0 else math.inf
+        if self.state is None or not self.state.target_stage > 0:
+            return math.nan, math.nan
+        # the mixture's boundary at each size, as _Look computes it; normal, not t: the narrower boundary
+        # errs towards extending, never towards calling a stage stuck
+        of_target = (1.0 / self.state.target_stage + 1.0 / n_base) / (1.0 / grown + 1.0 / n_base)
+        c_fail = np.asarray(seq.mixture_boundary(of_target, self.alpha_fail))
+        c_pass = np.asarray(seq.mixture_boundary(of_target, self.alpha_pass))
+        return float((c_fail * half).min()), float((c_pass * half).min())
 
     def look(self, n_s: float, n_b: float) -> _Look:
         return _Look(self.state, self.alpha_fail, self.alpha_pass, n_s, n_b, self.final)
@@ -325,8 +396,11 @@ class _Context:
                                          f"(stale after {self.stale_after / 60:.0f} min)", n_b, n_s)
         need = spec.min_samples
         if spec.statistic not in ("mean", "median", "shift"):
-            p = est.quantile_level(spec.statistic)
-            need = max(need, int(math.ceil(_TAIL_SAMPLES / min(p, 1 - p))))
+            tail = est.quantile_samples_needed(est.quantile_level(spec.statistic))
+            few = min(w.n for _, w in sides)
+            if few < tail:
+                return self.inconclusive("insufficient_samples", _not_estimable(spec.statistic, few, tail), n_b, n_s)
+            need = max(need, tail)
         need = max(need, 2)
         short = [f"{label} {w.n}" for label, w in sides if w.n < need]
         if short:
@@ -383,14 +457,18 @@ class _Context:
                 e = est.Estimate(e.theta, 0.0, lambda c, t=e.theta: (t, t), e.method)
         blocks = False
         if self.estimator == "bootstrap" and spec.statistic != "shift":
+            for label, w in sides:
+                if w.n > est.MAX_BOOTSTRAP_SAMPLES:
+                    raise JudgeError(f"estimator bootstrap: {label} has {w.n} samples, over the "
+                                     f"{est.MAX_BOOTSTRAP_SAMPLES} it resamples in bounded time (2,000 resamples); "
+                                     "the default estimator's order statistics are exact at this size")
             blocks = s.times is not None and (b is None or b.times is not None)
             e = est.bootstrap_two_sample(s.values, b.values if b is not None else None, spec.statistic, log_scale,
                                          s.times if blocks else None, b.times if blocks and b else None,
                                          seed=n_s * 1_000_003 + n_b)
-        scale = 1.0
+        deff = None
         if b is not None and b.times is not None and s.times is not None and not blocks:
             deff = est.design_effect(b.values, b.times, log_scale)
-            scale = math.sqrt(deff)
         gate = ""
         if s.times is not None:
             covered = int(np.count_nonzero(np.bincount(_hour_of_day(s.times), minlength=HOURS_OF_DAY)))
@@ -398,7 +476,25 @@ class _Context:
                 gate = "coverage"
         else:
             self.warnings.append("no sample times: staleness, coverage and design effect not checked")
-        return self.decide(e, look, n_b, n_s, pass_gate=gate, scale=scale, extra=extra)
+        v = self.decide(e, look, n_b, n_s, pass_gate=gate, extra=extra, deff=deff)
+        return self._estimable(v, min(n_s, n_b) if b is not None else n_s)
+
+    def _estimable(self, v: Verdict, n: int) -> Verdict:
+        """A quantile whose interval spans more than MAX_QUANTILE_SPAN (ratio scale) cannot be
+        estimated from the samples at hand: INCONCLUSIVE, with the estimate but no interval
+        (docs/judge.md "Quantiles on few samples")."""
+        st = self.spec.statistic
+        if (st in ("mean", "median", "shift") or not self.orient.relative or v.ci_low is None
+                or v.ci_high is None):
+            return v
+        span = v.ci_high / v.ci_low if v.ci_low > 0 else math.inf
+        if span <= MAX_QUANTILE_SPAN:
+            return v
+        detail = (f"{st} cannot be estimated from {n} samples at this look: its interval "
+                  f"[{v.ci_low:.3g}, {v.ci_high:.3g}] spans a factor of {span:.3g} (more than "
+                  f"{MAX_QUANTILE_SPAN:g}); estimate {v.effect:.4g}")
+        return attrs.evolve(v, outcome="inconclusive", reason="insufficient_samples", ci_low=None, ci_high=None,
+                            detail=detail + "; " + v.detail, limited_by="")
 
     def _post_stratify(self, b: Window, s: Window) -> tuple[np.ndarray | None, Window]:
         """Hour-of-day weights for the baseline when the stage covers the hours of the day
@@ -496,6 +592,15 @@ class _Context:
         if min(n_b, n_s) < spec.min_samples:
             return self.inconclusive("insufficient_samples", f"baseline {n_b}, stage {n_s} samples over relays < "
                                      f"{spec.min_samples}", n_b, n_s)
+        if spec.statistic not in ("mean", "median"):
+            # each relay's own quantile is the paired unit: from fewer samples than it needs it is
+            # noise (quiet circuits: 12 samples per relay and hour), and the Walsh interval over such
+            # ratios gave [0.000004, 6531]
+            tail = est.quantile_samples_needed(est.quantile_level(spec.statistic))
+            few = min(min(windows_s[r].n, windows_b[r].n) for r in both)
+            if few < tail:
+                return self.inconclusive("insufficient_samples",
+                                         _not_estimable(spec.statistic, few, tail, " of a relay"), n_b, n_s)
         ys = []
         for r in both:
             vs, vb = windows_s[r].values, windows_b[r].values
@@ -518,15 +623,24 @@ class _Context:
             if far:
                 self.warnings.append(f"outlier relays (> 5 MAD from the median change): {', '.join(far[:10])}")
         look = self.look(n_s, n_b)
-        e = est.walsh_hodges_lehmann(y)
+        walsh, paired_t = est.walsh_hodges_lehmann(y), est.paired_t(y)
+        lo_w, hi_w = walsh.bounds(max(look.c_fail, look.c_pass))
+        # Below PAIRED_T_RELAYS relays, or where the k-th Walsh average does not exist at this look's
+        # boundary (10 relays: none beyond c = 2.70, and the mixture's boundary is >= 2.76), the
+        # signed-rank interval cannot bound anything however large the change: the paired t
+        # interval over the per-relay log ratios decides (spec §4.3: paired t power, Wilcoxon within
+        # 0.03 of it), with df R − 1 and the t quantile at each boundary's tail probability.
+        use_t = y.size < PAIRED_T_RELAYS or not (math.isfinite(lo_w) and math.isfinite(hi_w))
+        e, check = (paired_t, walsh) if use_t else (walsh, paired_t)
         if np.ptp(y) == 0:
             e = est.Estimate(e.theta, 0.0, lambda c, t=e.theta: (t, t), e.method)
-        tmean = float(y.mean())
-        tse = float(y.std(ddof=1) / math.sqrt(y.size))
+        c_check = (t_boundary(look.c_fail, check.df), t_boundary(look.c_pass, check.df)) \
+            if math.isfinite(check.df) else (look.c_fail, look.c_pass)
         p = stats.wilcoxon(y - o.b, zero_method="pratt", alternative="less" if o.mirror else "greater").pvalue \
             if np.ptp(y) > 0 else float("nan")
-        extra = (f"{len(both)} relays; paired t check {o.to_effect(tmean):.4g} "
-                 f"[{o.to_effect(tmean - look.c_fail * tse):.4g}, {o.to_effect(tmean + look.c_pass * tse):.4g}]; "
+        extra = (f"{len(both)} relays; {'Wilcoxon / Hodges-Lehmann' if use_t else 'paired t'} check "
+                 f"{o.to_effect(check.theta):.4g} [{o.to_effect(check.bounds(c_check[0])[0]):.4g}, "
+                 f"{o.to_effect(check.bounds(c_check[1])[1]):.4g}]; "
                  f"Wilcoxon signed-rank p = {p:.3g} beyond the bound")
         if relay_weights is not None:
             w = np.array([max(float(relay_weights.get(r, 0.0)), 0.0) for r in both])
@@ -539,15 +653,17 @@ class _Context:
             ew = est.weighted_paired(y, w)
             if _is_bandwidth(spec.metric):
                 # the average byte is what a bandwidth criterion is about: the weighted change decides
+                c_e = (t_boundary(look.c_fail, e.df), t_boundary(look.c_pass, e.df)) if math.isfinite(e.df) \
+                    else (look.c_fail, look.c_pass)
                 extra += (f"; unweighted (typical relay) {o.to_effect(e.theta):.4g} "
-                          f"[{o.to_effect(e.bounds(look.c_fail)[0]):.4g}, {o.to_effect(e.bounds(look.c_pass)[1]):.4g}]")
+                          f"[{o.to_effect(e.bounds(c_e[0])[0]):.4g}, {o.to_effect(e.bounds(c_e[1])[1]):.4g}]")
                 e = ew
             else:
                 lo, hi = ew.bounds(t_boundary(look.c_fail, ew.df))[0], ew.bounds(t_boundary(look.c_pass, ew.df))[1]
                 extra += (f"; bandwidth-weighted (average byte) {o.to_effect(ew.theta):.4g} "
                           f"[{o.to_effect(lo):.4g}, {o.to_effect(hi):.4g}], Kish n_eff {est.kish_n(w):.1f}")
-            if look.kind == "fixed" and e is ew:
-                e = _t_adjusted(e, e.df)
+        if look.kind == "fixed" and math.isfinite(e.df):
+            e = _t_adjusted(e, e.df)  # the weighted change or the paired t: decide() adds t only to sequential looks
         return self.decide(e, look, n_b, n_s, extra=extra)
 
 
@@ -558,8 +674,18 @@ def _is_bandwidth(metric: str) -> bool:
 
 def t_boundary(c: float, df: float) -> float:
     """The t_df quantile with the tail probability of the normal boundary c (at most 1e6:
-    early looks spend almost nothing and their bounds are effectively unbounded)."""
-    return float(min(stats.t.isf(stats.norm.sf(c), df), 1e6))
+    early looks spend almost nothing and their bounds are effectively unbounded). scipy's
+    inverse fails far out (t.isf(Φ(−37), 3.4) is −inf, which inverted an interval into a
+    FAIL): a quantile that is not finite or not beyond c is taken as unbounded."""
+    q = float(stats.t.isf(stats.norm.sf(c), df))
+    if c > 0 and not (math.isfinite(q) and q >= c):
+        return 1e6
+    return float(min(q, 1e6))
+
+
+def _not_estimable(statistic: str, n: int, tail: int, where: str = "") -> str:
+    return (f"{statistic} cannot be estimated from {n} samples{where} (needs >= {tail}: {est.QUANTILE_TAIL} "
+            "beyond the quantile)")
 
 
 def pass_gate_text(reason: str) -> str:
@@ -572,10 +698,10 @@ def _t_adjusted(e: est.Estimate, df: float) -> est.Estimate:
         return e
 
     def bounds(c: float, th=e.theta, se=e.se) -> tuple[float, float]:
-        q = float(stats.t.isf(stats.norm.sf(c), df))
+        q = t_boundary(c, df)
         return th - q * se, th + q * se
 
-    return est.Estimate(e.theta, e.se, bounds, e.method, e.notes)
+    return est.Estimate(e.theta, e.se, bounds, e.method, e.notes, se_baseline=e.se_baseline)
 
 
 _hour_of_day = est.hour_of_day

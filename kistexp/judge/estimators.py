@@ -18,6 +18,13 @@ from scipy import stats
 # Above this many stage x baseline pairs the Hodges–Lehmann differences are subsampled
 # (spec §2.2 allows it beyond n = 5,000 per side); the seed keeps verdicts reproducible.
 _HL_MAX_PAIRS = 4_000_000
+# The bootstrap draws 2,000 resamples of a window: its time grows with the window (about 9 s per
+# 100,000 samples and side), so larger windows are refused (core.py) rather than judged for
+# minutes; the order-statistic estimators answer them in well under a second. Resamples are
+# drawn in batches of at most this many values, so memory stays flat (all 2,000 at once took
+# 3 GB at 100,000 samples and would have taken 160 GB at 10^7).
+MAX_BOOTSTRAP_SAMPLES = 100_000
+_BOOTSTRAP_BATCH_VALUES = 4_000_000
 
 
 @attrs.frozen
@@ -30,6 +37,8 @@ class Estimate:
     method: str = ""
     notes: tuple[str, ...] = ()
     df: float = math.inf  # degrees of freedom of the estimated SE (inf: rank-based or exact bounds)
+    # the baseline's share of se (se² = se_S² + se_B²); NaN where the estimator does not separate the sides
+    se_baseline: float = math.nan
 
 
 def _normal_bounds(theta: float, se: float) -> Callable[[float], tuple[float, float]]:
@@ -161,7 +170,34 @@ def side_statistic(x: np.ndarray, statistic: str, log_scale: bool) -> tuple[np.n
             # ln of the median, not the mean of the two middle logs (as statpsych)
             median = np.log(np.median(x, axis=-1))
         return median, se
-    return quantile_mj(y, quantile_level(statistic))
+    return quantile_woodruff(y, quantile_level(statistic))
+
+
+# Woodruff's interval for a quantile (Woodruff, JASA 47, 1952): the SE is the spread of the
+# empirical quantiles at p ± z·√(p(1 − p)/n), divided by 2z. At z = 1.5 the judge's 90 % interval
+# of a ratio of two p90s covers 89.6-90.1 % from n = 50 per side (5 samples beyond the quantile) to
+# 1,000, where Maritz–Jarrett's covered 92.0-92.5 % below n = 100 (20,000 seeded log-normal pairs;
+# tests/test_judge_corrections.py, docs/judge.md "Quantiles on few samples"). The weighted
+# (post-stratified) baseline uses the same interval, so both sides of a comparison agree.
+WOODRUFF_Z = 1.5
+# A quantile needs this many samples beyond it (n·min(p, 1 − p)): with fewer the upper Woodruff
+# point leaves the sample and nothing in the data bounds the tail (p90 from 40 samples: 4 above it).
+QUANTILE_TAIL = 5
+
+
+def quantile_samples_needed(p: float) -> int:
+    """The fewest samples from which quantile p is estimated (QUANTILE_TAIL beyond it): 50 for
+    p90, 500 for p99, 10 for the median."""
+    return int(math.ceil(QUANTILE_TAIL / min(p, 1.0 - p) - 1e-9))
+
+
+def quantile_woodruff(y: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile p (linear interpolation) and Woodruff's SE along the last axis."""
+    y = np.asarray(y, dtype=float)
+    n = y.shape[-1]
+    half = WOODRUFF_Z * math.sqrt(p * (1.0 - p) / n)
+    q, lo, hi = np.quantile(y, [p, max(p - half, 0.0), min(p + half, 1.0)], axis=-1)
+    return q, (hi - lo) / (2.0 * WOODRUFF_Z)
 
 
 def quantile_level(statistic: str) -> float:
@@ -174,9 +210,10 @@ def quantile_level(statistic: str) -> float:
 
 def side_df(statistic: str, n: int | np.ndarray) -> float | np.ndarray:
     """Degrees of freedom of one side's SE: n − 1 for a mean; for an order-statistic SE
-    (Bonett–Price, Maritz–Jarrett) 1.5·√(n·min(p, 1 − p)), measured: the SE's relative
+    (Bonett–Price, Woodruff) 1.5·√(n·min(p, 1 − p)), measured: the SE's relative
     spread 1/√(2ν) over 3,000 log-normal samples gives ν = 17, 35, 67 for medians at
-    n = 200, 1,000, 4,032 and 18, 34 for p90 at 1,000, 4,032 (docs/judge.md)."""
+    n = 200, 1,000, 4,032; Woodruff's p90 SE over 20,000 gives ν = 4.0, 5.5, 9.7, 15.4 at
+    n = 51, 102, 400, 1,000 against 3.4, 4.8, 9.5, 15.0 from the formula (docs/judge.md)."""
     n = np.asarray(n, dtype=float)
     if statistic == "mean":
         return np.maximum(n - 1.0, 1.0)
@@ -251,9 +288,9 @@ def weighted_side_statistic(x: np.ndarray, w: np.ndarray, statistic: str, log_sc
     """(statistic, SE, Kish n_eff) of a weighted window.
 
     Means: weighted mean with SE s_w/√n_eff (delta method on logs). Quantiles: the
-    weighted quantile with Woodruff's SE (Woodruff 1952): half the distance between the
-    weighted quantiles at p ± √(p(1−p)/n_eff), the survey-sampling analogue of the
-    order-statistic SEs the unweighted judge uses.
+    weighted quantile with Woodruff's SE (Woodruff 1952): the distance between the
+    weighted quantiles at p ± z·√(p(1−p)/n_eff) over 2z, z = WOODRUFF_Z, as the unweighted
+    quantiles (the median's Bonett–Price SE is the same idea on order statistics).
     """
     keep = w > 0
     x, w = np.asarray(x, dtype=float)[keep], np.asarray(w, dtype=float)[keep]
@@ -265,9 +302,9 @@ def weighted_side_statistic(x: np.ndarray, w: np.ndarray, statistic: str, log_sc
         return (math.log(m), se / m, n_eff) if log_scale else (m, se, n_eff)
     y = np.log(x) if log_scale else x
     p = quantile_level(statistic)
-    half = math.sqrt(p * (1.0 - p) / n_eff)
+    half = WOODRUFF_Z * math.sqrt(p * (1.0 - p) / n_eff)
     q, hi, lo = (float(v) for v in weighted_quantile(y, w, np.array([p, min(p + half, 1.0), max(p - half, 0.0)])))
-    se = 0.5 * (hi - lo)
+    se = (hi - lo) / (2.0 * WOODRUFF_Z)
     return q, se, n_eff
 
 
@@ -292,8 +329,9 @@ def two_sample(stage: np.ndarray, baseline: np.ndarray | None, statistic: str, l
         theta, se = float(s_val - b_val), float(math.hypot(s_se, b_se))
         df = float(satterthwaite(s_se, s_df, b_se, float(side_df(statistic, np.shape(baseline)[-1]))))
     method = {"mean": "delta-method mean" if log_scale else "Welch mean",
-              "median": "Bonett-Price median"}.get(statistic, f"Maritz-Jarrett {statistic}")
-    return Estimate(theta, se, _normal_bounds(theta, se), method, df=df)
+              "median": "Bonett-Price median"}.get(statistic, f"Woodruff {statistic}")
+    return Estimate(theta, se, _normal_bounds(theta, se), method, df=df,
+                    se_baseline=math.nan if baseline is None else float(b_se))
 
 
 def _statistic_fn(statistic: str, log_scale: bool):
@@ -320,8 +358,9 @@ def bootstrap_side(x: np.ndarray, statistic: str, log_scale: bool, times: np.nda
     value = float(fn(x))
     rng = np.random.default_rng(seed)
     if times is None:
+        batch = max(1, _BOOTSTRAP_BATCH_VALUES // max(x.size, 1))
         res = stats.bootstrap((x,), fn, n_resamples=resamples, vectorized=True, method="percentile",
-                              random_state=rng)
+                              random_state=rng, batch=batch)
         return value, float(res.standard_error)
     hours = np.floor(np.asarray(times, dtype=float) / 3600.0).astype(np.int64)
     order = np.argsort(hours, kind="stable")
@@ -336,13 +375,15 @@ def bootstrap_two_sample(stage: np.ndarray, baseline: np.ndarray | None, statist
                          stage_times: np.ndarray | None = None, baseline_times: np.ndarray | None = None,
                          seed: int = 0) -> Estimate:
     s_val, s_se = bootstrap_side(stage, statistic, log_scale, stage_times, seed=seed)
+    b_se = math.nan
     if baseline is None:
         theta, se = s_val, s_se
     else:
         b_val, b_se = bootstrap_side(baseline, statistic, log_scale, baseline_times, seed=seed + 1)
         theta, se = s_val - b_val, math.hypot(s_se, b_se)
     blocks = "hour-block " if stage_times is not None else ""
-    return Estimate(theta, se, _normal_bounds(theta, se), f"{blocks}bootstrap SE of the {statistic}")
+    return Estimate(theta, se, _normal_bounds(theta, se), f"{blocks}bootstrap SE of the {statistic}",
+                    se_baseline=b_se)
 
 
 def welch_df(stage: np.ndarray, baseline: np.ndarray) -> float:
@@ -416,7 +457,8 @@ def rate_ratio(k_stage: float, e_stage: float, k_base: float, e_base: float) -> 
         theta, se = math.log((ks / e_stage) / (kb / e_base)), math.sqrt(1.0 / ks + 1.0 / kb)
     else:
         theta, se = to_log_r(ks / total if total else 0.5), math.inf
-    return Estimate(theta, se, bounds, "exact conditional binomial rate ratio")
+    return Estimate(theta, se, bounds, "exact conditional binomial rate ratio",
+                    se_baseline=math.sqrt(1.0 / kb) if kb > 0 else math.nan)
 
 
 def rate_difference(k_stage: float, e_stage: float, k_base: float, e_base: float) -> Estimate:
@@ -426,7 +468,7 @@ def rate_difference(k_stage: float, e_stage: float, k_base: float, e_base: float
     return Estimate(d, se, _normal_bounds(d, se), "Krishnamoorthy-Thomson E-test on the rate difference")
 
 
-def walsh_hodges_lehmann(y: np.ndarray) -> Estimate:
+def walsh_hodges_lehmann(y: np.ndarray, seed: int = 0) -> Estimate:
     """One-sample Hodges–Lehmann (median of Walsh averages) with the signed-rank interval.
 
     Used across relays: y_r is each relay's log ratio against its own baseline
@@ -434,19 +476,42 @@ def walsh_hodges_lehmann(y: np.ndarray) -> Estimate:
     """
     y = np.asarray(y, dtype=float)
     r = y.size
-    i, j = np.triu_indices(r)
+    pairs = r * (r + 1) // 2
+    notes: list[str] = []
+    if pairs <= _HL_MAX_PAIRS:
+        i, j = np.triu_indices(r)
+    else:
+        # as the two-sample shift does: a seeded random subset of the pairs i <= j, so 10,000 relays
+        # (50 million averages, 1.2 GB) cost what 2,800 do
+        rng = np.random.default_rng(seed)
+        a, b = rng.integers(0, r, _HL_MAX_PAIRS), rng.integers(0, r, _HL_MAX_PAIRS)
+        i, j = np.minimum(a, b), np.maximum(a, b)
+        notes.append(f"Walsh averages from {_HL_MAX_PAIRS:,} random pairs of {pairs:,}")
     walsh = np.sort((y[i] + y[j]) / 2.0)
+    scale = walsh.size / pairs  # subsampled: order statistics scale with the sample
     sigma = math.sqrt(r * (r + 1) * (2 * r + 1) / 24.0)
     theta = float(np.median(walsh))
 
     def bounds(c: float) -> tuple[float, float]:
-        k = int(math.floor(r * (r + 1) / 4.0 - c * sigma))
+        k = int(math.floor((r * (r + 1) / 4.0 - c * sigma) * scale))
         if k < 1:
             return (-math.inf, math.inf)
         return float(walsh[k - 1]), float(walsh[walsh.size - k])
 
     lo, hi = bounds(1.0)
-    return Estimate(theta, (hi - lo) / 2.0, bounds, "paired per-relay Wilcoxon / Hodges-Lehmann")
+    return Estimate(theta, (hi - lo) / 2.0, bounds, "paired per-relay Wilcoxon / Hodges-Lehmann", tuple(notes))
+
+
+def paired_t(y: np.ndarray) -> Estimate:
+    """Mean of the per-relay changes y_r with the paired t SE s/√R and df R − 1 (spec §2.5, §4.3).
+
+    Its interval exists at any critical value, where the signed-rank one over R relays has no
+    k-th Walsh average beyond c = (R(R+1)/4 − 1)/√(R(R+1)(2R+1)/24) (2.70 for 10 relays)."""
+    y = np.asarray(y, dtype=float)
+    theta = float(y.mean())
+    se = float(y.std(ddof=1) / math.sqrt(y.size)) if y.size > 1 else 0.0
+    return Estimate(theta, se, _normal_bounds(theta, se), "paired t over per-relay changes",
+                    df=max(y.size - 1.0, 1.0))
 
 
 def weighted_paired(y: np.ndarray, w: np.ndarray) -> Estimate:
@@ -462,12 +527,54 @@ def weighted_paired(y: np.ndarray, w: np.ndarray) -> Estimate:
                     df=max(kish_n(w) - 1.0, 1.0))
 
 
-@_memo_readonly
-def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_s: float = 3600.0) -> float:
-    """Variance inflation from time correlation: hourly batch means vs iid (spec §5.4 rule 3).
+# Spec §5.4 rule 3: Newey–West over a day of hourly means. Bartlett weights 1 − l/24 (lags 1-23)
+# make it the overlapping daily batch means estimator (the variance of every 24-hour sum): a fixed
+# hour-of-day cycle, which whole days or post-stratification cancel from θ, adds nothing to it
+# (with 24 lags it would add 1/25 of its variance, with 6 lags on one day five times it: op-hk6a's
+# build times then read DEFF 69), while hour-to-hour correlation within a day counts in full.
+NEWEY_WEST_LAGS = 23
+# Below seven days of baseline hours (spec §5.4 rule 1: baselines of >= 7 whole days) the lags are
+# left out: the estimate's df 1.5·H/23 would fall under 11 (4.7 for three days, where the t quantile
+# at the engine's sequential boundaries widened intervals 2.3-fold, and a 48-hour iid baseline read
+# DEFF 2.5 on 3 df); the design effect is then the within-hour clustering alone (df H − 1).
+NEWEY_WEST_MIN_HOURS = 168
+MIN_DEFF_HOURS = 6  # fewer hours with samples: too little to estimate even that, DEFF 1
 
-    DEFF = n̄_h · Var(hourly means) / Var(samples), at least 1; 1 when fewer than 6
-    hours have two or more samples (too little to estimate it).
+
+@attrs.frozen
+class DesignEffect:
+    """DEFF = Var_NW(mean) / (s²/n) with the degrees of freedom of its estimate (spec §5.4 rule 3).
+
+    ``value`` is at least 1; ``df`` is Bartlett's equivalent degrees of freedom 1.5·H/L of the
+    Newey–West variance (inf when DEFF is the floor 1: the iid variance is used as it is)."""
+
+    value: float = 1.0
+    df: float = math.inf
+    hours: int = 0
+    lags: int = 0
+
+    def describe(self) -> str:
+        how = (f"Newey-West over {self.hours} hourly means of the baseline, {self.lags} lags" if self.lags else
+               f"{self.hours} hourly batch means of the baseline, under a week for hour-to-hour lags")
+        return f"design effect {self.value:.2f} ({how}; t df {self.df:.0f})"
+
+
+@_memo_readonly
+def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_s: float = 3600.0
+                  ) -> DesignEffect:
+    """Variance inflation from time correlation (spec §5.4 rule 3: real OnionPerf hourly
+    log-means vary 3.5× the iid figure with lag-1 autocorrelation 0.83).
+
+    Each hour's summed deviations d_h = Σ (y − ȳ) over its samples carry both the within-hour
+    clustering and, through their autocovariances, the hour-to-hour correlation. Newey–West
+    with Bartlett weights over L = 23 lags (NEWEY_WEST_LAGS; none under a week of hours,
+    NEWEY_WEST_MIN_HOURS) gives Var(Σy) = Σ d_h² + 2 Σ_l (1 − l/(L+1)) Σ_h d_h d_{h+l};
+    dividing by the mean-removal bias 1 − (L+1)/H (each autocovariance is low by Var(ȳ)) and
+    by n·s² gives DEFF, floored at 1. Hours without samples are gaps: a lag pairs only hours
+    that far apart. Simulated A/A with AR(1) hour effects (φ 0.8, SD 0.06, 12 samples/h,
+    7-day windows, 4,000 seeds): DEFF 1.86 on average where the truth is 2.03; with the t
+    quantile at ``df`` the one-sided 5 % test of medians false-alarms 4.0 %, of means 6.0 %
+    (iid z: 9.7 % and 13.1 %; tests/test_judge_corrections.py, docs/judge.md "Correlated hours").
     """
     values, times = np.asarray(values, dtype=float), np.asarray(times, dtype=float)
     if log_scale:
@@ -477,14 +584,25 @@ def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_
         values, times = values[positive], times[positive]
     y = np.log(values) if log_scale else values
     blocks = np.floor(times / block_s).astype(np.int64)
-    _, inverse, counts = np.unique(blocks, return_inverse=True, return_counts=True)
-    keep = counts >= 2
-    if keep.sum() < 6:
-        return 1.0
-    sums = np.bincount(inverse, weights=y)
-    means = sums / counts
+    hours, inverse = np.unique(blocks, return_inverse=True)
+    h = hours.size
+    if h < MIN_DEFF_HOURS or y.size < 2:
+        return DesignEffect(hours=h)
     var_all = float(np.var(y, ddof=1))
-    if var_all <= 0:
-        return 1.0
-    deff = float(np.mean(counts[keep])) * float(np.var(means[keep], ddof=1)) / var_all
-    return max(1.0, deff)
+    if not var_all > 0:
+        return DesignEffect(hours=h)
+    d = np.bincount(inverse, weights=y - y.mean())
+    lags = NEWEY_WEST_LAGS if h >= NEWEY_WEST_MIN_HOURS else 0
+    total = float(d @ d)
+    for lag in range(1, lags + 1):
+        # the hour `lag` later, where it has samples (a sorted search: gaps pair nothing)
+        j = np.searchsorted(hours, hours + lag)
+        ok = j < h
+        ok[ok] = hours[j[ok]] == hours[ok] + lag
+        total += 2.0 * (1.0 - lag / (lags + 1.0)) * float(d[ok] @ d[j[ok]])
+    total /= max(1.0 - (lags + 1.0) / h, 0.5)
+    deff = total / (y.size * var_all)
+    if not deff > 1.0:
+        return DesignEffect(1.0, math.inf, h, lags)
+    # Bartlett's equivalent degrees of freedom 1.5·H/L (Andrews 1991); hourly batch means alone: H − 1
+    return DesignEffect(deff, 1.5 * h / lags if lags else h - 1.0, h, lags)

@@ -4,8 +4,9 @@ Windows (spec judge.md §5.3): the baseline is the plan's baseline period before
 first stage; each stage is its planned period, cut at ``now``. Samples are selected by
 time **and** by the consensus value in effect where the collector knew it (relay
 metrics); where it could not (OnionPerf clients), by time, leaving out the first
-``washout`` of the stage while the new consensus propagates. FAIL error is split over
-the plan's criteria (Bonferroni, §5.5); PASS needs no split.
+``washout`` of the stage while the new consensus propagates. A stage's criteria share one
+FAIL error, corrected as the plan says (Holm by default, kistexp.judge.multiple; §5.5); PASS
+needs no split.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import attrs
 
 from kistexp.judge.core import judge
 from kistexp.judge.model import SequentialState, Verdict, Window
+from kistexp.judge.multiple import TRIPWIRE_ALPHA, annotate, fail_alphas, step_down
 from kistexp.judge.switchback import Period, judge_switchback
 from kistexp.metrics import catalogue
 from kistexp.metrics.series import Sample
@@ -25,16 +27,11 @@ from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import UNSET, Plan
 
 WASHOUT = dt.timedelta(hours=3)  # spec §5.3 and §7
-TRIPWIRE_ALPHA = 0.001  # spec §5.2 and §7: a critical criterion's own FAIL error
+__all__ = ["TRIPWIRE_ALPHA", "WASHOUT", "StageVerdict", "fail_alphas", "judge_plan"]
 
 
-def fail_alphas(criteria, alpha: float) -> list[float]:
-    """FAIL error per criterion: tripwires (critical = true) take 0.001 each, the rest of α
-    is split evenly over the other criteria (Bonferroni, spec §5.5)."""
-    trips = sum(1 for c in criteria if getattr(c, "critical", False))
-    rest = max(alpha - TRIPWIRE_ALPHA * trips, TRIPWIRE_ALPHA)
-    others = max(1, len(criteria) - trips)
-    return [TRIPWIRE_ALPHA if getattr(c, "critical", False) else rest / others for c in criteria]
+def _correction(plan: Plan) -> str:
+    return getattr(plan, "correction", "holm")
 
 
 @attrs.frozen
@@ -101,40 +98,59 @@ def judge_plan(plan: Plan, store: MetricStore, *, now: dt.datetime | None = None
     param = plan.parameters[0] if len(plan.parameters) == 1 else None
     base_t0 = plan.start - plan.baseline.duration
     base_value = _single_value(plan.baseline.values, param)
-    alphas = dict(zip(map(id, plan.criteria), fail_alphas(plan.criteria, alpha), strict=True))
-    jobs = [(stage, t0, t1, c) for stage, t0, t1 in plan.stage_windows() if t0 < now for c in plan.criteria]
+    correction = _correction(plan)
+    shares = fail_alphas(plan.criteria, alpha, correction)
+    stages = [(stage, t0, t1) for stage, t0, t1 in plan.stage_windows() if t0 < now]
+    total = len(stages) * len(plan.criteria)
     out: list[StageVerdict] = []
-    for i, (stage, t0, t1, crit) in enumerate(jobs):
-        metric = catalogue.get(crit.metric)
-        population = metric.population if metric else "clients"
+    for k, (stage, t0, t1) in enumerate(stages):
         end = min(t1, now)
-        base_samples, _ = _select(store, crit.metric, base_t0, plan.start, base_value)
-        stage_samples, by_value = _select(store, crit.metric, t0, end, _single_value(stage.values, param))
-        baseline = _as_input(base_samples, population)
-        staged = _as_input(stage_samples, population)
-        excluded = 0
-        if not by_value:
-            # the value in effect is unknown: leave out the propagation washout by time
-            cut = (t0 + WASHOUT).timestamp()
-            excluded = sum(1 for s in stage_samples if s.time.timestamp() < cut)
-            staged = _after(staged, cut)
-        name = crit.name or crit.metric
-        alpha_fail = alphas[id(crit)]
-        kwargs = dict(now=end.timestamp())  # staleness is judged at the window's end
-        if isinstance(baseline, dict):
-            weights = _bandwidth_weights(store, base_t0, plan.start)
-            if weights:
-                kwargs["relay_weights"] = weights
+        items, excluded = [], []
+        for crit in plan.criteria:
+            metric = catalogue.get(crit.metric)
+            population = metric.population if metric else "clients"
+            base_samples, _ = _select(store, crit.metric, base_t0, plan.start, base_value)
+            stage_samples, by_value = _select(store, crit.metric, t0, end, _single_value(stage.values, param))
+            baseline = _as_input(base_samples, population)
+            staged = _as_input(stage_samples, population)
+            dropped = 0
+            if not by_value:
+                # the value in effect is unknown: leave out the propagation washout by time
+                cut = (t0 + WASHOUT).timestamp()
+                dropped = sum(1 for s in stage_samples if s.time.timestamp() < cut)
+                staged = _after(staged, cut)
+            kwargs = dict(now=end.timestamp())  # staleness is judged at the window's end
+            if isinstance(baseline, dict):
+                weights = _bandwidth_weights(store, base_t0, plan.start)
+                if weights:
+                    kwargs["relay_weights"] = weights
+            items.append((crit, baseline, staged, kwargs))
+            excluded.append(dropped)
         if not sequential:
-            v = judge(crit, baseline, staged, alpha_fail=alpha_fail, alpha_pass=alpha, **kwargs)
+            # one look at the stage's criteria as a family: the plan's correction (spec §5.5)
+            judges = [lambda a, label, it=it: annotate(judge(it[0], it[1], it[2], alpha_fail=a, alpha_pass=alpha,
+                                                             **it[3]), label) for it in items]
+            verdicts = step_down(judges, shares, correction, _failed, shared=_shared(plan.criteria))
         else:
-            v = _replay(crit, baseline, staged, t0, t1, end, plan.baseline.duration, alpha_fail, alpha, kwargs)
-        if excluded:
-            v = attrs.evolve(v, excluded=v.excluded + excluded)
-        out.append(StageVerdict(stage.name, name, crit.metric, v, t0, end))
+            verdicts = _replay(items, t0, t1, end, plan.baseline.duration, shares, alpha, correction,
+                               _shared(plan.criteria))
+        for crit, v, dropped in zip(plan.criteria, verdicts, excluded, strict=True):
+            assert v is not None
+            if dropped:
+                v = attrs.evolve(v, excluded=v.excluded + dropped)
+            out.append(StageVerdict(stage.name, crit.name or crit.metric, crit.metric, v, t0, end))
         if progress is not None:
-            progress(i + 1, len(jobs))
+            progress((k + 1) * len(plan.criteria), total)
     return out
+
+
+def _failed(v: Verdict) -> bool:
+    return v.outcome == "fail"
+
+
+def _shared(criteria) -> list[bool]:
+    """Which criteria share the FAIL error: all but dry-run ones (spec §5.5)."""
+    return [not getattr(c, "dry_run", False) for c in criteria]
 
 
 def _bandwidth_weights(store: MetricStore, t0: dt.datetime, t1: dt.datetime) -> dict[str, float]:
@@ -155,26 +171,50 @@ def _after(data, t: float):
     return Window(data.values[keep], data.times[keep])
 
 
-def _replay(crit, baseline, staged, t0: dt.datetime, t1: dt.datetime, end: dt.datetime,
-            baseline_duration: dt.timedelta, alpha_fail: float, alpha_pass: float, kwargs) -> Verdict:
+def _replay(items, t0: dt.datetime, t1: dt.datetime, end: dt.datetime, baseline_duration: dt.timedelta,
+            shares: Sequence[float], alpha_pass: float, correction: str, shared: Sequence[bool]) -> list[Verdict]:
+    """The hourly looks of a stage's criteria, each stopping at its first FAIL or PASS. At every
+    look the criteria still running are judged as a family (kistexp.judge.multiple.step_down);
+    under Holm the shares of criteria that FAILed at earlier looks go to the others, whose whole
+    spending sequence is re-levelled (Maurer & Bretz 2013)."""
     hours = max(1, math.ceil((end - t0).total_seconds() / 3600.0))
-    base_rate = _size(baseline) / max(baseline_duration.total_seconds() / 3600.0, 1e-9)
-    planned = max(1.0, base_rate * (t1 - t0 - WASHOUT).total_seconds() / 3600.0)
-    # a tripwire looks with flat (Pocock-type) boundaries, so severe breakage FAILs in the first hours
-    state = SequentialState.plan(planned_stage=planned, alpha_fail=alpha_fail, alpha_pass=alpha_pass,
-                                 method="pocock" if getattr(crit, "critical", False) else "obf")
-    verdict = None
+    states = []
+    for (crit, baseline, _, _), share in zip(items, shares, strict=True):
+        base_rate = _size(baseline) / max(baseline_duration.total_seconds() / 3600.0, 1e-9)
+        planned = max(1.0, base_rate * (t1 - t0 - WASHOUT).total_seconds() / 3600.0)
+        # a tripwire looks with flat (Pocock-type) boundaries, so severe breakage FAILs in the first hours
+        states.append(SequentialState.plan(planned_stage=planned, alpha_fail=share, alpha_pass=alpha_pass,
+                                           method="pocock" if getattr(crit, "critical", False) else "obf"))
+    verdicts: list[Verdict | None] = [None] * len(items)
     for h in range(1, hours + 1):
         cut = min(t0 + dt.timedelta(hours=h), end)
         look_now = cut.timestamp()
-        data = _cut(staged, look_now)
-        args = dict(kwargs, now=look_now)
-        verdict = judge(crit, baseline, data, sequential_state=state, final=(cut >= t1), **args)
-        state = verdict.state or state
-        if verdict.outcome != "inconclusive":
+        judges = []
+        for i, (crit, baseline, staged, kwargs) in enumerate(items):
+            v = verdicts[i]
+            if v is not None and v.outcome != "inconclusive":
+                judges.append(None)
+                continue
+            data = _cut(staged, look_now)
+            args = dict(kwargs, now=look_now)
+
+            def one(a: float, label: str, crit=crit, baseline=baseline, data=data, args=args, state=states[i],
+                    final=cut >= t1):
+                return annotate(judge(crit, baseline, data, sequential_state=attrs.evolve(state, alpha_fail=a),
+                                      final=final, **args), label)
+            judges.append(one)
+        if not any(judges):
             break
-    assert verdict is not None
-    return verdict
+        failed = [i for i, v in enumerate(verdicts) if v is not None and v.outcome == "fail"]
+        for i, v in enumerate(step_down(judges, shares, correction, _failed, failed=failed, shared=shared)):
+            if v is None:
+                continue
+            verdicts[i] = v
+            if v.state is not None:
+                # the next look starts again from the criterion's share; step_down re-levels it
+                states[i] = attrs.evolve(v.state, alpha_fail=shares[i])
+    assert all(v is not None for v in verdicts)
+    return verdicts  # type: ignore[return-value]
 
 
 def _arm(stage_name: str) -> str:
@@ -191,31 +231,61 @@ def _judge_switchback_plan(plan: Plan, store: MetricStore, now: dt.datetime, seq
     param = plan.parameters[0] if len(plan.parameters) == 1 else None
     done = [(stage, t0, t1) for stage, t0, t1 in plan.stage_windows() if t1 <= now]
     washout = plan.switchback.washout.total_seconds()
-    out: list[StageVerdict] = []
-    for i, (crit, alpha_fail) in enumerate(zip(plan.criteria, fail_alphas(plan.criteria, alpha), strict=True)):
+    burnout = plan.switchback.burnout.total_seconds()  # the window before each switch, dropped too
+    correction = _correction(plan)
+    shares = fail_alphas(plan.criteria, alpha, correction)
+    shared = _shared(plan.criteria)
+    cycles = plan.switchback.cycles
+    per_criterion: list[list[Period]] = []
+    for crit in plan.criteria:
         periods: list[Period] = []
         for stage, t0, t1 in done:
             samples, by_value = _select(store, crit.metric, t0, t1, _single_value(stage.values, param))
             periods.append(Period(_arm(stage.name), [s.value for s in samples], t0.timestamp(), t1.timestamp(),
                                   # by value in effect, propagation is already accounted for
                                   None if by_value else [s.time.timestamp() for s in samples]))
-        kwargs = dict(washout=washout, alpha_fail=alpha_fail, alpha_pass=alpha)
-        if not sequential:
-            v = judge_switchback(crit, periods, **kwargs)
-        else:
-            state = None
-            v = judge_switchback(crit, [], planned_cycles=plan.switchback.cycles, **kwargs)
-            for k in range(2, len(periods) + 1, 2):
-                final = k >= 2 * plan.switchback.cycles
-                v = judge_switchback(crit, periods[:k], sequential_state=state,
-                                     planned_cycles=None if state else plan.switchback.cycles,
-                                     final=final, **kwargs)
-                state = v.state or state
-                if v.outcome != "inconclusive":
-                    break
-        start = plan.start
-        end = done[-1][2] if done else plan.start
-        out.append(StageVerdict("switchback", crit.name or crit.metric, crit.metric, v, start, end))
+        per_criterion.append(periods)
+    if not sequential:
+        judges = [lambda a, label, crit=crit, periods=periods: annotate(
+            judge_switchback(crit, periods, washout=washout, burnout=burnout, alpha_fail=a, alpha_pass=alpha), label)
+            for crit, periods in zip(plan.criteria, per_criterion, strict=True)]
+        verdicts = step_down(judges, shares, correction, _failed, shared=shared)
+    else:
+        # the looks at each completed cycle, the criteria still running judged as a family each time
+        verdicts = [judge_switchback(crit, [], planned_cycles=cycles, washout=washout, burnout=burnout,
+                                     alpha_fail=share, alpha_pass=alpha)
+                    for crit, share in zip(plan.criteria, shares, strict=True)]
+        states: list[SequentialState | None] = [None] * len(plan.criteria)
+        running = [True] * len(plan.criteria)
+        for k in range(2, len(done) + 1, 2):
+            final = k >= 2 * cycles
+            judges = []
+            for i, (crit, periods) in enumerate(zip(plan.criteria, per_criterion, strict=True)):
+                if not running[i]:
+                    judges.append(None)
+                    continue
+
+                def one(a: float, label: str, crit=crit, periods=periods[:k], state=states[i], final=final):
+                    return annotate(judge_switchback(
+                        crit, periods, sequential_state=None if state is None else attrs.evolve(state, alpha_fail=a),
+                        planned_cycles=None if state else cycles, final=final, washout=washout, burnout=burnout,
+                        alpha_fail=a, alpha_pass=alpha), label)
+                judges.append(one)
+            failed = [i for i, v in enumerate(verdicts) if not running[i] and v is not None and v.outcome == "fail"]
+            for i, v in enumerate(step_down(judges, shares, correction, _failed, failed=failed, shared=shared)):
+                if v is None:
+                    continue
+                verdicts[i] = v
+                if v.state is not None:
+                    states[i] = attrs.evolve(v.state, alpha_fail=shares[i])
+                running[i] = v.outcome == "inconclusive"
+            if not any(running):
+                break
+    out: list[StageVerdict] = []
+    end = done[-1][2] if done else plan.start
+    for i, (crit, v) in enumerate(zip(plan.criteria, verdicts, strict=True)):
+        assert v is not None
+        out.append(StageVerdict("switchback", crit.name or crit.metric, crit.metric, v, plan.start, end))
         if progress is not None:
             progress(i + 1, len(plan.criteria))
     return out

@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 
 from kistexp.judge import estimators as est
+from kistexp.stats import power
 from kistexp.stats import sequential as seq
 
 FAIL, PASS, UNDECIDED = 1, 2, 0
@@ -72,12 +73,18 @@ def paired_relays(rng: np.random.Generator, reps: int, relays: int, per_relay: i
         out = classify(theta, se, math.log1p(threshold), c, c)
         return float(np.mean(out == FAIL)), float(np.mean(out == PASS))
     y = np.log(stage.mean(axis=-1) / base.mean(axis=-1))  # each relay against its own baseline
-    i, j = np.triu_indices(relays)
-    walsh = np.sort((y[:, i] + y[:, j]) / 2.0, axis=-1)
     c = seq.fixed_boundary(alpha)
-    sigma = math.sqrt(relays * (relays + 1) * (2 * relays + 1) / 24.0)
-    k = int(math.floor(relays * (relays + 1) / 4.0 - c * sigma))
-    lo, hi = walsh[:, k - 1], walsh[:, walsh.shape[1] - k]
+    if power.paired_t_decides(relays, c):
+        # as the judge: the paired t interval below 20 relays or where no Walsh average bounds it
+        q = float(stats.t.isf(alpha, relays - 1))
+        half = q * y.std(axis=-1, ddof=1) / math.sqrt(relays)
+        lo, hi = y.mean(axis=-1) - half, y.mean(axis=-1) + half
+    else:
+        i, j = np.triu_indices(relays)
+        walsh = np.sort((y[:, i] + y[:, j]) / 2.0, axis=-1)
+        sigma = math.sqrt(relays * (relays + 1) * (2 * relays + 1) / 24.0)
+        k = int(math.floor(relays * (relays + 1) / 4.0 - c * sigma))
+        lo, hi = walsh[:, k - 1], walsh[:, walsh.shape[1] - k]
     b = math.log1p(threshold)
     fail = lo > b
     passed = (hi < b) & ~fail

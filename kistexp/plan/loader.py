@@ -186,7 +186,7 @@ _LONG_NUMBER_RE = re.compile(r"[0-9][0-9_]{4300,}")
 
 _TOP_KEYS = ("experiment", "baseline", "stages", "switchback", "authorities", "criteria", "simulation")
 _EXPERIMENT_KEYS = ("name", "kind", "owner", "contact", "description", "start", "tor_versions", "parameters",
-                    "tickets")
+                    "tickets", "on_inconclusive", "max_extension", "correction")
 
 
 def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
@@ -231,13 +231,19 @@ def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
 
     baseline = _baseline(root, parameters)
     authorities = _authorities(root)
-    criteria = _criteria(root)
+    # the plan's defaults for the criteria that do not say what ends their stage inconclusive
+    on_inconclusive = exp.choice("on_inconclusive", model.ON_INCONCLUSIVE_ACTIONS,
+                                 default=model.DEFAULT_ON_INCONCLUSIVE)
+    max_extension = exp.duration("max_extension") if exp.has("max_extension") else None
+    criteria = _criteria(root, on_inconclusive, max_extension)
+    # how the stage's criteria share the FAIL error (docs/judge.md "Several criteria")
+    correction = exp.choice("correction", model.CORRECTIONS, default=model.DEFAULT_CORRECTION)
     simulation = _simulation(root)
     plan = model.Plan(
         path=src.path, name=name, kind=kind, owner=owner, contact=contact, description=description,
         start=start, tor_versions=versions, tor_versions_text=versions_text, parameters=parameters,
         stages=stages, baseline=baseline, authorities=authorities, criteria=criteria, simulation=simulation,
-        switchback=switchback,
+        switchback=switchback, correction=correction,
     )
     _check_date_range(exp, plan)
     return plan
@@ -325,7 +331,7 @@ def _stages(root: _Table, parameters: tuple[str, ...]) -> tuple[model.Stage, ...
 def _switchback(root: _Table, parameters: tuple[str, ...]) -> model.Switchback:
     t = root.table("switchback")
     assert t is not None
-    t.check_keys(("treatment", "control", "period", "washout", "cycles", "gate"))
+    t.check_keys(("treatment", "control", "period", "washout", "burnout", "cycles", "gate"))
     sb = model.Switchback(
         treatment=_values(root.src, t._get("treatment", True, None), t.key("treatment"), parameters),
         control=_values(root.src, t._get("control", True, None), t.key("control"), parameters),
@@ -333,9 +339,12 @@ def _switchback(root: _Table, parameters: tuple[str, ...]) -> model.Switchback:
         washout=t.duration("washout"),
         cycles=t.integer("cycles", 1, MAX_STAGES // 2),
         gate=t.choice("gate", model.GATES, default="auto"),
+        burnout=t.duration("burnout") if t.has("burnout") else dt.timedelta(0),
     )
     if sb.washout >= sb.period:
         raise root.src.error(t.key("washout"), "washout must be shorter than the period")
+    if sb.washout + sb.burnout >= sb.period:
+        raise root.src.error(t.key("burnout"), "washout and burnout together must be shorter than the period")
     if sb.treatment == sb.control:
         raise root.src.error(t.key("control"), "control values equal the treatment values")
     return sb
@@ -409,12 +418,13 @@ def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
                               t.integer("orport", 1, 65535, required=False, default=443), fingerprint.upper())
 
 
-def _criteria(root: _Table) -> tuple[model.Criterion, ...]:
+def _criteria(root: _Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE,
+              max_extension: dt.timedelta | None = None) -> tuple[model.Criterion, ...]:
     out = []
     for i, item in enumerate(root.array("criteria", required=False, limit=MAX_CRITERIA)):
         t = _Table(root.src, item, f"criteria[{i}]")
         t.check_keys(("name", "metric", "statistic", "comparison", "threshold", "min_samples", "on_fail",
-                      "critical"))
+                      "critical", "role", "on_inconclusive", "max_extension"))
         critical = t._get("critical", False, False)
         if not isinstance(critical, bool):
             raise root.src.error(t.key("critical"), f"expected true or false, got {_type_name(critical)}")
@@ -422,12 +432,16 @@ def _criteria(root: _Table) -> tuple[model.Criterion, ...]:
         comparison = t.choice("comparison", model.COMPARISONS)
         if comparison != "above" and comparison != "below" and threshold < 0:
             raise root.src.error(t.key("threshold"), f"a {comparison} threshold must not be negative")
+        role = t.choice("role", model.ROLES, default="guardrail")
         out.append(model.Criterion(
             metric=t.string("metric"), statistic=t.choice("statistic", model.STATISTICS),
             comparison=comparison, threshold=threshold,
             min_samples=t.integer("min_samples", 1, 10_000_000),
-            on_fail=t.choice("on_fail", model.ON_FAIL_ACTIONS), name=t.string("name", required=False),
-            critical=critical,
+            # a signal's failure pauses whatever on_fail says, so it need not say one
+            on_fail=t.choice("on_fail", model.ON_FAIL_ACTIONS, default="hold" if role == "signal" else None),
+            name=t.string("name", required=False), critical=critical, role=role,
+            on_inconclusive=t.choice("on_inconclusive", model.ON_INCONCLUSIVE_ACTIONS, default=on_inconclusive),
+            max_extension=t.duration("max_extension") if t.has("max_extension") else max_extension,
         ))
     return tuple(out)
 

@@ -17,6 +17,16 @@ ParamValue = int | Literal["unset"]
 
 GATES = ("auto", "manual")
 ON_FAIL_ACTIONS = ("hold", "step-back", "revert-default", "remove-param")
+# What an INCONCLUSIVE criterion does at its stage's end (when its estimate is not beyond the limit:
+# then its on_fail is taken): extend the stage hour by hour up to max_extension, hold (pause for an
+# operator), or one of the rollback kinds.
+ON_INCONCLUSIVE_ACTIONS = ("extend", "hold", "step-back", "revert-default", "remove-param")
+DEFAULT_ON_INCONCLUSIVE = "extend"
+# A guardrail's FAIL rolls back (its on_fail); a signal's FAIL pauses and asks an operator.
+ROLES = ("guardrail", "signal")
+# How a stage's criteria share one FAIL error (kistexp.judge.multiple, docs/judge.md "Several criteria").
+CORRECTIONS = ("holm", "bonferroni", "none")
+DEFAULT_CORRECTION = "holm"
 STATISTICS = ("mean", "median", "p10", "p25", "p75", "p90", "p95", "p99", "max", "min")
 COMPARISONS = ("relative-increase", "relative-decrease", "absolute-increase", "absolute-decrease",
                "above", "below")
@@ -49,12 +59,22 @@ class Criterion:
     on_fail: str
     name: str = ""
     critical: bool = False  # a tripwire: its own small FAIL error, flat boundaries (judge spec §5.2)
+    role: str = "guardrail"
+    # resolved by the loader: the criterion's own key, else [experiment]'s, else the default
+    on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE
+    max_extension: dt.timedelta | None = None  # None: as long as the stage itself
+
+    @property
+    def signal(self) -> bool:
+        return self.role == "signal"
 
     def describe(self) -> str:
         unit = "%" if self.comparison.startswith("relative") else ""
         value = self.threshold * 100 if unit else self.threshold
         tripwire = " (tripwire)" if self.critical else ""
-        return f"{self.statistic}({self.metric}) {self.comparison} {value:g}{unit}{tripwire} -> {self.on_fail}"
+        # a signal's failure pauses for an operator whatever its on_fail says
+        then = "pause (signal)" if self.signal else self.on_fail
+        return f"{self.statistic}({self.metric}) {self.comparison} {value:g}{unit}{tripwire} -> {then}"
 
 
 @attrs.frozen
@@ -84,7 +104,8 @@ class Simulation:
 
 @attrs.frozen
 class Switchback:
-    """Alternate treatment and control every `period`, ignoring `washout` after each switch."""
+    """Alternate treatment and control every `period`, ignoring `washout` after each switch (burn-in)
+    and `burnout` before the next one."""
 
     treatment: tuple[tuple[str, ParamValue], ...]
     control: tuple[tuple[str, ParamValue], ...]
@@ -92,6 +113,9 @@ class Switchback:
     washout: dt.timedelta
     cycles: int
     gate: str = "auto"
+    # 0 by default: no tor runs a consensus before its valid-after, so nothing switches early
+    # (docs/plan-format.md "Switchback plans")
+    burnout: dt.timedelta = dt.timedelta(0)
 
 
 @attrs.frozen
@@ -112,6 +136,7 @@ class Plan:
     criteria: tuple[Criterion, ...]
     simulation: Simulation
     switchback: Switchback | None = None
+    correction: str = DEFAULT_CORRECTION  # how a stage's criteria share the FAIL error
 
     @property
     def end(self) -> dt.datetime:

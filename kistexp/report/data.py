@@ -11,7 +11,6 @@ summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +29,10 @@ from kistexp.population.predict import StageFigure, plan_transitions, summarize_
 from kistexp.report.wording import effect_words, interval_words, limit_words
 from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
 from kistexp.rollout.engine import metric_source_of
-from kistexp.rollout.journal import CommandRow, JournalReader, VerdictRow
+from kistexp.rollout.journal import CommandRow, JournalDamageError, JournalReader, VerdictRow
+from kistexp.rollout.journal.codec import names_value
+from kistexp.rollout.journal.fit import meta_value, rows_fit_plan
+from kistexp.rollout.journal.reader import phase_stage
 from kistexp.rollout.rollback import RollbackPlan, eta, plan_rollback
 from kistexp.rollout.runs import load_spec
 from kistexp.rollout.spec import RolloutSpec
@@ -82,6 +84,7 @@ class Failure:
     interval: str
     limit: str
     verdict_id: int
+    role: str = "guardrail"  # a signal's failure paused for an operator; a guardrail's rolled back
 
 
 @attrs.frozen
@@ -156,6 +159,10 @@ def _open_journal(exp: ExperimentDir) -> JournalReader:
         reader = JournalReader(exp.db_path)
         if reader.meta().cadence is not None:
             return reader
+    except JournalDamageError:
+        if reader is not None:
+            reader.close()
+        raise  # a damaged journal is named as such, never taken for none
     except (KistexpError, sqlite3.Error):
         pass
     if reader is not None:
@@ -178,15 +185,18 @@ def _consensuses(reader: JournalReader) -> tuple[dict, ...]:
                   "signers": list(c.signers)} for c in rows)
 
 
-def _transitions(reader: JournalReader) -> tuple[dict, ...]:
+def _transitions(reader: JournalReader, spec: RolloutSpec, plan_path: Path) -> tuple[dict, ...]:
+    rows = reader.transitions()
+    rows_fit_plan(spec, reader.path, plan_path, transitions=rows)
     return tuple({"seq": t.seq, "at": t.at, "from": t.from_state, "to": t.to_state, "stage": t.stage, "kind": t.kind,
-                  "targets": dict(t.targets), "valid_after": t.valid_after, "cause": t.cause}
-                 for t in reader.transitions())
+                  "targets": dict(t.targets), "valid_after": t.valid_after, "cause": t.cause} for t in rows)
 
 
-def _decisions(reader: JournalReader) -> tuple[dict, ...]:
+def _decisions(reader: JournalReader, spec: RolloutSpec, plan_path: Path) -> tuple[dict, ...]:
+    rows = reader.decisions()
+    rows_fit_plan(spec, reader.path, plan_path, decisions=rows)
     return tuple({"at": d.at, "decision": d.decision, "stage": d.stage, "valid_after": d.valid_after,
-                  "message": d.message} for d in reader.decisions())
+                  "message": d.message} for d in rows)
 
 
 def _intents(reader: JournalReader) -> tuple[dict, ...]:
@@ -196,12 +206,9 @@ def _intents(reader: JournalReader) -> tuple[dict, ...]:
 
 
 def _stage_of_phase(phase: str) -> int | None:
-    """Batches are tagged ``baseline``, ``stage:<i>:<valid-after>`` or ``excluded`` (schema.py)."""
-    if phase == "baseline":
-        return 0
-    if phase.startswith("stage:"):
-        return int(phase.split(":")[1])
-    return None
+    """Batches are tagged ``baseline``, ``stage:<i>:<valid-after>`` or ``excluded`` (schema.py); the
+    reader has checked each phase it returns."""
+    return phase_stage(phase)
 
 
 def _excluded(reader: JournalReader, names: tuple[str, ...]) -> tuple[tuple[str, str, int], ...]:
@@ -267,10 +274,12 @@ def _rollbacks(spec: RolloutSpec, decisions: tuple[dict, ...], transitions: tupl
     rehearsal: what reverting to the baseline would take at the end of the record."""
     out = []
     for d in decisions:
-        if not d["decision"].startswith("rollback:") or d["decision"] == "rollback:hold":
+        if not d["decision"].startswith("rollback:"):
             continue
         kind = d["decision"].split(":", 1)[1]
         t = next((x for x in transitions if x["valid_after"] == d["valid_after"] and x["kind"] == "rollback"), None)
+        if kind == "hold" and t is None:
+            continue  # changed nothing on the network (a switchback's hold on the treatment votes the control's)
         prev = [x for x in transitions if t is None or x["seq"] < t["seq"]]
         current = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
         stage = prev[-1]["stage"] if prev else 0
@@ -315,7 +324,7 @@ def _failures(spec: RolloutSpec, verdicts: tuple[VerdictRow, ...], names: tuple[
         limit = limit_words(c.comparison, c.threshold, unit, factor)
         stage = names[v.stage] if 0 <= v.stage < len(names) else f"stage {v.stage}"
         effect = effect_words(c.comparison, v.effect, unit, factor)
-        out.append(Failure(v.criterion, c.metric, stage, v.window_end, effect, interval, limit, v.id))
+        out.append(Failure(v.criterion, c.metric, stage, v.window_end, effect, interval, limit, v.id, c.role))
     return tuple(out)
 
 
@@ -348,6 +357,8 @@ def _outcome(status: Status, failures: tuple[Failure, ...], actions: tuple[Actio
     if actions:
         kinds = ", ".join(f"{a.kind} from {a.from_stage}" for a in actions)
         return f"rolled back ({kinds}); now {now}"
+    if failures and all(f.role == "signal" for f in failures):
+        return f"signals failed (a signal pauses for an operator, never rolls back); now {now}"
     if failures:
         return f"criteria failed without a rollback; now {now}"
     return now
@@ -459,8 +470,8 @@ def build_summary(spec: RolloutSpec, meta, status: Status, verdicts: tuple[Verdi
     ends = [spec.baseline_start + spec.hour] + [c["valid_after"] + spec.hour for c in consensuses]
     ends += [v.window_end for v in verdicts]
     end = max(ends)
-    inj_lines, marks = _injections(spec, _json_list(meta.get("injections")), transitions, end, names)
-    cmd_lines, cmd_marks = _commands(_json_list(meta.get("commands")), commands)
+    inj_lines, marks = _injections(spec, _json_list(meta, "injections", reader.path), transitions, end, names)
+    cmd_lines, cmd_marks = _commands(_json_list(meta, "commands", reader.path), commands)
     gap_lines, gap_marks = _gaps(reader, spec.hour)
     interval = dt.timedelta(seconds=spec.cadence.interval_s)
     outages = [o.describe("%Y-%m-%d %H:%M") + " (UTC)" for o in health.outages]
@@ -473,12 +484,10 @@ def build_summary(spec: RolloutSpec, meta, status: Status, verdicts: tuple[Verdi
                    tuple(gap_lines), tuple(marks))
 
 
-def _json_list(text: str | None) -> list[str]:
-    try:
-        value = json.loads(text) if text else []
-    except ValueError:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
+def _json_list(meta, key: str, db: Path) -> list[str]:
+    """A dry run's ``--inject`` or ``--command`` options as its meta keeps them (none where it has no
+    such key); damaged, refused: the report would otherwise leave a rehearsal's faults out unsaid."""
+    return list(meta_value(meta, key, db, names_value, required=False) or ())
 
 
 def load_experiment(path: str | Path) -> ExperimentData:
@@ -499,11 +508,13 @@ def load_experiment(path: str | Path) -> ExperimentData:
 
 def _read(exp: ExperimentDir, reader: JournalReader) -> ExperimentData:
     spec, status, meta = load_spec(exp.path)  # the spec the run was laid on: its plan copy and cadence
-    names = ("baseline",) + tuple(s.name for s in spec.stages)
+    # a switchback's appended cycles (rollout.md §1.6) are named as the planned ones: treatment-8, control-8
+    names = ("baseline",) + tuple(spec.stage(i).name for i in range(1, spec.last_stage + 1))
     store = MetricStore(exp.db)
     figures = summarize_predictions(store.load_predictions(), list(names))
     with reader.snapshot():  # the journal as of one commit, beside a run still writing it
-        decisions, transitions = _decisions(reader), _transitions(reader)
+        plan_path = exp.path / "plan.toml"
+        decisions, transitions = _decisions(reader, spec, plan_path), _transitions(reader, spec, plan_path)
         metrics = meta.get("metrics") or "predicted"
         consensuses, intents, commands = _consensuses(reader), _intents(reader), tuple(reader.commands())
         verdicts, health = tuple(reader.looks()), health_of(reader, spec)
@@ -566,6 +577,8 @@ def verdict_looks(exp_path: str | Path) -> dict[str, list[dict]]:
     beside a running engine; {} when the directory holds no journal."""
     try:
         reader = JournalReader.of_experiment(exp_path)
+    except JournalDamageError:
+        raise
     except KistexpError:
         return {}
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import attrs
 import jinja2
+import markupsafe
 import numpy as np
 
 from kistexp.durations import format_duration
@@ -21,6 +22,7 @@ from kistexp.report import plots
 from kistexp.report.data import RELAY_COSTS, ExperimentData, PlanData
 from kistexp.report.wording import VerdictText, collapse, plain_message, verdict_text
 from kistexp.rollout.spec import LIVE_CADENCE
+from kistexp.textsafe import visible
 
 Progress = Callable[[float, str], None]
 ISO = "%Y-%m-%d %H:%M UTC"
@@ -28,10 +30,19 @@ ISO_MIN = "%Y-%m-%d %H:%M"
 MAX_CLASSES = 8
 
 
+def _visible(value: object) -> object:
+    # autoescape makes names from plans and journals text, not HTML; their control and bidi characters
+    # are made visible as well, so the page shows what a terminal shows (a macro's output, Markup, is
+    # rendered template text whose own expressions went through here already)
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return visible(value, keep="\n")
+    return value
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("kistexp.report", "templates"),
                              autoescape=jinja2.select_autoescape(("html", "j2")), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, finalize=_visible)
     env.filters["utc"] = lambda t: "" if t is None else t.astimezone(dt.timezone.utc).strftime(ISO)
     # a change that rounds to zero is "+0.0 %", never "-0.0 %"
     env.filters["pct"] = lambda x: "" if x is None else f"{round(100 * x, 1) + 0.0:+.1f} %"
@@ -245,7 +256,7 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
     notes = dict(zip(cells, collapse([(f"{c.name} in {data.stage_name(s)}", texts[(c.name, s)].note
                                        if (c.name, s) in texts else "") for c, s in cells]), strict=True))
     for c in spec.criteria:
-        row = {"name": c.name, "rule": c.base.describe(), "cells": []}
+        row = {"name": c.name, "role": c.role, "rule": c.base.describe(), "cells": []}
         for s in range(len(data.stage_names)):
             text = texts.get((c.name, s))
             row["cells"].append(None if text is None else {"v": text, "note": notes[(c, s)]})

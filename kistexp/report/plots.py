@@ -23,6 +23,7 @@ from kistexp.dirauth.propagation import NodeClass, PropagationModel  # noqa: E40
 from kistexp.durations import format_duration  # noqa: E402
 from kistexp.metrics import catalogue  # noqa: E402
 from kistexp.report.wording import difference_unit, limit_words  # noqa: E402
+from kistexp.textsafe import visible  # noqa: E402
 
 # Byte-identical SVGs for identical input: no random ids, no timestamp. Names from plans (stages,
 # criteria) are text, never mathtext: "$" in a criterion name must not be parsed (or fail to parse).
@@ -76,6 +77,12 @@ def _percent_axis(axis, signed: bool = False) -> None:
 
 
 def _encode(fig, title: str, alt: str) -> Figure:
+    # stage, criterion, authority and mark names reach titles, legends and annotations as they are in the
+    # plan or journal: a control character in one would make the SVG invalid XML (an image the browser
+    # refuses) and a lone surrogate stops matplotlib, so every text is made visible first (tick labels,
+    # drawn from their formatter, are made visible where they are set)
+    for text in fig.findobj(matplotlib.text.Text):
+        text.set_text(visible(text.get_text(), keep="\n"))
     buf = io.BytesIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
@@ -422,7 +429,7 @@ def relay_costs(metric: str, stages: Sequence[str], classes: Sequence[str],
         got = np.array([measured.get((stage, c), (np.nan, 0))[0] for c in classes]) * scale
         if np.isfinite(got).any():
             ax.plot(got, pos, "D", color=colour, mec="black", ms=5, label=f"{stage}: measured")
-    ax.set_yticks(ys, labels=list(classes), fontsize=7)
+    ax.set_yticks(ys, labels=[visible(c) for c in classes], fontsize=7)
     ax.set_ylim(len(classes) - 0.5, -0.5)  # first class on top
     ax.set_xlim(left=0)
     ax.set_xlabel(f"{metric} ({unit})")
@@ -445,7 +452,7 @@ def predictions(metric: str, stages: Sequence[str], rows: Mapping[str, tuple[flo
                 capsize=4)
     if len(stages) and np.isfinite(med[0]):
         ax.axhline(med[0], color=BASELINE_COLOUR, ls=":", lw=1)
-    ax.set_xticks(x, labels=list(stages), fontsize=7, rotation=20)
+    ax.set_xticks(x, labels=[visible(s) for s in stages], fontsize=7, rotation=20)
     ax.set_ylabel(f"median, 95 % range ({unit})" if unit else "median, 95 % range")
     ax.set_title(metric, fontsize=9)
     alt = f"Predicted median and 95 % range of {metric} for stages {', '.join(stages)}."

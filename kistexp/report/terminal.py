@@ -49,12 +49,16 @@ def _t(value: dt.datetime | None) -> str:
 
 
 def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], thresholds: Mapping[str, float],
-                 width: int = 24, origins: Mapping[str, float] | None = None, bar_width: int = 10) -> Table:
-    """Per criterion: the latest outcome, the counters of the verdict aggregation, and a sparkline of
-    the last ``width`` effect estimates against the criterion's limit (the bar, ``bar_width`` cells: how
-    close the latest estimate came to it, measured from the criterion's "no effect" in ``origins``: 1 for
-    the judge's ratios, 0 for differences). Headings take two lines, so the table fits 80 columns with
-    ``width`` 10 and ``bar_width`` 5."""
+                 width: int = 24, origins: Mapping[str, float] | None = None, bar_width: int = 10,
+                 roles: Mapping[str, str] | None = None) -> Table:
+    """Per criterion: the latest outcome, the counters of the verdict aggregation, a sparkline of the
+    last ``width`` effect estimates scaled from "no effect" (``origins``: 1 for the judge's ratios, 0
+    for differences) to the criterion's limit, which is said under it, and the latest effect. Both
+    are written as a plan states a change (``effect_text``: a ratio of 1.174 is "+17.4 %", a fall
+    "-8.0 %"). Headings take two lines, so the table fits 80 columns with ``width`` 10.
+    ``bar_width`` is kept for callers: no bar is drawn (its share of the limit read -397 % for a fall).
+    A signal (``roles``) is marked under its name, since its failure pauses where a guardrail's rolls
+    back."""
     origin = view.get("metrics")
     judged = f" — judged on {origin} metrics" if origin else ""
     right = {"justify": "right", "no_wrap": True}
@@ -65,7 +69,7 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
                        columns=(("criterion", {"min_width": min(longest_word, 20), "overflow": "fold"}),
                                 ("latest", {"no_wrap": True}),
                                 (Text("effect,\nlast looks"), {"no_wrap": True}),
-                                (Text("latest /\nlimit"), {"no_wrap": True}), ("failed", right),
+                                (Text("latest\neffect"), right), ("failed", right),
                                 (Text("incon-\nclusive"), right), (Text("errors\nin a row"), right)),
                        title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     # every criterion of the plan (counters restart after a transition), latest outcome from the journal
@@ -76,15 +80,31 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
         limit = thresholds.get(name)
         origin = (origins or {}).get(name, 0.0)
         latest = next((e for e in reversed(effects) if e is not None), None)
-        share = None if latest is None or limit is None or limit == origin else (latest - origin) / (limit - origin)
-        closeness = "" if share is None else f"{bar(share, bar_width)} {share:4.0%}"
         outcome = counters.get("latest") or (recent[-1]["outcome"] if recent else "-")
         known = [e for e in effects if e is not None and math.isfinite(e)]
         # scaled from no effect (or the lowest) to the limit (or the highest): a full block is at the limit
         spark = sparkline(effects, lo=min([origin, *known]), hi=max([limit or origin, *known]))
-        add_row(table, name, plain(outcome, OUTCOME_STYLE.get(outcome)), spark, closeness,
+        label = plain(name)
+        if (roles or {}).get(name) == "signal":
+            # the newline is the table's own (plain() would show a newline inside a name as "\n")
+            label = plain(name).append("\n").append_text(plain("signal: pauses", "dim"))
+        # the sparkline's full block is the limit: said under it, as a plan states a change
+        looks_cell = plain(spark)
+        if limit is not None:
+            looks_cell.append("\n").append_text(plain(f"█ = {effect_text(limit, origin, 'g')}", "dim"))
+        add_row(table, label, plain(outcome, OUTCOME_STYLE.get(outcome)), looks_cell, effect_text(latest, origin),
                 counters.get("failed", 0), counters.get("inconclusive", 0), counters.get("consecutive_error", 0))
     return table
+
+
+def effect_text(effect: float | None, origin: float, style: str = ".1f") -> str:
+    """An effect on the judge's scale as the change a plan states: a ratio (``origin`` 1) as a relative
+    change with its sign, 1.174 -> "+17.4 %", 0.92 -> "-8.0 %"; a difference or a level as it is."""
+    if effect is None or not math.isfinite(effect):
+        return "-"
+    if origin == 1.0:
+        return f"{(effect - 1.0) * 100:+{style}} %"
+    return f"{effect:+.3g}"
 
 
 def times_table(view: Mapping) -> Table:

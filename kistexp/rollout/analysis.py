@@ -12,14 +12,20 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 
+import attrs
 import numpy as np
 
+from kistexp.judge import Period
+from kistexp.judge.multiple import fail_alphas, step_down
 from kistexp.rollout import judging
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.judging import Batch
 from kistexp.rollout.sources import Collection
 from kistexp.rollout.spec import RolloutSpec
-from kistexp.rollout.state import ERROR, Verdict
+from kistexp.rollout.state import ERROR, FAIL, Verdict
+
+# The FAIL error a stage's criteria share (spec judge.md §5.5, §7); PASS takes 0.05 each.
+FAMILY_ALPHA = 0.05
 
 
 class Analysis:
@@ -100,22 +106,65 @@ class Analysis:
         return tuple(c.name for c in self.spec.criteria
                      if judging.size(self.judge_input("baseline", c.metric)) < c.min_samples)
 
+    def _family(self) -> tuple[list[bool], list[float]]:
+        """Which criteria share the stage's FAIL error (all but dry-run ones) and each one's share
+        under the plan's correction (docs/judge.md "Several criteria")."""
+        shared = [not c.shadow for c in self.spec.criteria]
+        return shared, fail_alphas([c.base for c in self.spec.criteria], FAMILY_ALPHA, self.spec.correction, shared)
+
     def look(self, phase: str, at: dt.datetime) -> list[tuple[Verdict, object]]:
-        """One sequential look of the judge at every criterion of the stage in ``phase``."""
-        out = []
+        """One sequential look of the judge at every criterion of the stage in ``phase``, the criteria
+        judged as a family under the plan's correction (Holm by default: a criterion that FAILs passes
+        its share of the error to the others, judged again at the larger level; kistexp.judge.multiple)."""
         stage_index = int(phase.split(":")[1])
-        for c in self.spec.criteria:
+        shared, shares = self._family()
+        now_s = judging.plan_seconds(self.spec, at)
+        out: list[tuple[Verdict, object] | None] = []
+        judges = []
+        for c, share in zip(self.spec.criteria, shares, strict=True):
             if self._last_missing.get(c.metric):
                 out.append((Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"), None))
+                judges.append(None)
                 continue
             base, stage = self.judge_input("baseline", c.metric), self.judge_input(phase, c.metric)
             if judging.short_stage(self.spec, stage_index):
                 base, stage = judging.untimed(base), judging.untimed(stage)
             state = self._sequential.get((c.name, phase))
             if state is None:
-                state = judging.planned_state(self.spec, stage_index, judging.size(stage), self.hours(phase, c.metric))
-            v, nxt = judging.judge_criterion(c, base, stage, state, judging.plan_seconds(self.spec, at))
-            out.append((v, nxt))
+                state = judging.planned_state(self.spec, stage_index, judging.size(stage), self.hours(phase, c.metric),
+                                              alpha_fail=share)
+            elif state.alpha_fail != share:
+                state = attrs.evolve(state, alpha_fail=share)  # journaled before the correction: its share now
+            out.append(None)
+            judges.append(lambda a, label, c=c, base=base, stage=stage, state=state: judging.judge_criterion(
+                c, base, stage, state, now_s, alpha_fail=a, correction=label))
+        found = step_down(judges, shares, self.spec.correction, lambda r: r[0].outcome == FAIL, shared=shared)
+        return [r if r is not None else f for r, f in zip(out, found, strict=True)]  # type: ignore[misc]
+
+    def switchback_look(self, stage: int, at: dt.datetime) -> list[tuple[Verdict, object]]:
+        """The look at a switchback cycle's end (rollout.md §1.6): every criterion period against period
+        over all periods so far (judge.md §6), each criterion's sequential analysis kept under
+        ``SWITCHBACK_PHASE``. The look at the last cycle the run may take is its final one."""
+        final = stage >= self.spec.last_stage
+        shared, shares = self._family()
+        judges = []
+        for c, share in zip(self.spec.criteria, shares, strict=True):
+            state = self._sequential.get((c.name, judging.SWITCHBACK_PHASE))
+            judges.append(lambda a, label, c=c, state=state, share=share: judging.judge_switchback_criterion(
+                self.spec, c, self.periods(c.metric), state, alpha_fail=a, final=final, correction=label, share=share))
+        return step_down(judges, shares, self.spec.correction, lambda r: r[0].outcome == FAIL,
+                         shared=shared)  # type: ignore[return-value]
+
+    def periods(self, metric: str) -> list[Period]:
+        """Each stage entry's samples of ``metric`` as a switchback period (a period re-entered after an
+        undo is a period of its own; the judge pairs them in time order)."""
+        out = []
+        for (phase, m), batches in self._samples.items():
+            if m != metric or not phase.startswith("stage:") or not batches:
+                continue
+            _, index, va = phase.split(":")
+            start = dt.datetime.strptime(va, "%Y%m%dT%H%M%S").replace(tzinfo=dt.timezone.utc)
+            out.append(judging.switchback_period(self.spec, int(index), metric, start, batches))
         return out
 
     def journal_looks(self, c: sqlite3.Connection, looks: list[tuple[Verdict, object]], phase: str,

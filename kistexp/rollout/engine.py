@@ -21,6 +21,7 @@ from kistexp.rollout.actuators import ActuationError, Actuator, Intent
 from kistexp.rollout.analysis import Analysis
 from kistexp.rollout.exposure import ExposureProbe
 from kistexp.rollout.journal import Journal, desired_params
+from kistexp.rollout.judging import SWITCHBACK_PHASE
 from kistexp.rollout.machine import initial_status, mismatched, step
 from kistexp.rollout.sources import PREDICTED, Collection, MetricSource
 from kistexp.rollout.spec import RolloutSpec
@@ -225,7 +226,12 @@ class Engine:
         if self.plan_check is not None:
             diff = self.plan_check()
             if diff:
-                self._machine(f"plan-changed@{now.isoformat()}", "plan-changed", now, now, PlanChanged(now, diff))
+                # nothing is sent while the plan differs; the pause is journaled once, not at every actuation
+                # attempt (a transition and its act trigger at one instant used to record the same event
+                # twice and stop the run on the journal's unique event key)
+                key = f"plan-changed:{self.status.seq}@{now.isoformat()}"
+                if "plan-changed" not in self.status.reasons and not self.journal.processed(key):
+                    self._machine(key, "plan-changed", now, now, PlanChanged(now, diff))
                 return
         if "drift" in self.status.reasons:
             return  # someone else changed an authority: nothing is sent until an operator decides
@@ -410,19 +416,24 @@ class Engine:
             # due at the same instant made it (it sorts first); when it did not, look now
             phase = self._phase(at - self.spec.hour)
             judged = self.journal.judged_at(at)
-            if phase.startswith("stage:") and any(c.name not in judged for c in self.spec.criteria):
-                looks = [lk for lk in self._look(phase, at) if lk[0].criterion not in judged]
+            # rollout.md §1.6: a switchback cycle's end is judged period against period over every period so far
+            cycle_end = self.spec.cycle_end(self.status.stage)
+            if cycle_end or (phase.startswith("stage:") and any(c.name not in judged for c in self.spec.criteria)):
+                looks = (self.analysis.switchback_look(self.status.stage, at) if cycle_end
+                         else [lk for lk in self._look(phase, at) if lk[0].criterion not in judged])
+                look_phase = SWITCHBACK_PHASE if cycle_end else phase
                 look_key = f"{key}:look"
                 if not self.journal.processed(look_key):
                     self._machine(look_key, f"{name}:look", at, now, Evaluate(at, tuple(v for v, _ in looks)),
-                                  extra=lambda c: self._journal_looks(c, looks, phase, at))
-                    self._remember(looks, phase)
+                                  extra=lambda c: self._journal_looks(c, looks, look_phase, at))
+                    self._remember(looks, look_phase)
                 if self.status.state != MEASURING:
                     with self.journal.write() as c:  # the look rolled back or paused: nothing to decide
                         self.journal.record(c, event_key=key, trigger=name, due=at, now=now, before=self.status,
                                             after=self.status)
                     return
-        self._machine(key, name, at, now, DecisionDue(at, self.status.stage, short))
+        looked = self.journal.verdicts_at(at) if self.status.state == MEASURING else ()
+        self._machine(key, name, at, now, DecisionDue(at, self.status.stage, short, looked))
 
 
 def as_collection(collected, metric: str, t0: dt.datetime, t1: dt.datetime, origin: str) -> Collection:

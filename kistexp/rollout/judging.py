@@ -23,7 +23,9 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
-from kistexp.judge import JudgeError, SequentialState, Window, judge
+from kistexp.judge import JudgeError, Period, SequentialState, Window, judge, judge_switchback
+from kistexp.judge.multiple import annotate
+from kistexp.judge.switchback import horizon_cycles
 from kistexp.metrics import catalogue
 from kistexp.rollout.spec import CriterionSpec, RolloutSpec
 from kistexp.rollout.state import ERROR, Verdict
@@ -102,29 +104,91 @@ def untimed(data):
 
 
 def short_stage(spec: RolloutSpec, stage_index: int) -> bool:
-    return spec.stages[stage_index - 1].duration < 24 * spec.hour
+    return spec.stage(stage_index).duration < 24 * spec.hour
 
 
 def size(data: Window | Mapping[str, Window]) -> int:
     return sum(w.n for w in data.values()) if isinstance(data, Mapping) else data.n
 
 
-def planned_state(spec: RolloutSpec, stage_index: int, n_stage: int, measured_hours: float) -> SequentialState:
+def planned_state(spec: RolloutSpec, stage_index: int, n_stage: int, measured_hours: float,
+                  alpha_fail: float = 0.05) -> SequentialState:
     """A new sequential test for a stage: the planned stage size is the rate seen so far
-    times the stage's planned measuring hours (its duration less the washout)."""
-    st = spec.stages[stage_index - 1]
+    times the stage's planned measuring hours (its duration less the washout). ``alpha_fail``
+    is the criterion's share of the stage's FAIL error (kistexp.judge.multiple.fail_alphas)."""
+    st = spec.stage(stage_index)  # a switchback's appended periods too
     planned_hours = max(1.0, (st.duration - spec.washout) / spec.hour)
     rate = n_stage / max(measured_hours, 1.0)
-    return SequentialState.plan(planned_stage=max(1.0, rate * planned_hours), method=SEQUENTIAL_METHOD)
+    return SequentialState.plan(planned_stage=max(1.0, rate * planned_hours), method=SEQUENTIAL_METHOD,
+                                alpha_fail=alpha_fail)
 
 
 def judge_criterion(criterion: CriterionSpec, baseline, stage, state: SequentialState | None,
-                    now_s: float) -> tuple[Verdict, SequentialState | None]:
-    """One look of the judge at one criterion -> (the machine's Verdict, the state for the next look)."""
+                    now_s: float, *, alpha_fail: float | None = None, correction: str = ""
+                    ) -> tuple[Verdict, SequentialState | None]:
+    """One look of the judge at one criterion -> (the machine's Verdict, the state for the next look).
+
+    ``alpha_fail`` is the FAIL error the stage's correction gives it at this look (``correction``
+    says how: "holm 2/5"); the state for the next look keeps the criterion's own share."""
+    share = state.alpha_fail if state is not None else None
+    if alpha_fail is not None and state is not None:
+        state = attrs.evolve(state, alpha_fail=alpha_fail)
     try:
-        v = judge(criterion, baseline, stage, sequential_state=state, now=now_s, stale_after=STALE_AFTER_S)
+        v = judge(criterion, baseline, stage, sequential_state=state, now=now_s, stale_after=STALE_AFTER_S,
+                  **({} if alpha_fail is None or state is not None else {"alpha_fail": alpha_fail}))
     except JudgeError as exc:
         return Verdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
+    v = annotate(v, correction)
+    nxt = v.state if v.state is None or share is None else attrs.evolve(v.state, alpha_fail=share)
+    return machine_verdict(criterion.name, v), nxt
+
+
+def machine_verdict(name: str, v) -> Verdict:
+    """The judge's verdict as the state machine's, with the judge's whole record."""
     record = json.dumps(v.to_dict(), default=float, sort_keys=True)
-    return (Verdict(criterion.name, v.outcome, v.effect, v.ci_low, v.ci_high, v.n_baseline, v.n_stage,
-                    v.detail, v.reason, v.rule, record), v.state)
+    return Verdict(name, v.outcome, v.effect, v.ci_low, v.ci_high, v.n_baseline, v.n_stage, v.detail, v.reason,
+                   v.rule, record, bound=v.bound, limited_by=v.limited_by)
+
+
+# --- switchbacks (rollout.md §1.6, judge.md §6) ------------------------------------------------------
+
+SWITCHBACK_PHASE = "switchback"  # the journal's key (rollout_sequential) of a switchback's analysis
+SWITCHBACK_ALPHA = 0.05  # a switchback analysis' PASS error: PASS is an intersection, not split (judge.md §5.5)
+
+
+def switchback_period(spec: RolloutSpec, stage_index: int, metric: str, start: dt.datetime,
+                      batches: Sequence[Batch]) -> Period:
+    """One period of a switchback for the judge, on the plan's time axis: from the consensus that brought
+    it in (``start``) to the end of its last collection window, its samples pooled over relays (docs/judge.md
+    "Limits": a period's statistic is over all its relays' samples). Its washout was never collected as
+    the period's, so only the burn-out is left for the judge to drop."""
+    data = judge_input(spec, metric, batches)
+    windows = list(data.values()) if isinstance(data, Mapping) else [data]
+    values = np.concatenate([w.values for w in windows]) if windows else np.zeros(0)
+    times = np.concatenate([w.times for w in windows]) if windows else np.zeros(0)
+    arm = "control" if spec.stage(stage_index).name.startswith("control") else "treatment"
+    t0 = plan_seconds(spec, start)
+    end = plan_seconds(spec, max(b.t0 for b in batches)) + PLAN_HOUR_S if batches else t0 + PLAN_HOUR_S
+    return Period(arm, values, t0, max(end, t0 + 1.0), times)
+
+
+def judge_switchback_criterion(spec: RolloutSpec, criterion: CriterionSpec, periods: Sequence[Period],
+                               state: SequentialState | None, *, alpha_fail: float, final: bool,
+                               correction: str = "", share: float | None = None
+                               ) -> tuple[Verdict, SequentialState | None]:
+    """One look at a cycle's end: every period so far, period against period (judge.md §6). The sequential
+    analysis spans every cycle the run may take, the appendable ones included (``horizon_cycles``), so an
+    appended cycle is a later look of the same analysis; the last allowed cycle spends what is left.
+    ``alpha_fail`` is the FAIL error the plan's correction gives it at this look (``correction`` says how);
+    the state for the next look keeps ``share``, the criterion's own share."""
+    cycles = spec.n_stages // 2
+    looked = state if state is None else attrs.evolve(state, alpha_fail=alpha_fail)
+    try:
+        v = judge_switchback(criterion, periods, burnout=spec.burnout / spec.hour * PLAN_HOUR_S,
+                             planned_cycles=None if state else horizon_cycles(cycles), sequential_state=looked,
+                             alpha_fail=alpha_fail, alpha_pass=SWITCHBACK_ALPHA, final=final)
+    except JudgeError as exc:
+        return Verdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
+    v = annotate(v, correction)
+    nxt = v.state if v.state is None or share is None else attrs.evolve(v.state, alpha_fail=share)
+    return machine_verdict(criterion.name, v), nxt

@@ -8,11 +8,13 @@ carries out the transition. Replaying the journal's events through ``step`` rebu
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import attrs
 
+from kistexp.metrics import catalogue
 from kistexp.rollout.rollback import target_values
-from kistexp.rollout.spec import RolloutSpec, Values
+from kistexp.rollout.spec import CriterionSpec, RolloutSpec, Values
 from kistexp.rollout.state import (
     ABORT_TO_BASELINE,
     ABORTED,
@@ -45,12 +47,16 @@ from kistexp.rollout.state import (
     Start,
     Status,
     Transition,
+    Verdict,
     WashoutEnd,
 )
 
 # rounds without any consensus allowed, as a multiple of the K rounds a published consensus may lack the values
 MISSING_ROUNDS_FACTOR = 3
-PROMOTABLE_REASONS = frozenset({"gate", "inconclusive", "criterion-hold", "stepped-back"})
+SIGNAL = "signal"  # a criterion's role, and the pause reason its failure gives
+PROMOTABLE_REASONS = frozenset({"gate", "inconclusive", "criterion-hold", SIGNAL, "stepped-back"})
+EXTEND = "extend"  # on_inconclusive: grow the stage hour by hour, up to max_extension
+UNDECIDED = "undecided"  # the judge's reason for an INCONCLUSIVE whose interval straddles the limit
 
 
 def initial_status(spec: RolloutSpec) -> Status:
@@ -82,6 +88,8 @@ def _enter_stage(spec: RolloutSpec, st: Status, i: int, now: dt.datetime, cause:
 
 
 def _rollback(spec: RolloutSpec, st: Status, kind: str, now: dt.datetime, cause: str) -> Outcome:
+    if spec.kind == "switchback" and kind in (HOLD, STEP_BACK):
+        return _stop_alternation(spec, st, kind, now, cause)
     if kind == HOLD:
         reasons = st.reasons | {"criterion-hold"}
         new = attrs.evolve(st, state=PAUSED, reasons=reasons, resume_to=st.resume_to or st.state)
@@ -95,6 +103,64 @@ def _rollback(spec: RolloutSpec, st: Status, kind: str, now: dt.datetime, cause:
 
 def _fresh(st: Status) -> Status:
     return attrs.evolve(st, counters=(), extensions=0, promoted=False)
+
+
+# --- switchbacks (rollout.md §1.6) ------------------------------------------------------------------
+
+
+def _stop_alternation(spec: RolloutSpec, st: Status, kind: str, now: dt.datetime, cause: str) -> Outcome:
+    """A switchback's hold or step-back stops the alternation on the control values (§1.6): the control
+    period is the comparison's own reference, and stepping back to the previous period would as often
+    bring the treatment back. Already on them, the run pauses where it is; on the treatment's, the
+    control values are voted first and it pauses once they are in the consensus (``_stopped``)."""
+    stage = st.from_stage if st.state == ROLLING_BACK else st.stage
+    values = target_values(spec, kind, st.values, stage)
+    if values == st.values and st.state != ROLLING_BACK:
+        reason = "criterion-hold" if kind == HOLD else "stepped-back"
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {reason}, resume_to=st.resume_to or st.state)
+        return Outcome(new, None, f"{cause}: alternation stops on the control values in force",
+                       decision="rollback:hold")  # nothing changes on the network, as a staged hold
+    va = spec.cadence.next_feasible_va(now)
+    return _transition(spec, st, values, va, f"{cause}: alternation stops on the control values", "rollback",
+                       state=ROLLING_BACK, rollback_kind=kind, from_stage=stage, resume_to="")
+
+
+def _stopped(spec: RolloutSpec, st: Status, va: dt.datetime) -> Outcome:
+    """The control values of a stopped switchback are in the consensus: paused in that cycle's control
+    period, which is measured as any (``promote`` goes on alternating, ``abort`` ends the run)."""
+    control = spec.control_period(st.from_stage)
+    reason = "criterion-hold" if st.rollback_kind == HOLD else "stepped-back"
+    new = _fresh(attrs.evolve(st, state=PAUSED, stage=control, stage_va=va, target_va=None,
+                              reasons=(st.reasons & OPERATOR_REASONS) | {reason}, resume_to=MEASURING))
+    return Outcome(new, None, f"alternation stopped on the control values ({spec.stage(control).name}) from "
+                   f"{va:%Y-%m-%d %H:%M}", decision=f"stopped:{st.rollback_kind}")
+
+
+def _switchback_end(spec: RolloutSpec, st: Status, ev: DecisionDue, ok: bool, missing: list[str]) -> Outcome:
+    """The end of a switchback period. Alternation is pre-approved exposure: a period is followed by the
+    next one unless a criterion's latest verdict is a FAIL. From the planned end on, a cycle's end rests
+    on the period-against-period analysis the engine made at this instant (its verdicts are the latest):
+    PASS from every criterion completes the run; anything else appends one cycle, up to cycles/2, and
+    then pauses (inconclusive). The last period is a control one, so a pause leaves the control values
+    in force: no likely regression stays on the network while an operator decides."""
+    if not spec.may_end(st.stage):
+        failing = [m for m in missing if m.endswith(FAIL)]
+        if failing and not st.promoted:
+            return _hold(spec, st, ev, failing)
+        return _next_stage(spec, st, ev.at, "promoted" if st.promoted else "the period is over")
+    if ok or st.promoted:
+        return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted")
+    appended = (st.stage - spec.n_stages) // 2
+    undecided = "; ".join(missing)
+    if appended >= spec.max_appended_cycles:
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {INCONCLUSIVE}, resume_to=st.state)
+        return Outcome(new, None, f"still inconclusive after {appended} appended cycle(s), the most the plan's "
+                       f"{spec.n_stages // 2} cycles allow: {undecided}", decision="pause:inconclusive")
+    # appending is the plan's own rule (cycles/2), so the appended treatment period does not wait at a gate
+    nxt = st.stage + 1
+    out = _enter_stage(spec, st, nxt, ev.at, f"cycle appended: {appended + 1} of {spec.max_appended_cycles} "
+                       f"({spec.stage(nxt).name}, {spec.stage(nxt + 1).name}): {undecided}")
+    return attrs.evolve(out, decision=f"cycle-appended:{appended + 1}")
 
 
 def step(spec: RolloutSpec, st: Status, ev: Event) -> Outcome:
@@ -181,6 +247,8 @@ def _consensus(spec: RolloutSpec, st: Status, ev: ConsensusCheck) -> Outcome:
 def _arrived(spec: RolloutSpec, st: Status, was: str, va: dt.datetime) -> Outcome:
     manual = st.reasons & OPERATOR_REASONS
     if was == ROLLING_BACK:
+        if spec.kind == "switchback" and st.rollback_kind in (HOLD, STEP_BACK):
+            return _stopped(spec, st, va)
         if st.rollback_kind == STEP_BACK:
             back = max(0, st.from_stage - 1)
             new = _fresh(attrs.evolve(st, state=PAUSED, stage=back, stage_va=va, target_va=None,
@@ -223,6 +291,7 @@ def _evaluate(spec: RolloutSpec, st: Status, ev: Evaluate) -> Outcome:
     new = st
     fails: list[tuple[int, int, str, str]] = []
     errors: list[str] = []
+    signals: list[str] = []
     order = {c.name: n for n, c in enumerate(spec.criteria)}
     for v in ev.verdicts:
         crit = spec.criterion(v.criterion)
@@ -230,7 +299,9 @@ def _evaluate(spec: RolloutSpec, st: Status, ev: Evaluate) -> Outcome:
         new = new.with_counter(crit.name, c)
         if crit.shadow:
             continue  # journaled, never aggregated (§1.3)
-        if v.outcome == FAIL and c.failed > crit.failure_limit:
+        if v.outcome == FAIL and c.failed > crit.failure_limit and crit.role == SIGNAL:
+            signals.append(crit.name)  # a signal's failure asks an operator; it never rolls back by itself
+        elif v.outcome == FAIL and c.failed > crit.failure_limit:
             fails.append((-SEVERITY[crit.on_fail], order[crit.name], crit.on_fail, crit.name))
         if v.outcome == ERROR and c.consecutive_error > crit.consecutive_error_limit:
             if crit.on_error == "rollback":
@@ -245,6 +316,10 @@ def _evaluate(spec: RolloutSpec, st: Status, ev: Evaluate) -> Outcome:
         verdict = next(v for v in ev.verdicts if v.criterion == name)
         cause = f"criterion {name!r} failed ({verdict.detail or 'over its limit'}) -> {kind}"
         return _rollback(spec, new, kind, ev.at, cause)
+    if signals and SIGNAL not in new.reasons:  # once paused for a signal, later failures add no decision
+        detail = next(v for v in ev.verdicts if v.criterion == signals[0]).detail or "over its limit"
+        return _pause(new, SIGNAL, f"signal {', '.join(map(repr, signals))} failed ({detail}): paused for an "
+                                   "operator (a signal does not roll back)")
     if errors:
         out = attrs.evolve(new, state=PAUSED, reasons=new.reasons | {"error"},
                            resume_to=new.resume_to if new.state == PAUSED else new.state)
@@ -273,12 +348,11 @@ def _decide(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
     if st.state != MEASURING:
         return Outcome(st)  # paused, washing out, transitioning: no forward motion
     ok, missing = _all_pass(spec, st)
-    if spec.kind == "switchback" and st.stage < spec.n_stages:
-        failing = [m for m in missing if m.endswith(FAIL)]
-        ok, missing = not failing, failing  # alternation is pre-approved exposure (§1.6)
+    if spec.kind == "switchback":
+        return _switchback_end(spec, st, ev, ok, missing)
     if ok or st.promoted:
         return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted")
-    return _hold(spec, st, ev, missing)
+    return _stage_end(spec, st, ev)
 
 
 def _hold(spec: RolloutSpec, st: Status, ev: DecisionDue, missing: list[str]) -> Outcome:
@@ -292,9 +366,119 @@ def _hold(spec: RolloutSpec, st: Status, ev: DecisionDue, missing: list[str]) ->
     return Outcome(new, None, f"hold: {'; '.join(missing)}", decision="hold")
 
 
+def _pause(st: Status, reason: str, message: str) -> Outcome:
+    new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {reason},
+                       resume_to=st.resume_to if st.state == PAUSED else st.state)
+    return Outcome(new, None, message, decision=f"pause:{reason}")
+
+
+# --- the end of a stage (docs/rollouts.md "What ends a stage") --------------------------------------
+
+
+def _stage_end(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
+    """A stage's decision time without a PASS from every criterion. Each criterion that did not pass says
+    what ends the stage, from the judge's look at this instant; a rollback wins over a pause, a pause over
+    an extension, and among rollbacks the most severe (ties by plan order), as for simultaneous FAILs."""
+    looked = {v.criterion: v for v in ev.verdicts}
+    when = "at the stage's end" if not st.extensions else f"after {st.extensions} h of extension"
+    rollbacks: list[tuple[int, int, str, str]] = []
+    pauses: list[tuple[str, str]] = []
+    extend: list[str] = []
+    for n, c in enumerate(spec.criteria):
+        k = st.counter(c.name)
+        if c.shadow or (k.latest == PASS and k.consecutive_success >= c.consecutive_success):
+            continue
+        v = looked.get(c.name)
+        budget = spec.extensions_for(st.stage, c)
+        if not _judged(v):
+            # missing data (too few samples, stale, an error, exposure short, no look): it never advances,
+            # never rolls back and never counts as an estimate beyond the limit; it waits, then asks a person
+            what = f"{c.name}: {k.latest or 'no verdict'}" + (f" ({v.reason})" if v is not None and v.reason else "")
+            if st.extensions < budget:
+                extend.append(what)
+            else:
+                pauses.append((INCONCLUSIVE, f"still no decision {when}: {what}"))
+            continue
+        assert v is not None
+        interval = f"interval [{_amount(c, v.ci_low)}, {_amount(c, v.ci_high)}]"
+        limit = _amount(c, v.bound, limit=True)
+        if _beyond(c, v):
+            # the likely side of the limit is the failing one: a regression is not left on the network
+            # because the interval still straddles it
+            head = (f"criterion {c.name!r} failed {when} ({v.detail or 'over its limit'})" if v.outcome == FAIL
+                    else f"criterion {c.name!r}: estimate {_amount(c, v.effect)} beyond the limit {limit} {when}, "
+                         f"{interval} not conclusive")
+            if c.role == SIGNAL:
+                pauses.append((SIGNAL, f"{head}: paused for an operator (a signal does not roll back)"))
+            else:
+                rollbacks.append((-SEVERITY[c.on_fail], n, c.on_fail, f"{head}: {c.on_fail} as on_fail"))
+            continue
+        head = (f"criterion {c.name!r}: estimate {_amount(c, v.effect)} within the limit {limit} {when}, "
+                f"{interval} not conclusive")
+        action = c.on_inconclusive
+        if action == EXTEND and v.limited_by:
+            pauses.append((INCONCLUSIVE, f"{head}; the {v.limited_by}'s {_span(spec)} bound the interval: "
+                                         "extending cannot decide: paused for an operator"))
+        elif action == EXTEND and st.extensions >= budget:
+            pauses.append((INCONCLUSIVE, f"{head}, the longest extension its plan allows: paused for an operator"))
+        elif action == EXTEND:
+            extend.append(f"{c.name}: inconclusive, estimate {_amount(c, v.effect)} within the limit {limit}, "
+                          f"{interval} (extension {st.extensions + 1} of {budget} h)")
+        elif action == HOLD or c.role == SIGNAL:
+            # a signal never rolls back by itself: its rollback on_inconclusive pauses too (lint warns)
+            pauses.append((INCONCLUSIVE, f"{head}: paused for an operator as on_inconclusive ({action})"))
+        else:
+            rollbacks.append((-SEVERITY[action], n, action, f"{head}: {action} as on_inconclusive"))
+    if rollbacks:
+        _, _, kind, cause = sorted(rollbacks)[0]
+        return _rollback(spec, st, kind, ev.at, cause)
+    if pauses:
+        reasons = frozenset(r for r, _ in pauses)
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | reasons, resume_to=st.state)
+        return Outcome(new, None, "; ".join(m for _, m in pauses),
+                       decision=f"pause:{SIGNAL if SIGNAL in reasons else INCONCLUSIVE}")
+    new = attrs.evolve(st, extensions=st.extensions + 1, decision_at=st.decision_at + spec.hour)
+    return Outcome(new, None, f"hold: {'; '.join(extend)}", decision="hold")
+
+
+def _judged(v: Verdict | None) -> bool:
+    """A verdict resting on data: a FAIL, or an INCONCLUSIVE only because its interval straddles the limit."""
+    return (v is not None and v.effect is not None and v.bound is not None and math.isfinite(v.effect)
+            and (v.outcome == FAIL or (v.outcome == INCONCLUSIVE and v.reason == UNDECIDED)))
+
+
+def _beyond(c: CriterionSpec, v: Verdict) -> bool:
+    """The point estimate is on the failing side of the limit."""
+    assert v.effect is not None and v.bound is not None
+    if c.comparison in ("relative-decrease", "absolute-decrease", "below"):
+        return v.effect < v.bound
+    return v.effect > v.bound
+
+
+def _amount(c: CriterionSpec, x: float | None, *, limit: bool = False) -> str:
+    """An effect as the plan states its limit: a relative change in % (+17.4 %), else in the metric's
+    display unit (a difference signed, a level not)."""
+    if x is None or not math.isfinite(x):
+        return "unbounded"
+    if c.comparison.startswith("relative"):
+        pct = (x - 1.0) * 100.0
+        return f"{pct:+.3g} %" if limit else f"{pct:+.1f} %"
+    unit, factor = catalogue.display(c.metric)
+    sign = "" if c.comparison in ("above", "below") else "+"
+    return f"{x * factor:{sign}.4g} {unit}".rstrip()
+
+
+def _span(spec: RolloutSpec) -> str:
+    """The baseline's length in plan time: "3 days", "36 h"."""
+    hours = round(spec.baseline_duration / spec.hour)
+    if hours % 24 == 0:
+        return f"{hours // 24} day{'s' if hours != 24 else ''}"
+    return f"{hours} h"
+
+
 def _next_stage(spec: RolloutSpec, st: Status, now: dt.datetime, cause: str, *, full: bool = False) -> Outcome:
-    nxt = spec.n_stages if full else st.stage + 1
-    if st.stage >= spec.n_stages:
+    nxt = max(spec.n_stages, st.stage + 1) if full else st.stage + 1
+    if spec.may_end(st.stage):
         new = attrs.evolve(st, state=COMPLETED, reasons=frozenset(), resume_to="")
         return Outcome(new, None, f"completed: {cause}", decision="complete")
     if spec.stage(nxt).gate == "manual" and not st.promoted:
@@ -350,8 +534,15 @@ def _command(spec: RolloutSpec, st: Status, ev: Command) -> Outcome:
         if st.terminal:
             return _refuse(st, f"nothing to abort: the rollout is {st.state.lower()}")
         k = ev.arg("kind") or ABORT_TO_BASELINE
-        if k not in ROLLBACK_KINDS + (ABORT_TO_BASELINE,) or k == HOLD:
-            return _refuse(st, f"abort --kind {k!r}: one of step-back, revert-default, remove-param, baseline")
+        if k not in ROLLBACK_KINDS + (ABORT_TO_BASELINE,):
+            return _refuse(st, f"abort --kind {k!r}: one of step-back, revert-default, remove-param, hold, baseline")
+        if k == HOLD:
+            # rollout.md "Rollback kinds": hold changes no vote and pauses (criterion-hold) while the stage's
+            # exposure and looks go on. A pending change would drop the hold when it arrives, so not then.
+            if st.state in (TRANSITIONING, ROLLING_BACK):
+                return _refuse(st, f"abort --kind hold: a change is pending ({st.describe()}); hold once it is "
+                                   "in the consensus, or pause now")
+            return _rollback(spec, st, HOLD, now, f"held by {ev.user or 'operator'} (abort --kind hold)")
         return _rollback(spec, attrs.evolve(st, reasons=frozenset()), k, now,
                          f"aborted by {ev.user or 'operator'} ({k})")
     if kind == "retry":
@@ -368,8 +559,8 @@ def _command(spec: RolloutSpec, st: Status, ev: Command) -> Outcome:
             to = int(raw) if raw not in ("", "baseline") else (0 if raw == "baseline" else max(0, base - 1))
         except ValueError:
             return _refuse(st, f"undo --to-stage {raw!r}: a stage number or 'baseline'")
-        if not 0 <= to <= spec.n_stages:
-            return _refuse(st, f"undo --to-stage {to}: the plan has stages 1..{spec.n_stages}")
+        if not 0 <= to <= spec.last_stage:
+            return _refuse(st, f"undo --to-stage {to}: the plan has stages 1..{spec.last_stage}")
         return _enter_stage(spec, _fresh(st), to, now, f"undo to {'baseline' if to == 0 else f'stage {to}'}",
                             kind="undo", fast=bool(ev.arg("fast")), aborted_stage=None)
     return _refuse(st, f"unknown command {kind!r}")

@@ -24,6 +24,9 @@ from kistexp.rollout.state import ABORT_TO_BASELINE, HOLD, REMOVE_PARAM, REVERT_
 
 def target_values(spec: RolloutSpec, kind: str, current: Values, stage: int) -> Values:
     """The set the participants vote after a rollback of ``kind`` from ``stage``."""
+    if spec.kind == "switchback" and kind in (HOLD, STEP_BACK):
+        # rollout.md §1.6: a switchback's hold or step-back stops the alternation on its control values
+        return spec.values_of(spec.control_period(stage))
     if kind == HOLD:
         return current
     if kind == STEP_BACK:
@@ -121,7 +124,7 @@ def plan_rollback(spec: RolloutSpec, kind: str, current: Values, stage: int, now
             words = ", ".join(f"{d.value} for tor {d.versions}" for d in o.compiled_defaults)
             mixed = "; mixed versions run mixed values" if len(values) > 1 else ""
             notes.append(f"{o.param} leaves the consensus: tors run their compiled default ({words}){mixed}")
-    if kind == HOLD:
+    if kind == HOLD and targets == current:
         notes.append("no change on the network: exposure continues, the stage clock stops")
     notes.append("a relay with a non-zero torrc value never reads the consensus; no rollback reaches it")
     return RollbackPlan(

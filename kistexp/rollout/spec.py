@@ -27,8 +27,9 @@ from kistexp.dirauth.schedule import (
 )
 from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.errors import KistexpError
+from kistexp.judge.switchback import appendable_cycles
 from kistexp.metrics import catalogue
-from kistexp.plan.model import UNSET, Criterion, Plan
+from kistexp.plan.model import DEFAULT_CORRECTION, DEFAULT_ON_INCONCLUSIVE, UNSET, Criterion, Plan
 
 Values = tuple[tuple[str, "int | str"], ...]  # (param, int or "unset") in plan order
 
@@ -134,8 +135,11 @@ class CriterionSpec:
     consecutive_success: int = CONSECUTIVE_SUCCESS
     shadow: bool = False  # dry_run = true: journaled, never aggregated (§1.3)
     on_error: str = "hold"
+    max_extension: dt.timedelta | None = None  # in run time, like the stages; None: the stage's own length
 
     metric = property(lambda self: self.base.metric)
+    role = property(lambda self: getattr(self.base, "role", "guardrail"))
+    on_inconclusive = property(lambda self: getattr(self.base, "on_inconclusive", DEFAULT_ON_INCONCLUSIVE))
     statistic = property(lambda self: self.base.statistic)
     comparison = property(lambda self: self.base.comparison)
     threshold = property(lambda self: self.base.threshold)
@@ -170,6 +174,11 @@ class RolloutSpec:
     washout: dt.timedelta
     tor_versions: str
     consensus_rounds: int = CONSENSUS_ROUNDS_LIVE
+    # a switchback's periods past the planned ones, appended a cycle at a time while its analysis is
+    # undecided (rollout.md §1.6): cycles/2 cycles at most
+    appendable: tuple[StageSpec, ...] = ()
+    burnout: dt.timedelta = dt.timedelta(0)  # a switchback's samples dropped before each switch
+    correction: str = DEFAULT_CORRECTION  # how a stage's criteria share the FAIL error (docs/judge.md)
 
     @property
     def start(self) -> dt.datetime:
@@ -177,10 +186,32 @@ class RolloutSpec:
 
     @property
     def n_stages(self) -> int:
+        """The planned stages (a switchback's planned periods); ``last_stage`` counts appendable ones too."""
         return len(self.stages)
 
+    @property
+    def last_stage(self) -> int:
+        return len(self.stages) + len(self.appendable)
+
+    @property
+    def max_appended_cycles(self) -> int:
+        return len(self.appendable) // 2
+
     def stage(self, i: int) -> StageSpec:
-        return self.stages[i - 1]
+        return self.stages[i - 1] if i <= len(self.stages) else self.appendable[i - len(self.stages) - 1]
+
+    def cycle_end(self, i: int) -> bool:
+        """Stage ``i`` is a switchback's control period: the end of a cycle, where its analysis looks."""
+        return self.kind == "switchback" and 1 <= i <= self.last_stage and self.stage(i).name.startswith("control")
+
+    def control_period(self, i: int) -> int:
+        """The control period of stage ``i``'s cycle: ``i`` itself, or the period after a treatment one."""
+        return i if i == 0 or self.cycle_end(i) else i + 1
+
+    def may_end(self, i: int) -> bool:
+        """Whether the run may complete after stage ``i``: a staged plan's last stage; a switchback's planned
+        end or the end of an appended cycle (§1.6)."""
+        return i >= self.n_stages and (self.kind != "switchback" or self.cycle_end(i))
 
     def values_of(self, i: int) -> Values:
         return self.baseline_values if i == 0 else self.stage(i).values
@@ -195,6 +226,13 @@ class RolloutSpec:
         """Default: the stage may grow to double its length, one hour at a time (§1.3)."""
         duration = self.baseline_duration if i == 0 else self.stage(i).duration
         return max(1, round(duration / self.hour))
+
+    def extensions_for(self, i: int, c: CriterionSpec) -> int:
+        """Hourly extensions stage ``i`` may take for criterion ``c``: its ``max_extension``, else the
+        stage's own length (§1.3)."""
+        if c.max_extension is None:
+            return self.max_extensions(i)
+        return max(0, math.floor(c.max_extension / self.hour + 1e-9))
 
     def others_vote(self) -> dict[str, int]:
         """What the non-participating authorities list: the baseline's values, or nothing."""
@@ -259,7 +297,8 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
                       consecutive_error_limit=getattr(c, "consecutive_error_limit", CONSECUTIVE_ERROR_LIMIT),
                       consecutive_success=getattr(c, "consecutive_success", CONSECUTIVE_SUCCESS),
                       shadow=bool(getattr(c, "dry_run", False)),
-                      on_error=getattr(c, "on_error", "hold"))
+                      on_error=getattr(c, "on_error", "hold"),
+                      max_extension=None if getattr(c, "max_extension", None) is None else c.max_extension * scale)
         for c in plan.criteria)
     names = [c.name for c in criteria]
     if len(set(names)) != len(names):
@@ -267,6 +306,15 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
         raise RolloutError(f"{plan.path}: two criteria share the name {twice!r}")
     stages = tuple(StageSpec(i, s.name, s.values, s.duration * scale, s.gate)
                    for i, s in enumerate(plan.stages, start=1))
+    appendable: tuple[StageSpec, ...] = ()
+    sb = plan.switchback
+    if sb is not None:
+        # named and ordered as the loader expands the planned cycles: treatment-8, control-8, ...
+        first = sb.cycles + 1
+        appendable = tuple(
+            StageSpec(len(stages) + 2 * (c - first) + j + 1, f"{arm}-{c}", values, sb.period * scale, sb.gate)
+            for c in range(first, first + appendable_cycles(sb.cycles))
+            for j, (arm, values) in enumerate((("treatment", sb.treatment), ("control", sb.control))))
     washout = (plan.switchback.washout * scale if plan.switchback is not None
                else washout_for(criteria, cadence))
     return RolloutSpec(
@@ -279,4 +327,6 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
         participating=plan.authorities.participating, others=plan.authorities.others,
         cadence=cadence, hour=dt.timedelta(seconds=cadence.interval_s), washout=washout,
         tor_versions=plan.tor_versions_text, consensus_rounds=consensus_rounds,
+        appendable=appendable, burnout=sb.burnout * scale if sb is not None else dt.timedelta(0),
+        correction=getattr(plan, "correction", DEFAULT_CORRECTION),
     )

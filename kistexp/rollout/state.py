@@ -22,7 +22,7 @@ COMPLETED = "COMPLETED"
 STATES = (PENDING, BASELINE, TRANSITIONING, WASHOUT, MEASURING, PAUSED, ROLLING_BACK, ABORTED, COMPLETED)
 TERMINAL = (ABORTED, COMPLETED)
 
-PAUSE_REASONS = ("manual", "freeze", "gate", "inconclusive", "error", "criterion-hold", "stepped-back",
+PAUSE_REASONS = ("manual", "freeze", "gate", "inconclusive", "error", "criterion-hold", "signal", "stepped-back",
                  "not-in-consensus", "drift", "plan-changed")
 OPERATOR_REASONS = frozenset({"manual", "freeze"})  # the only ones `resume` clears
 
@@ -128,6 +128,9 @@ class Verdict:
     reason: str = ""  # why an INCONCLUSIVE is one (kistexp.judge REASONS), "" otherwise
     rule: str = ""  # the judge's decision rule at this look
     record: str = ""  # JSON of the judge's whole Verdict (kistexp.judge.Verdict.to_dict())
+    bound: float | None = None  # the limit on the effect's scale (1.1 for a 10 % relative-increase)
+    # "baseline" when no longer stage could decide this INCONCLUSIVE (kistexp.judge Verdict.limited_by)
+    limited_by: str = ""
 
 
 @attrs.frozen
@@ -141,6 +144,9 @@ class DecisionDue:
     at: dt.datetime
     stage: int
     short: tuple[str, ...] = ()  # baseline: criteria still below min_samples
+    # the judge's look at the decision time, which the end of a stage rests on (estimate against the
+    # limit, whether extending can help); the counters keep only each criterion's outcome
+    verdicts: tuple[Verdict, ...] = ()
 
 
 @attrs.frozen
