@@ -32,7 +32,8 @@ CHUNK_BYTES = 64 * 1024
 _VIRTUAL_ROOTS = ("/proc", "/sys")
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO (named pipe)", "a character device", ...)."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -46,12 +47,10 @@ def _is_virtual(path: str) -> bool:
     return any(real == root or real.startswith(root + "/") for root in _VIRTUAL_ROOTS)
 
 
-def read_bounded(path: str | os.PathLike[str], limit: int, what: str,
-                 error: type[KistexpError] = KistexpError) -> bytes:
-    """The bytes of regular file ``path``, at most ``limit`` of them; anything else raises ``error``.
-
-    ``what`` names the content in messages ("plan", "key certificates"); every message starts with the path.
-    """
+def open_regular_fd(path: str | os.PathLike[str], what: str,
+                    error: type[KistexpError] = KistexpError) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of ``path`` and its stat, if it is a regular file; anything else (a FIFO, a
+    device, a directory, a kernel file under /proc or /sys) raises ``error`` naming what it is."""
     name = os.fsdecode(path)
     if _is_virtual(name):
         raise error(f"{name}: not a regular file ({what} cannot be read from a kernel file under /proc or /sys)")
@@ -68,7 +67,22 @@ def read_bounded(path: str | os.PathLike[str], limit: int, what: str,
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{name}: not a regular file ({what} expected, found {_kind(info.st_mode)})")
+            raise error(f"{name}: not a regular file ({what} expected, found {kind_of(info.st_mode)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int, what: str,
+                 error: type[KistexpError] = KistexpError) -> bytes:
+    """The bytes of regular file ``path``, at most ``limit`` of them; anything else raises ``error``.
+
+    ``what`` names the content in messages ("plan", "key certificates"); every message starts with the path.
+    """
+    name = os.fsdecode(path)
+    fd, info = open_regular_fd(path, what, error)
+    try:
         if info.st_size > limit:
             raise error(f"{name}: {what} file is {info.st_size} bytes, larger than the {limit}-byte limit")
         chunks: list[bytes] = []
@@ -141,7 +155,7 @@ def check_output_path(path: str | os.PathLike[str], what: str,
             target = ""
         raise error(f"{shown}: cannot write {what}: it is a symbolic link{target}; name the file itself")
     if not stat.S_ISREG(info.st_mode):
-        raise error(f"{shown}: cannot write {what}: it is {_kind(info.st_mode)}, not a regular file")
+        raise error(f"{shown}: cannot write {what}: it is {kind_of(info.st_mode)}, not a regular file")
 
 
 def _shown(name: str) -> str:
@@ -199,7 +213,7 @@ def open_output(path: str | os.PathLike[str], what: str, error: type[KistexpErro
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{_shown(name)}: cannot write {what}: it is {_kind(info.st_mode)}, not a regular file")
+            raise error(f"{_shown(name)}: cannot write {what}: it is {kind_of(info.st_mode)}, not a regular file")
         os.set_blocking(fd, True)
         os.ftruncate(fd, 0)  # truncated only once it is known to be a regular file
     except OSError as exc:

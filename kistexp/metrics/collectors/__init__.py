@@ -97,22 +97,8 @@ def open_regular(path: str | os.PathLike[str], what: str, error: type[KistexpErr
     bytes of a file whose kind is being told): the same rule as ``safeio.read_bounded``. The
     file is opened without blocking, so a FIFO is refused instead of waiting for a writer.
     """
-    name = os.fsdecode(path)
-    real = os.path.realpath(name)
-    if any(real == root or real.startswith(root + "/") for root in ("/proc", "/sys")):
-        raise error(f"{name}: not a regular file ({what} cannot be read from a kernel file under /proc or /sys)")
+    fd, _info = safeio.open_regular_fd(path, what, error)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise error(f"{name}: cannot read {what}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{name}: not a regular file ({what} expected, found a directory)") from None
-    except OSError as exc:
-        raise error(f"{name}: cannot read {what}: {exc.strerror or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"{name}: not a regular file ({what} expected, found {_kind_of(mode)})")
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -135,16 +121,7 @@ def is_special(path: str | os.PathLike[str]) -> str:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return ""
-    return "" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind_of(mode)
-
-
-def _kind_of(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
+    return "" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else safeio.kind_of(mode)
 
 
 def decompress_bounded(stored: bytes, where: str, *, xz: bool, max_raw: int) -> bytes:
