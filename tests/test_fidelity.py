@@ -10,8 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 import kistexp.fidelity as fidelity
+import kistexp.fidelity.realtor as realtor
+import kistexp.fidelity.report as fidelity_report
+import kistexp.fidelity.run as fidelity_run
 from kistexp.cli import app
-from kistexp.errors import SimConfigError
+from kistexp.errors import LocalNetError, SimConfigError
 from kistexp.fidelity import Case, RealSide, Row, SimSide, parse_cases, run_fidelity, simulate
 from kistexp.localnet.schedlog import RunStats
 
@@ -90,7 +93,7 @@ def test_simulator_adapter_builds_the_registry_scenario(recorded_runs: list[tupl
 
 
 def test_real_side_skipped_cleanly_without_tor(recorded_runs: list[tuple], monkeypatch) -> None:
-    monkeypatch.setattr(fidelity, "have_tor", lambda: False)
+    monkeypatch.setattr(fidelity_run, "have_tor", lambda: False)
     report = run_fidelity(parse_cases("circuit", "kist", "2,10"), repetitions=3, size_mb=1, seeds=3)
     assert "tor and tor-gencert are not installed" in report.real_skipped
     assert [r.real for r in report.rows] == [None, None]
@@ -193,10 +196,10 @@ def test_how_long_the_tors_waited_for_a_core_reaches_the_report(monkeypatch, tmp
     monkeypatch.setattr(rt, "_core_wait_sample", lambda: next(readings))
     monkeypatch.setattr(rt, "_cpu_sample", lambda: {"exit": 0.0})
     monkeypatch.setattr(rt, "_transfer", lambda case, size, tag: 7.5)
-    monkeypatch.setattr(fidelity.time, "monotonic", clock)
+    monkeypatch.setattr(realtor.time, "monotonic", clock)
     rep = rt._repetition(Case("circuit", "vanilla", 2), 1_000_000, "r0")
     assert rep.core_wait == pytest.approx(0.25)  # the guard: 0.5 s of 2 s
-    side = fidelity._real_side([rep, attrs.evolve(rep, core_wait=0.15)], None)
+    side = realtor._real_side([rep, attrs.evolve(rep, core_wait=0.15)], None)
     assert side.core_wait_fractions == pytest.approx((0.25, 0.15))
     out = Row(Case("circuit", "vanilla", 2), side, SimSide((9.0,))).as_json()
     assert out["real_core_wait_fraction_mean"] == pytest.approx(0.20)
@@ -210,7 +213,7 @@ def test_how_long_the_tors_waited_for_a_core_reaches_the_report(monkeypatch, tmp
 def test_a_repetition_the_host_held_off_is_measured_again(monkeypatch, tmp_path) -> None:
     """--max-stolen: a repetition during which the host took more than the bound is measured
     again, at most STOLEN_RETRIES times; the report counts the dropped tries."""
-    from kistexp.fidelity import _Repetition
+    from kistexp.fidelity.realtor import _Repetition
 
     shares: list[float] = []
     tags: list[str] = []
@@ -325,7 +328,7 @@ def test_target_and_ordering_checks() -> None:
 def test_sim_figure_beyond_this_machine_is_cpu_bound_not_compared(monkeypatch) -> None:
     """Real Vanilla on the 2-core machine: ~30 MB/s for ~33 ms of CPU per MB over all processes.
     A simulated 240 MB/s would need ~8 cores here, so the row is reported, not compared."""
-    monkeypatch.setattr(fidelity.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(fidelity_report.os, "cpu_count", lambda: 2)
     real = RealSide((27.0, 30.0, 33.0), 0.26, None, 0.95, cpu_seconds_per_mbyte=0.033)
     vanilla = Row(Case("circuit", "vanilla", 10), real, SimSide((239.0,)))
     assert vanilla.sim_needs_cores == pytest.approx(7.9, abs=0.1)
@@ -450,7 +453,7 @@ def _voting_realtor(monkeypatch, tmp_path, held: dict) -> tuple[fidelity.RealTor
     import types
 
     net = _VotingNet(held)
-    monkeypatch.setattr(fidelity, "_consensus_cc_alg", lambda _net, name: net.held[name])
+    monkeypatch.setattr(realtor, "_consensus_cc_alg", lambda _net, name: net.held[name])
     real = fidelity.RealTor(root=tmp_path)
     real.net = net
     for role in ("client", "guard", "middle", "exit"):
@@ -461,11 +464,9 @@ def _voting_realtor(monkeypatch, tmp_path, held: dict) -> tuple[fidelity.RealTor
 def test_a_cc_alg_vote_that_never_arrives_names_what_each_node_holds(monkeypatch, tmp_path) -> None:
     """The wait for a voted cc_alg ends with a one-line LocalNetError saying which consensus
     each authority and node holds, instead of hanging or a bare timeout."""
-    from kistexp.errors import LocalNetError
-
     held = {"auth0": 0, "auth1": 0, "auth2": 0, "client": 0, "guard": 0, "middle": 0, "exit": None}
     real, net = _voting_realtor(monkeypatch, tmp_path, held)
-    monkeypatch.setattr(fidelity, "PARAMS_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(realtor, "PARAMS_TIMEOUT_S", 0.0)
     with pytest.raises(LocalNetError) as err:
         real.set_cc_alg(0)
     msg = str(err.value)
@@ -493,7 +494,7 @@ def test_a_cc_alg_vote_restarts_a_client_still_on_the_old_value(monkeypatch, tmp
     # the authorities must hold it first: a client restarted earlier would bootstrap the old value
     net.calls.clear()
     net.held.update(auth0=2, auth1=2, auth2=2)
-    monkeypatch.setattr(fidelity, "PARAMS_TIMEOUT_S", 0.0)
-    with pytest.raises(fidelity.LocalNetError, match="consensus of auth0, auth1, auth2"):
+    monkeypatch.setattr(realtor, "PARAMS_TIMEOUT_S", 0.0)
+    with pytest.raises(LocalNetError, match="consensus of auth0, auth1, auth2"):
         real.set_cc_alg(0)
     assert net.calls == []

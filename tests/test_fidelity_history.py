@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 import kistexp.commands.fidelity as fidelity_cmd
-from kistexp import fidelity_history as fh
 from kistexp.cli import app
 from kistexp.errors import FidelityHistoryError
 from kistexp.fidelity import Case, RealSide, Report, Row, SimSide
+from kistexp.fidelity import history as fh
 from kistexp.localnet.schedlog import RunStats
 
 REPO = Path(__file__).resolve().parent.parent

@@ -77,7 +77,7 @@ def test_cc_off_via_consensus_params_kistlite_matches_the_simulator(real) -> Non
     2.29-2.36 here at 4 MB): the check is the
     25 % target above and a floor below (real tor falls further under load). Runs last: it
     leaves cc_alg=0 in the consensus."""
-    from kistexp.fidelity import _consensus_cc_alg
+    from kistexp.fidelity.realtor import _consensus_cc_alg
 
     case = Case("cc-off", "kistlite", 10)
     pid_before = real.net.pid(real.client)

@@ -324,7 +324,7 @@ def test_sweep_exports_neutralise_formulas_and_keep_numbers(tmp_path):
 
 
 def test_fidelity_history_record_neutralises_text_cells(tmp_path):
-    from kistexp.fidelity_history import HistoryRow, parse, to_csv
+    from kistexp.fidelity.history import HistoryRow, parse, to_csv
 
     row = HistoryRow(run_id="-run", measured_utc=dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc), scenario="=x()",
                      scheduler="kist", interval_ms=2, real_mbytes_per_s=1.5, sim_mbytes_per_s=1.2,

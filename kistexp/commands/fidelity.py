@@ -9,10 +9,10 @@ import typer
 from rich import box
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from kistexp import fidelity_history
 from kistexp.errors import FidelityHistoryError, KistexpError
 from kistexp.fidelity import SCENARIOS, STOLEN_RETRIES, Case, Report, parse_cases, run_fidelity
-from kistexp.fidelity_history import History, HistoryRow, RunSummary
+from kistexp.fidelity import history as fidelity_history
+from kistexp.fidelity.history import History, HistoryRow, RunSummary
 from kistexp.output import add_row, emit_json, make_table, print_table, progress_bar, say, visible
 
 

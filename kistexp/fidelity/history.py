@@ -9,7 +9,7 @@ where, which tor, how many repetitions and seeds, which model) are repeated on e
 so the file stays one flat table that a spreadsheet or pandas reads as it is.
 
 A row is *compared* when both sides were measured and the row was not CPU-bound on its machine
-(``kistexp.fidelity.Row.cpu_bound``); a compared row is within the target when the simulator's
+(``kistexp.fidelity.report.Row.cpu_bound``); a compared row is within the target when the simulator's
 mean is within 25 % of real tor's. Summaries count only compared rows, as the report does.
 """
 
@@ -33,13 +33,13 @@ from kistexp.safeio import read_bounded_text, write_atomic
 from kistexp.textsafe import csv_row, visible
 
 if TYPE_CHECKING:
-    from kistexp.fidelity import Report
+    from kistexp.fidelity.report import Report
 
 BUNDLED_NAME = "fidelity-history.csv"
 #: A history holds tens of rows per run; this is thousands of runs, and keeps a wrong file
 #: (a log, a device) from being read whole.
 MAX_BYTES = 32 * 1024 * 1024
-#: Issue 4's target, as ``kistexp.fidelity.TARGET_RATIO_TOLERANCE`` (not imported: reading the
+#: Issue 4's target, as ``kistexp.fidelity.report.TARGET_RATIO_TOLERANCE`` (not imported: reading the
 #: history needs neither tor nor the simulator).
 TOLERANCE = 0.25
 SCHEDULERS = ("kist", "kistlite", "vanilla")
@@ -192,7 +192,7 @@ def utc_text(when: dt.datetime) -> str:
 @functools.cache
 def default_cases() -> frozenset[tuple[str, str, int, int]]:
     """The cases of ``kistexp fidelity`` without --scenarios, --schedulers and --intervals."""
-    from kistexp.fidelity import parse_cases
+    from kistexp.fidelity.cases import parse_cases
 
     return frozenset((c.scenario, c.scheduler, c.interval_ms, c.client_interval_ms) for c in parse_cases())
 
