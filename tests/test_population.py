@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from kistexp.cli import app
 from kistexp.errors import PopulationError
 from kistexp.population import bwweights, kernels, latency
-from kistexp.population.classes import RelayClass, assign_classes, load_class_shares, load_profiles
+from kistexp.population.classes import RelayClass, assign_classes, load_class_shares, load_profiles, tick_shares
 from kistexp.population.geoip import load_geoip, parse_geoip
 from kistexp.population.paths import pick_paths, position_probabilities
 from kistexp.population.policy import parse_policy_summary
@@ -321,7 +321,7 @@ def test_tick_quantises_the_run_interval():
     assert run(4, 300) == pytest.approx(10 / 3) and run(5, 300) == pytest.approx(20 / 3)
     assert run(11, 100) == 10.0 and run(12, 100) == 20.0
     assert run(1, 250) == 0.0  # no timer: back-to-back runs
-    shares = kernels.tick_shares()
+    shares = tick_shares()
     assert sum(shares.values()) == pytest.approx(1.0)
     assert kernels.alike_share(2, 3, shares) == pytest.approx(1 - shares[1000])
 

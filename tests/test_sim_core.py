@@ -349,7 +349,7 @@ def test_result_to_dict_carries_units_and_cost_model_counts():
 
 
 def test_a_run_that_outgrows_the_memory_bound_stops_during_the_run():
-    from kistexp.sim.network import _build, _nbytes
+    from kistexp.sim.state import build_state, state_bytes
 
     # 80 circuits whose middle relay has a slow NIC: cells pile up there to the circuit windows
     net = Network(LinkConfig(rtt_ms=1.0, mss=LOOPBACK_MSS))
@@ -360,8 +360,8 @@ def test_a_run_that_outgrows_the_memory_bound_stops_during_the_run():
         net.add_transfer(Transfer(c, 498, BIG, 0.0))
         net.add_transfer(Transfer(c, 498, BIG, 0.0))
     rc = RunConfig(duration_s=2.0)
-    state, _ = _build(net, rc)
-    limit = _nbytes(state) + 64 * 1024   # room to start, not to double the cell pool
+    state, _ = build_state(net, rc)
+    limit = state_bytes(state) + 64 * 1024   # room to start, not to double the cell pool
     with pytest.raises(SimConfigError, match=r"memory_limit_bytes=\d+: the run at t=[\d.]+ s needs"):
         run(net, attrs.evolve(rc, memory_limit_bytes=limit))
     assert run(net, rc).node_counters["peak_app_bytes"][2] > state.cells.shape[0] * 514

@@ -7,7 +7,8 @@ import numpy as np
 
 from kistexp.sim import InteractiveFlow, LinkConfig, Network, NodeConfig, RunConfig, Simulation, run
 from kistexp.sim import layout as L
-from kistexp.sim.network import _build, _grow_events, _grow_kq, _grow_streams, flow_starts
+from kistexp.sim.network import flow_starts
+from kistexp.sim.state import build_state, grow_events, grow_kq, grow_streams
 
 
 def _net(expand: bool = False) -> Network:
@@ -48,7 +49,7 @@ def test_interactive_flow_runs_as_its_exchanges_would():
 
 def test_interactive_flow_is_one_record_until_results():
     net = _net()
-    S, meta = _build(net, RC)
+    S, meta = build_state(net, RC)
     assert S.fl.shape == (L.N_FL, 2)
     # stream records: the three downloads plus a small pool, not one pair per exchange
     assert S.si.shape[0] == 2 * (3 + 64)
@@ -70,14 +71,14 @@ def test_kernel_queue_compaction_and_stream_pool_growth_change_nothing():
         sim.advance_to(t)
         S = sim._S
         assert int(S.ci[L.CI_KQ_N].sum()) > 0 or t > 0.9
-        sim._S = _grow_streams(_grow_kq(S))
+        sim._S = grow_streams(grow_kq(S))
         assert sim._S.kq.shape[0] >= int(sim._S.ci[L.CI_KQ_CAP].sum())
     sim.advance_to(1.5)
     _same(plain, sim.result())
 
 
 def test_descriptor_holds_each_arrays_address_and_shape_and_refuses_a_wrong_array():
-    S, _ = _build(_net(), RC)
+    S, _ = build_state(_net(), RC)
     desc = L.descriptor(S)
     assert desc.dtype == np.int64 and desc.shape == (L.DESC_SLOTS * len(L.FIELDS),)
     for k, (arr, (name, _, nd, *_)) in enumerate(zip(S, L.FIELDS, strict=True)):
@@ -123,7 +124,7 @@ def test_chan_event_queues_keep_the_heap_small_and_growing_them_changes_nothing(
         queued_seen = max(queued_seen, queued)
         n_chan = S.ci.shape[1]
         assert int(S.g[L.G_EVN]) <= 2 * n_chan + 16  # at most one arrival and one ack per chan, and a few others
-        sim._S = _grow_events(S)
+        sim._S = grow_events(S)
     sim.advance_to(1.5)
     _same(plain, sim.result())
     assert queued_seen > 0

@@ -261,7 +261,7 @@ def test_the_middle_relay_is_measured_on_its_busy_channel_as_real_tor_is() -> No
     carry only SENDMEs."""
     from kistexp.localnet import schedlog
     from kistexp.sim import result as sim_result
-    from kistexp.sim.network import run
+    from kistexp.sim.simulation import run
 
     s = PathScenario(scheduler="kist", interval_ms=2, cc_alg=0, transfer_bytes=1_000_000, seed=1)
     built = scenarios.build_circuit(s)
@@ -285,7 +285,7 @@ def test_the_middle_relay_is_measured_on_its_busy_channel_as_real_tor_is() -> No
 def test_a_logged_channel_outside_the_network_is_refused() -> None:
     import attrs
 
-    from kistexp.sim.network import run
+    from kistexp.sim.simulation import run
 
     built = scenarios.build_circuit(PathScenario(transfer_bytes=100_000))
     with pytest.raises(SimConfigError, match="run_log_chan=99"):

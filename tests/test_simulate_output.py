@@ -113,40 +113,40 @@ def test_an_interrupted_simulate_process_leaves_no_experiment(tmp_path):
 
 
 def test_the_first_compile_is_announced_once(tmp_path, monkeypatch):
-    from kistexp.sim import network, numbacache
+    from kistexp.sim import numbacache, simulation
 
     monkeypatch.setattr(numbacache, "_active", tmp_path)
     calls: list[str] = []
-    monkeypatch.setattr(network, "warm_up", lambda: calls.append("compiled") or 12.5)
+    monkeypatch.setattr(simulation, "warm_up", lambda: calls.append("compiled") or 12.5)
     said: list[str] = []
     assert not numbacache.is_compiled()
-    assert network.ensure_compiled(said.append) == 12.5
+    assert simulation.ensure_compiled(said.append) == 12.5
     assert said == ["compiling the simulator, first run only (one to two minutes)"] and calls == ["compiled"]
     assert numbacache.is_compiled()
-    assert network.ensure_compiled(said.append) is None
+    assert simulation.ensure_compiled(said.append) is None
     assert len(said) == 1 and calls == ["compiled"]
 
 
 def test_without_a_writable_cache_every_run_says_it_compiles(monkeypatch):
-    from kistexp.sim import network, numbacache
+    from kistexp.sim import numbacache, simulation
 
     monkeypatch.setattr(numbacache, "_active", None)
-    monkeypatch.setattr(network, "warm_up", lambda: 3.0)
+    monkeypatch.setattr(simulation, "warm_up", lambda: 3.0)
     said: list[str] = []
-    network.ensure_compiled(said.append)
-    network.ensure_compiled(said.append)
+    simulation.ensure_compiled(said.append)
+    simulation.ensure_compiled(said.append)
     assert len(said) == 2 and all("so every run compiles" in s for s in said)
 
 
 def test_the_compile_notice_reaches_a_pipe(tmp_path, monkeypatch):
     """stderr piped (CliRunner captures it): the notice is printed all the same, as a `kistexp:` line."""
-    from kistexp.sim import network, numbacache
+    from kistexp.sim import numbacache, simulation
 
     monkeypatch.setattr(numbacache, "_active", tmp_path)
-    monkeypatch.setattr(network, "warm_up", lambda: 0.5)
+    monkeypatch.setattr(simulation, "warm_up", lambda: 0.5)
 
     def fake_plan(plan, *, progress=None, notify=None, **kwargs):
-        network.ensure_compiled(notify)
+        simulation.ensure_compiled(notify)
         raise PopulationError("stopped after the compile")
 
     monkeypatch.setattr(predict, "simulate_plan", fake_plan)

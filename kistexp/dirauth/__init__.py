@@ -1,2 +1,3 @@
 """Directory authorities: votes, tor's params rule, consensus formation, the voting
-schedule, documents, propagation and the what-if solver. No HTTP here."""
+schedule, documents, propagation, the what-if solver and the tally behind
+``kistexp authorities status``. No HTTP here."""

@@ -209,6 +209,16 @@ def load_class_shares(path: str | Path | None = None, profiles: str | Path | Non
                               Path(profiles) if profiles is not None else DEFAULT_PROFILES)
 
 
+def tick_shares(path: str | Path | None = None) -> dict[int, float]:
+    """Share of relays per tick rate, OS shares times per-OS HZ shares of the relay-class TOML."""
+    shares = load_class_shares(path)
+    out: dict[int, float] = {}
+    for os_name, os_share in shares.os:
+        for hz, share in shares.hz[os_name]:
+            out[hz] = out.get(hz, 0.0) + os_share * share
+    return dict(sorted(out.items()))
+
+
 @attrs.frozen
 class RelayClass:
     """What decides what KISTSchedRunInterval does to one relay."""

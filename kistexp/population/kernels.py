@@ -12,14 +12,14 @@ The pass's own work can lengthen P on a busy relay; that is the simulator's busi
 (On tickless hrtimer kernels the tick mostly sets timer slack, population.md §3.2; the coarse clock is what
 libevent reads, which is why the tick shows in tor's period: measured 12.08 ms at 10 ms on HZ=250.)
 
-Small and low-level on purpose: the plan linter uses it; it imports nothing from the simulator.
+Small and low-level on purpose: the plan linter uses it; it imports nothing from the simulator. How
+many relays run each tick rate is the relay classes' data (``kistexp.population.classes.tick_shares``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 
 
 def tick_ms(hz: int) -> float:
@@ -35,18 +35,6 @@ def effective_interval_ms(interval_ms: float, hz: int) -> float:
     tick = tick_ms(hz)
     # the tolerance keeps exact multiples on one tick (4 ms on a 300 Hz kernel: 3 / 3.33 -> 1 tick)
     return max(1, math.ceil((interval_ms - 1) / tick - 1e-9)) * tick
-
-
-def tick_shares(path: str | Path | None = None) -> dict[int, float]:
-    """Share of relays per tick rate, OS shares times per-OS HZ shares of the relay-class TOML."""
-    from kistexp.population.classes import load_class_shares  # the TOML loader; no simulator import
-
-    shares = load_class_shares(path)
-    out: dict[int, float] = {}
-    for os_name, os_share in shares.os:
-        for hz, share in shares.hz[os_name]:
-            out[hz] = out.get(hz, 0.0) + os_share * share
-    return dict(sorted(out.items()))
 
 
 def alike_share(a_ms: float, b_ms: float, shares: Mapping[int, float]) -> float:

@@ -48,6 +48,8 @@ Network (``kistexp.sim.network``)::
                         request_bytes=498, response_bytes=996)) -> range
     net.change_interval(IntervalChange(time_s=5.0, node=n, interval_ms=2))
 
+Running it (``kistexp.sim.simulation``; the state it runs on is built by ``kistexp.sim.state``)::
+
     result = run(net, RunConfig(...), progress=None) -> SimResult    # deterministic per seed
     warm_up(keep_raw_delays=False) -> seconds   # compile or load the kernel before timed work
     ensure_compiled(notify=None) -> seconds | None   # compile now if never done here, saying so first
@@ -147,17 +149,16 @@ from kistexp.sim.config import (  # noqa: E402
     NodeConfig,
     RunConfig,
 )
-from kistexp.sim.network import (  # noqa: E402
-    InteractiveFlow,
-    IntervalChange,
-    Network,
-    Transfer,
+from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transfer  # noqa: E402
+from kistexp.sim.result import SimResult  # noqa: E402
+from kistexp.sim.simulation import (  # noqa: E402
+    AppliedConsensus,
+    Simulation,
+    Window,
     ensure_compiled,
     run,
     warm_up,
 )
-from kistexp.sim.result import SimResult  # noqa: E402
-from kistexp.sim.simulation import AppliedConsensus, Simulation, Window  # noqa: E402
 
 __all__ = [
     "AppliedConsensus",

@@ -42,9 +42,10 @@ from kistexp.sim.config import (
     RunConfig,
 )
 from kistexp.sim.costmodel import result_node_cpu
-from kistexp.sim.network import Network, Transfer, run
+from kistexp.sim.network import Network, Transfer
 from kistexp.sim.result import DELAY_KINDS, SimResult
 from kistexp.sim.scenarios import CC_ALG_FLOW_CONTROL, LOOPBACK_LINK, PathFigures, PathScenario
+from kistexp.sim.simulation import run
 
 EXPERIMENTS = ("ceiling", "ceiling-path", "circuit", "kist-first-run", "ewma", "kernel-queue")
 CELL_BYTES = 514

@@ -105,89 +105,302 @@ RS_GROW_KQ = 3
 RS_GROW_STREAMS = 4
 
 
-def _fields(*names: str) -> int:
-    g = globals()
-    for i, n in enumerate(names):
-        g[n] = i
-    return len(names)
-
-
+# Field numbers: each table's fields are numbered 0, 1, ... in the order written, and the table's
+# count (N_*) follows its last field.  Written out, not made in a loop, so that linters and editors
+# see every name; tests/test_sim_layout_fields.py checks the numbering, and
+# `.venv/bin/python tests/test_sim_layout_fields.py --write` renumbers the block after a field is
+# added, removed or moved.
+# -- begin field numbers
 # globals (int64 array g)
-N_G = _fields("G_NOW", "G_END", "G_EVN", "G_SEQ", "G_NFREE", "G_RNG", "G_NEXT_TR",
-              "G_SAMPLE", "G_SAMPLE_NS", "G_NSAMPLES", "G_CELL_RESERVE", "G_EV_RESERVE",
-              "G_CELLS_SCHEDULED", "G_EVENTS", "G_RAW_N", "G_TOUCHED_N", "G_READD_N", "G_WW_N",
-              "G_QCAP_EXCEEDED", "G_NEXT_CHG", "G_FC_KIND", "G_RUNLOG_N", "G_TRACE_CHAN", "G_TRACE_N",
-              "G_ARMED_N", "G_NQ_HEAD", "G_NQ_N", "G_KQ_END",
-              "G_HB_BIN", "G_HB_BIN1", "G_TQ_N",
-              "G_PFREE_N", "G_FLH_N", "G_NREG", "G_EQ_NFREE", "G_EW_STREAM", "G_EW_NODE",
-              # the directed channel whose cells each logged run also counts (RunConfig.run_log_chan),
-              # and the cells the current run has moved onto it
-              "G_RUNLOG_CHAN", "G_RUN_CHAN_CELLS")
+G_NOW = 0
+G_END = 1
+G_EVN = 2
+G_SEQ = 3
+G_NFREE = 4
+G_RNG = 5
+G_NEXT_TR = 6
+G_SAMPLE = 7
+G_SAMPLE_NS = 8
+G_NSAMPLES = 9
+G_CELL_RESERVE = 10
+G_EV_RESERVE = 11
+G_CELLS_SCHEDULED = 12
+G_EVENTS = 13
+G_RAW_N = 14
+G_TOUCHED_N = 15
+G_READD_N = 16
+G_WW_N = 17
+G_QCAP_EXCEEDED = 18
+G_NEXT_CHG = 19
+G_FC_KIND = 20
+G_RUNLOG_N = 21
+G_TRACE_CHAN = 22
+G_TRACE_N = 23
+G_ARMED_N = 24
+G_NQ_HEAD = 25
+G_NQ_N = 26
+G_KQ_END = 27
+G_HB_BIN = 28
+G_HB_BIN1 = 29
+G_TQ_N = 30
+G_PFREE_N = 31
+G_FLH_N = 32
+G_NREG = 33
+G_EQ_NFREE = 34
+G_EW_STREAM = 35
+G_EW_NODE = 36
+# the directed channel whose cells each logged run also counts (RunConfig.run_log_chan),
+# and the cells the current run has moved onto it
+G_RUNLOG_CHAN = 37
+G_RUN_CHAN_CELLS = 38
+N_G = 39
 
-# run parameters: int64 array pi, float64 array pf
-N_PI = _fields("P_CIRCWINDOW", "P_CIRC_INC", "P_STREAM_WINDOW", "P_STREAM_INC", "P_CELLQ_HIGH",
-               "P_CELLQ_LOW", "P_SENDME_INC", "P_CWND_INIT", "P_CWND_MIN", "P_CWND_INC",
-               "P_CWND_INC_PCT_SS", "P_CWND_INC_RATE", "P_SS_MAX", "P_SSCAP", "P_ALPHA", "P_BETA",
-               "P_GAMMA", "P_DELTA", "P_FULL_GAP", "P_FULL_MINPCT", "P_FULL_PER_CWND",
-               "P_EWMA_CWND_PCT", "P_EWMA_MAX", "P_EWMA_SS", "P_EWMA_TICK_MS", "P_QCAP", "P_TS_CAP",
-               "P_EXIT_READ", "P_EDGE_WRITE", "P_READ_SHARE", "P_WAKE_REBASE")
-N_PF = _fields("PF_EWMA_F", "PF_LN_F")
+# run parameters (int64 array pi)
+P_CIRCWINDOW = 0
+P_CIRC_INC = 1
+P_STREAM_WINDOW = 2
+P_STREAM_INC = 3
+P_CELLQ_HIGH = 4
+P_CELLQ_LOW = 5
+P_SENDME_INC = 6
+P_CWND_INIT = 7
+P_CWND_MIN = 8
+P_CWND_INC = 9
+P_CWND_INC_PCT_SS = 10
+P_CWND_INC_RATE = 11
+P_SS_MAX = 12
+P_SSCAP = 13
+P_ALPHA = 14
+P_BETA = 15
+P_GAMMA = 16
+P_DELTA = 17
+P_FULL_GAP = 18
+P_FULL_MINPCT = 19
+P_FULL_PER_CWND = 20
+P_EWMA_CWND_PCT = 21
+P_EWMA_MAX = 22
+P_EWMA_SS = 23
+P_EWMA_TICK_MS = 24
+P_QCAP = 25
+P_TS_CAP = 26
+P_EXIT_READ = 27
+P_EDGE_WRITE = 28
+P_READ_SHARE = 29
+P_WAKE_REBASE = 30
+N_PI = 31
+
+# run parameters (float64 array pf)
+PF_EWMA_F = 0
+PF_LN_F = 1
+N_PF = 2
 
 # nodes (NI_PEAK_APP/KERN/TOTAL and NI_WPEAK_APP/KERN/TOTAL must stay consecutive: tcp._track_peaks)
-N_NI = _fields("NI_SCHED", "NI_INTERVAL_MS", "NI_TICK_NS", "NI_PASS_NS", "NI_HEAP_BASE", "NI_HEAP_N",
-               "NI_TIMER_SEQ", "NI_LAST_RUN", "NI_NIC_FREE", "NI_EWMA_TICK", "NI_EWMA_START_MS",
-               "NI_APP_BYTES", "NI_KERN_BYTES", "NI_PEAK_APP", "NI_PEAK_KERN", "NI_PEAK_TOTAL",
-               "NI_RUNS", "NI_SYSCALLS", "NI_WRITES", "NI_CELLS_SENT", "NI_CELLS_RECV",
-               "NI_CRYPTO", "NI_DIGESTS", "NI_BYTES_WRITTEN", "NI_TIMER_AT", "NI_RUN_CELLS_LAST",
-               "NI_CPU_FREE", "NI_CELL_CPU_NS", "NI_XMIT_T", "NI_SEND_CPU_NS",
-               "NI_TQ_IDX", "NI_FC", "NI_WPEAK_APP", "NI_WPEAK_KERN", "NI_WPEAK_TOTAL",
-               "NI_DELACKS", "NI_READS", "NI_SENDMES_HELD", "NI_DEADLINE")
-N_NF = _fields("NF_NIC_RATE", "NF_FACTOR", "NF_XMIT_INC", "NF_LN_F")
+NI_SCHED = 0
+NI_INTERVAL_MS = 1
+NI_TICK_NS = 2
+NI_PASS_NS = 3
+NI_HEAP_BASE = 4
+NI_HEAP_N = 5
+NI_TIMER_SEQ = 6
+NI_LAST_RUN = 7
+NI_NIC_FREE = 8
+NI_EWMA_TICK = 9
+NI_EWMA_START_MS = 10
+NI_APP_BYTES = 11
+NI_KERN_BYTES = 12
+NI_PEAK_APP = 13
+NI_PEAK_KERN = 14
+NI_PEAK_TOTAL = 15
+NI_RUNS = 16
+NI_SYSCALLS = 17
+NI_WRITES = 18
+NI_CELLS_SENT = 19
+NI_CELLS_RECV = 20
+NI_CRYPTO = 21
+NI_DIGESTS = 22
+NI_BYTES_WRITTEN = 23
+NI_TIMER_AT = 24
+NI_RUN_CELLS_LAST = 25
+NI_CPU_FREE = 26
+NI_CELL_CPU_NS = 27
+NI_XMIT_T = 28
+NI_SEND_CPU_NS = 29
+NI_TQ_IDX = 30
+NI_FC = 31
+NI_WPEAK_APP = 32
+NI_WPEAK_KERN = 33
+NI_WPEAK_TOTAL = 34
+NI_DELACKS = 35
+NI_READS = 36
+NI_SENDMES_HELD = 37
+NI_DEADLINE = 38
+N_NI = 39
+
+# nodes' float64 fields (nf)
+NF_NIC_RATE = 0
+NF_FACTOR = 1
+NF_XMIT_INC = 2
+NF_LN_F = 3
+N_NF = 4
 
 # congestion-control parameters (consensus values a node holds, ``S.ncc[node]``; copied to the
 # two directions of a circuit when it is built, ``S.dcc[cd]``, §13)
-N_CC = _fields("C_CC_ALG", "C_CIRCWINDOW", "C_SENDME_INC", "C_CWND_INIT", "C_CWND_MIN", "C_CWND_INC",
-               "C_CWND_INC_PCT_SS", "C_CWND_INC_RATE", "C_SS_MAX", "C_SSCAP", "C_ALPHA", "C_BETA", "C_GAMMA",
-               "C_DELTA", "C_FULL_GAP", "C_FULL_MINPCT", "C_FULL_PER_CWND", "C_EWMA_CWND_PCT", "C_EWMA_MAX",
-               "C_EWMA_SS")
+C_CC_ALG = 0
+C_CIRCWINDOW = 1
+C_SENDME_INC = 2
+C_CWND_INIT = 3
+C_CWND_MIN = 4
+C_CWND_INC = 5
+C_CWND_INC_PCT_SS = 6
+C_CWND_INC_RATE = 7
+C_SS_MAX = 8
+C_SSCAP = 9
+C_ALPHA = 10
+C_BETA = 11
+C_GAMMA = 12
+C_DELTA = 13
+C_FULL_GAP = 14
+C_FULL_MINPCT = 15
+C_FULL_PER_CWND = 16
+C_EWMA_CWND_PCT = 17
+C_EWMA_MAX = 18
+C_EWMA_SS = 19
+N_CC = 20
 
 # chans: the sending side of one direction of a channel (one tor channel object + its socket)
-N_CI = _fields("CI_NODE", "CI_PEER", "CI_STATE", "CI_HEAP_IDX", "CI_CMUX_BASE", "CI_CMUX_N",
-               "CI_REF_TICK", "CI_OB_HEAD", "CI_OB_TAIL", "CI_OB_BYTES", "CI_KQ_BASE", "CI_KQ_POS",
-               "CI_WRITE_SEQ", "CI_SND_NXT", "CI_SND_UNA", "CI_UNACKED", "CI_MSS", "CI_SNDBUF",
-               "CI_SNDBUF_MAX", "CI_OWD_NS", "CI_LAST_ARRIVAL", "CI_LAST_SEND", "CI_RATE_LIMITED",
-               "CI_WRITE_EV", "CI_KS_ENTRY", "CI_KS_LIMIT", "CI_KS_WRITTEN", "CI_TOUCHED", "CI_READD",
-               "CI_BYTES_SENT", "CI_CELLS_SENT", "CI_CWND_LIMITED", "CI_INIT_CWND", "CI_LOSSES",
-               "CI_CMUX_CAP", "CI_WW", "CI_ARR_SEQ", "CI_ARMED", "CI_KQ_CAP", "CI_KQ_N",
-               # Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
-               "CI_NAGLE", "CI_SND_SML", "CI_RCV_SEQ", "CI_ACK_SEGS", "CI_ACK_BYTES", "CI_RCV_MSS",
-               "CI_LRCV", "CI_PINGPONG", "CI_DELACK_GEN", "CI_DELACK_AT", "CI_DELACK_NS",
-               "CI_ACK_PUSHED", "CI_LSS", "CI_RWND",
-               # the clamp up to which tcp_grow_window raises CI_RWND (0: a fixed window)
-               "CI_RWND_MAX",
-               # quick ACKs left (icsk_ack.quick, tcp_incr_quickack in net/ipv4/tcp_input.c)
-               "CI_QUICK",
-               # the chan's queues of arrivals and of acks waiting behind their heap
-               # representative (events.ev_push_chan): head row, tail row, whether one is in the
-               # heap, time of the latest; the ack queue's fields follow the arrival queue's
-               "CI_EQ_HEAD", "CI_EQ_TAIL", "CI_EQ_ON", "CI_EQ_LAST",
-               "CI_EQK_HEAD", "CI_EQK_TAIL", "CI_EQK_ON", "CI_EQK_LAST")
-# CI_EQK_* = CI_EQ_* + CI_EQ_STRIDE (the names are defined by _fields, hence the noqa)
-CI_EQ_STRIDE = CI_EQK_HEAD - CI_EQ_HEAD  # noqa: F821
-N_CF = _fields("CF_CWND", "CF_SSTHRESH", "CF_LOSS_P")
+CI_NODE = 0
+CI_PEER = 1
+CI_STATE = 2
+CI_HEAP_IDX = 3
+CI_CMUX_BASE = 4
+CI_CMUX_N = 5
+CI_REF_TICK = 6
+CI_OB_HEAD = 7
+CI_OB_TAIL = 8
+CI_OB_BYTES = 9
+CI_KQ_BASE = 10
+CI_KQ_POS = 11
+CI_WRITE_SEQ = 12
+CI_SND_NXT = 13
+CI_SND_UNA = 14
+CI_UNACKED = 15
+CI_MSS = 16
+CI_SNDBUF = 17
+CI_SNDBUF_MAX = 18
+CI_OWD_NS = 19
+CI_LAST_ARRIVAL = 20
+CI_LAST_SEND = 21
+CI_RATE_LIMITED = 22
+CI_WRITE_EV = 23
+CI_KS_ENTRY = 24
+CI_KS_LIMIT = 25
+CI_KS_WRITTEN = 26
+CI_TOUCHED = 27
+CI_READD = 28
+CI_BYTES_SENT = 29
+CI_CELLS_SENT = 30
+CI_CWND_LIMITED = 31
+CI_INIT_CWND = 32
+CI_LOSSES = 33
+CI_CMUX_CAP = 34
+CI_WW = 35
+CI_ARR_SEQ = 36
+CI_ARMED = 37
+CI_KQ_CAP = 38
+CI_KQ_N = 39
+# Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
+CI_NAGLE = 40
+CI_SND_SML = 41
+CI_RCV_SEQ = 42
+CI_ACK_SEGS = 43
+CI_ACK_BYTES = 44
+CI_RCV_MSS = 45
+CI_LRCV = 46
+CI_PINGPONG = 47
+CI_DELACK_GEN = 48
+CI_DELACK_AT = 49
+CI_DELACK_NS = 50
+CI_ACK_PUSHED = 51
+CI_LSS = 52
+CI_RWND = 53
+# the clamp up to which tcp_grow_window raises CI_RWND (0: a fixed window)
+CI_RWND_MAX = 54
+# quick ACKs left (icsk_ack.quick, tcp_incr_quickack in net/ipv4/tcp_input.c)
+CI_QUICK = 55
+# the chan's queues of arrivals and of acks waiting behind their heap
+# representative (events.ev_push_chan): head row, tail row, whether one is in the
+# heap, time of the latest; the ack queue's fields follow the arrival queue's
+CI_EQ_HEAD = 56
+CI_EQ_TAIL = 57
+CI_EQ_ON = 58
+CI_EQ_LAST = 59
+CI_EQK_HEAD = 60
+CI_EQK_TAIL = 61
+CI_EQK_ON = 62
+CI_EQK_LAST = 63
+N_CI = 64
+# CI_EQK_* = CI_EQ_* + CI_EQ_STRIDE
+CI_EQ_STRIDE = CI_EQK_HEAD - CI_EQ_HEAD
+
+# chans' float64 fields (cf)
+CF_CWND = 0
+CF_SSTHRESH = 1
+CF_LOSS_P = 2
+N_CF = 3
 
 # circuit queues: one circuit's queue of cells toward one chan
-N_QI = _fields("QI_CHAN", "QI_CD", "QI_N", "QI_HEAD", "QI_TAIL", "QI_HEAP_IDX", "QI_LAST_TICK",
-               "QI_NEXTQ", "QI_CLASS", "QI_CIRC")
-N_QF = _fields("QF_COUNT",)
+QI_CHAN = 0
+QI_CD = 1
+QI_N = 2
+QI_HEAD = 3
+QI_TAIL = 4
+QI_HEAP_IDX = 5
+QI_LAST_TICK = 6
+QI_NEXTQ = 7
+QI_CLASS = 8
+QI_CIRC = 9
+N_QI = 10
+
+# circuit queues' float64 fields (qf)
+QF_COUNT = 0
+N_QF = 1
 
 # circuit-directions (cd = 2 * circuit + dir; dir 0 = forward, client -> exit)
-N_DI = _fields("DI_CIRC", "DI_DIR", "DI_SRC_CQ", "DI_SRC_NODE", "DI_SINK_NODE", "DI_REV_CQ",
-               "DI_PKG_WIN", "DI_DELIV_WIN", "DI_BLOCKED", "DI_READY_HEAD", "DI_READY_TAIL",
-               "DI_RECV", "DI_INFLIGHT", "DI_SS", "DI_CWND_FULL", "DI_NEXT_CC", "DI_NEXT_CWND",
-               "DI_TS_HEAD", "DI_TS_N", "DI_RESUME_EV", "DI_CWND", "DI_HOPS", "DI_MAX_INFLIGHT",
-               "DI_PACKAGED", "DI_SENDMES_RECV", "DI_DELIVERED", "DI_FC", "DI_BUILT")
-N_DF = _fields("DF_MIN_RTT", "DF_EWMA_RTT", "DF_BDP")
+DI_CIRC = 0
+DI_DIR = 1
+DI_SRC_CQ = 2
+DI_SRC_NODE = 3
+DI_SINK_NODE = 4
+DI_REV_CQ = 5
+DI_PKG_WIN = 6
+DI_DELIV_WIN = 7
+DI_BLOCKED = 8
+DI_READY_HEAD = 9
+DI_READY_TAIL = 10
+DI_RECV = 11
+DI_INFLIGHT = 12
+DI_SS = 13
+DI_CWND_FULL = 14
+DI_NEXT_CC = 15
+DI_NEXT_CWND = 16
+DI_TS_HEAD = 17
+DI_TS_N = 18
+DI_RESUME_EV = 19
+DI_CWND = 20
+DI_HOPS = 21
+DI_MAX_INFLIGHT = 22
+DI_PACKAGED = 23
+DI_SENDMES_RECV = 24
+DI_DELIVERED = 25
+DI_FC = 26
+DI_BUILT = 27
+N_DI = 28
+
+# circuit-directions' float64 fields (df)
+DF_MIN_RTT = 0
+DF_EWMA_RTT = 1
+DF_BDP = 2
+N_DF = 3
 
 # streams (s = 2 * pair + dir: the request, then the response; ``S.pair_tr[pair]`` is the pair's
 # transfer: regular transfers hold pairs 0 .. G_NREG - 1 for the whole run, interactive exchanges
@@ -202,14 +415,23 @@ STREAM_DTYPE = np.dtype([("cd", np.int32), ("topkg", np.int32), ("total", np.int
                         align=True)
 
 # transfers
-N_TI = _fields("TI_START", "TI_TTFB", "TI_TTLB")
+TI_START = 0
+TI_TTFB = 1
+TI_TTLB = 2
+N_TI = 3
 
 # interactive flows (``network.InteractiveFlow``), one record each: the circuit, the id of the first
 # exchange (its exchanges are consecutive transfer ids), how many, the next one to start, and the
 # cells of a request and of a response (FL_REQ, FL_RESP consecutive).  An exchange takes a stream
 # pair from the pool (``S.pfree``) when it starts and gives it back when its answer has arrived,
 # so that millions of exchanges need no stream records of their own (engine._start_transfer).
-N_FL = _fields("FL_CIRC", "FL_FIRST_TR", "FL_N", "FL_K", "FL_REQ", "FL_RESP")
+FL_CIRC = 0
+FL_FIRST_TR = 1
+FL_N = 2
+FL_K = 3
+FL_REQ = 4
+FL_RESP = 5
+N_FL = 6
 
 # cells (pool): one 32-byte record per cell, so that a 32-byte aligned pool keeps each cell in one
 # half of a cache line: next cell in its FIFO, circuit queue, kind, stream, and the times it
@@ -219,19 +441,41 @@ CELL_DTYPE = np.dtype([("next", np.int32), ("cq", np.int32), ("kind", np.int32),
 assert CELL_DTYPE.itemsize == 32
 
 # events (heap; one row per event)
-N_EV = _fields("E_T", "E_SEQ", "E_KIND", "E_A", "E_B", "E_C")
+E_T = 0
+E_SEQ = 1
+E_KIND = 2
+E_A = 3
+E_B = 4
+E_C = 5
+N_EV = 6
 # queued chan events (``S.evq``): an event's fields, then the next row of its queue (-1: last)
 N_EQ = N_EV + 1
 EQ_NEXT = N_EV
 
 # per-circuit delay sums
-N_CS = _fields("CS_APP_NS", "CS_KERN_NS", "CS_APP_N", "CS_KERN_N")
+CS_APP_NS = 0
+CS_KERN_NS = 1
+CS_APP_N = 2
+CS_KERN_N = 3
+N_CS = 4
 
 # node series (cumulative, sampled)
 # (NS_PEAK_*: the peak since the previous sample)
-N_NS = _fields("NS_RUNS", "NS_SYSCALLS", "NS_CELLS_SENT", "NS_WRITES", "NS_APP_BYTES", "NS_KERN_BYTES",
-               "NS_CELLS_RECV", "NS_CRYPTO", "NS_DIGESTS", "NS_BYTES_WRITTEN", "NS_PEAK_APP", "NS_PEAK_KERN",
-               "NS_PEAK_TOTAL")
+NS_RUNS = 0
+NS_SYSCALLS = 1
+NS_CELLS_SENT = 2
+NS_WRITES = 3
+NS_APP_BYTES = 4
+NS_KERN_BYTES = 5
+NS_CELLS_RECV = 6
+NS_CRYPTO = 7
+NS_DIGESTS = 8
+NS_BYTES_WRITTEN = 9
+NS_PEAK_APP = 10
+NS_PEAK_KERN = 11
+NS_PEAK_TOTAL = 12
+N_NS = 13
+# -- end field numbers
 
 # delay histograms: log-spaced bins from 1 us, HIST_PER_DECADE bins per decade, 8 decades
 HIST_PER_DECADE = 40

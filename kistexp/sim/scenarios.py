@@ -30,6 +30,7 @@ from kistexp.sim import workloads as wl
 from kistexp.sim.config import LOOPBACK_MSS, FlowControlConfig, LinkConfig, NodeConfig, RunConfig
 from kistexp.sim.network import Network, Transfer
 from kistexp.sim.result import SimResult
+from kistexp.sim.simulation import run as sim_run
 
 CELL_BYTES = 514
 MB = 1e6
@@ -245,8 +246,6 @@ def get(name: str) -> Scenario:
 def run_scenario(name: str, scenario: PathScenario,
                  run: Callable[[Network, RunConfig], SimResult] | None = None) -> tuple[PathFigures, SimResult]:
     """Build scenario `name`, run it (with `run`, default :func:`kistexp.sim.run`) and measure it."""
-    from kistexp.sim.network import run as sim_run
-
     entry = get(name)
     built = entry.build(scenario)
     res = (run or sim_run)(built.network, built.run_config)

@@ -7,8 +7,11 @@ nodes a new consensus parameter set at the current time through the schedulers' 
 ``scheduler_notify_networkstatus_changed`` and ``scheduler_t.on_new_consensus``, the EWMA
 ``cmux_ewma_set_options`` and the congestion-control parameters read per new circuit);
 ``window(t0, t1)`` measures what happened between two instants; ``result()`` is the whole run as a
-:class:`SimResult`.  ``network.run()`` is ``Simulation(...).advance_to(duration)`` then ``result()``:
-the state lives entirely in the arrays, so a run advanced in pieces is identical to one call.
+:class:`SimResult`.  ``run(network, run_config)`` is ``Simulation(...).advance_to(duration)`` then
+``result()``: the state lives entirely in the arrays, so a run advanced in pieces is identical to one
+call.  ``warm_up`` and ``ensure_compiled`` compile the event loop (or load it from the cache) before
+timed work.  The network comes described (``kistexp.sim.network``); ``kistexp.sim.state`` builds and
+grows the arrays.
 
 Consensus parameters are clamped per the node's tor version exactly as ``kistexp.params`` says
 tor clamps them; a parameter absent from the set takes its default (a consensus replaces the
@@ -29,21 +32,23 @@ from kistexp import params as tor_params
 from kistexp.errors import SimConfigError
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
+from kistexp.sim import numbacache
 from kistexp.sim.cmux_ewma import ewma_set_options, ln_scale_factor
-from kistexp.sim.config import RunConfig
-from kistexp.sim.network import (
-    CC_PARAMS,
-    Network,
-    _build,
-    _check_memory,
-    _grow_cells,
-    _grow_events,
-    _grow_kq,
-    _grow_streams,
-    _seed_events,
-)
+from kistexp.sim.config import NodeConfig, RunConfig
+from kistexp.sim.engine import run_kernel, run_kernel_lean
+from kistexp.sim.network import Network
 from kistexp.sim.result import SimResult, hist_percentile_ns, label_hist
 from kistexp.sim.scheduler import notify_networkstatus_changed, notify_new_options, select_scheduler
+from kistexp.sim.state import (
+    CC_PARAMS,
+    build_state,
+    check_memory,
+    grow_cells,
+    grow_events,
+    grow_kq,
+    grow_streams,
+    seed_events,
+)
 
 KIST_RELAY_PARAM = "KISTSchedRunInterval"
 KIST_CLIENT_PARAM = "KISTSchedRunIntervalClient"
@@ -163,9 +168,9 @@ class Simulation:
         network.validate()
         self.network = network
         self.run_config = rc
-        S, meta = _build(network, rc)
-        _check_memory(S, rc, "the network")
-        _seed_events(S, meta)
+        S, meta = build_state(network, rc)
+        check_memory(S, rc, "the network")
+        seed_events(S)
         self._S = S
         self._meta = meta
         self._end_ns = int(S.g[L.G_END])
@@ -201,8 +206,6 @@ class Simulation:
         if t_ns > self._end_ns:
             raise SimConfigError(f"advance_to t_s={t_s!r}: beyond the run's duration_s="
                                  f"{self.run_config.duration_s!r}")
-        from kistexp.sim.engine import run_kernel, run_kernel_lean
-
         S = self._S
         kernel = run_kernel_lean if L.is_lean(S) else run_kernel
         start = self._now_ns
@@ -213,17 +216,17 @@ class Simulation:
             while True:
                 status = kernel(L.descriptor(S))
                 if status == L.RS_GROW_CELLS:
-                    S = _grow_cells(S)
+                    S = grow_cells(S)
                 elif status == L.RS_GROW_EVENTS:
-                    S = _grow_events(S)
+                    S = grow_events(S)
                 elif status == L.RS_GROW_KQ:
-                    S = _grow_kq(S)
+                    S = grow_kq(S)
                 elif status == L.RS_GROW_STREAMS:
-                    S = _grow_streams(S)
+                    S = grow_streams(S)
                 else:
                     break
                 self._S = S
-                _check_memory(S, self.run_config, f"the run at t={S.g[L.G_NOW] / 1e9:.3f} s")
+                check_memory(S, self.run_config, f"the run at t={S.g[L.G_NOW] / 1e9:.3f} s")
             if progress is not None:
                 progress(step / steps)
         self._wall_s += time.perf_counter() - wall0
@@ -364,7 +367,7 @@ class Simulation:
         new[np.arange(old.shape[1])[None, :].repeat(old.shape[0], 0) >= n[:, None]] = 0
         S.di[L.DI_TS_HEAD] = 0
         self._S = S._replace(ts=new)
-        _check_memory(self._S, self.run_config, f"apply at t={self.now_s:.3f} s")
+        check_memory(self._S, self.run_config, f"apply at t={self.now_s:.3f} s")
 
     def node_scheduler(self, node: int | str) -> str:
         """The scheduler ``node`` runs now."""
@@ -457,3 +460,47 @@ class Simulation:
         """Everything measured so far, as the one-call ``run()`` returns it (complete once the run
         has reached its duration)."""
         return SimResult.from_state(self._S, self._meta, self.network, self.run_config, self._wall_s)
+
+
+def run(network: Network, run_config: RunConfig | None = None,
+        progress: Callable[[float], None] | None = None) -> SimResult:
+    """Simulate ``network`` for ``run_config.duration_s``; deterministic for a given seed.
+
+    The one-call form of :class:`Simulation`: advance to the end, return the result.
+    ``progress``, if given, is called with the fraction of simulated time done (0..1) about 100
+    times.  Raises :class:`SimConfigError` for invalid input (before anything runs) or when the
+    state would exceed ``run_config.memory_limit_bytes``.
+    """
+    sim = Simulation(network, run_config)
+    sim.advance_to(sim.duration_s, progress)
+    sim._drop_run_arrays()
+    return sim.result()
+
+
+def warm_up(keep_raw_delays: bool = False) -> float:
+    """Compile the event loop, or load it from the cache, on a two-node network; returns the seconds
+    it took.  A run keeping raw per-cell delays (``RunConfig.cell_delays_max`` > 0) uses a second
+    compiled kernel, hence the flag.  For a process that should pay the one to two minutes of a
+    first compile before its measured or timed work (the benchmarks, the test workers)."""
+    t0 = time.perf_counter()
+    net = Network()
+    client, exit_ = net.add_node(NodeConfig(role="client")), net.add_node(NodeConfig(role="exit"))
+    net.add_transfers([net.add_circuit([client, exit_])], [498], [100_000], [0.0])
+    run(net, RunConfig(duration_s=0.2, cell_delays_max=100 if keep_raw_delays else 0))
+    return time.perf_counter() - t0
+
+
+def ensure_compiled(notify: Callable[[str], None] | None = None) -> float | None:
+    """Compile the simulator now if this machine has not yet (``numbacache.is_compiled``), calling
+    ``notify`` with what is happening first; the seconds it took, or None when it was compiled already
+    (then nothing is said and loading the cache is left to the first run)."""
+    if numbacache.is_compiled():
+        return None
+    writable = numbacache._active is not None
+    if notify is not None:
+        notify("compiling the simulator, first run only (one to two minutes)" if writable else
+               f"compiling the simulator (one to two minutes; no writable cache at {numbacache.cache_base()}, "
+               "so every run compiles)")
+    took = warm_up()
+    numbacache.mark_compiled()
+    return took

@@ -2,7 +2,7 @@
 files, consensus-archive listings and documents.
 
 Every fetch stops at a total deadline, even when the server trickles its status line and
-headers one byte at a time: the socket layer is the directory client's (``kistexp/directory.py``,
+headers one byte at a time: the socket layer is the directory client's (``kistexp/directory/transport.py``,
 ``_DeadlineBackend``), which gives every connect, read and write only the time left before the
 request's deadline; httpx's own timeouts bound each socket operation, not the request. On top of
 that: at most ``max_bytes`` of body read off the wire (a larger ``Content-Length`` is refused
@@ -27,7 +27,13 @@ import attrs
 import httpcore
 import httpx
 
-from kistexp.directory import MAX_HEADER_BYTES, MAX_HEADERS, _DeadlineBackend, _DeadlineStream, _DeadlineTransport
+from kistexp.directory.transport import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    _DeadlineBackend,
+    _DeadlineStream,
+    _DeadlineTransport,
+)
 from kistexp.errors import KistexpError
 from kistexp.metrics.collectors import MiB, SourceTooLarge
 

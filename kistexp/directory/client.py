@@ -4,9 +4,10 @@ It talks to real authorities, to a local tor network or to ``fake_authorities`` 
 sockets, or in-process through an httpx transport) and never hands back a document it
 has not checked:
 
-* every request is bounded: connect/read timeouts plus an overall deadline, a maximum
-  number of body bytes read off the wire, and a decompression guard (hard cap on the
-  decoded size and tor's ratio rule, §5.2 encodings deflate/gzip/x-zstd/x-tor-lzma);
+* every request is bounded (``kistexp.directory.transport``): connect/read timeouts plus an
+  overall deadline, a maximum number of body bytes read off the wire, and a decompression
+  guard (``kistexp.directory.decode``: hard cap on the decoded size and tor's ratio rule, §5.2
+  encodings deflate/gzip/x-zstd/x-tor-lzma);
 * a ``Content-Encoding`` that does not match the body, or one that was not offered, is
   reported as a lie, not guessed around;
 * a consensus is returned only if at least floor(N/2)+1 of the configured authorities
@@ -17,20 +18,19 @@ has not checked:
   for being past its valid-until, since tor keeps using one for 24 h after it
   ("reasonably live", §2.2).
 
+``authorities_status`` asks every authority for its vote and the consensus for
+``kistexp authorities status``; the report itself is ``kistexp.dirauth.tally``'s.
+
 Errors are DirectoryError / DocumentError with one line naming the authority and URL.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
-import lzma
 import math
 import random
 import re
-import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,23 +42,18 @@ import httpx
 from kistexp.clock import Clock, RealClock
 from kistexp.dirauth import documents
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority, parse_nickname, parse_v3ident
-from kistexp.dirauth.dirformat import MAX_DOCUMENT_BYTES
 from kistexp.dirauth.documents import KeyCertificate, NetworkStatus, SignatureCheck
-from kistexp.dirauth.paramsline import sort_params
-from kistexp.dirauth.voting import Vote, tally_params
-from kistexp.dirauth.whatif import describe_tally
+from kistexp.dirauth.tally import AuthoritiesStatus, HeldVote, authorities_status_of
+from kistexp.directory.decode import ACCEPT_ENCODINGS, decode_body
+from kistexp.directory.transport import (
+    MAX_RETRIES,
+    Limits,
+    _DeadlineTransport,
+    _Retryable,
+    backoff_s,
+    with_retries,
+)
 from kistexp.errors import DirectoryError, DocumentError, KistexpError
-
-#: What tor clients offer, best first (§5: lzma > zstd > deflate > gzip > identity).
-ACCEPT_ENCODINGS: tuple[str, ...] = ("x-tor-lzma", "x-zstd", "deflate", "gzip", "identity")
-
-#: tor's compression-bomb rule (src/lib/compress/compress.c): once 64 KiB have been
-#: produced, more than 25 output bytes per input byte is a bomb.
-BOMB_CHECK_AFTER_BYTES = 64 * 1024
-BOMB_MAX_RATIO = 25
-
-#: Largest decoded piece produced per step, so memory stays bounded whatever the input.
-_DECODE_STEP = 64 * 1024
 
 CONSENSUS_PATHS = {
     "ns": "/tor/status-vote/current/consensus",
@@ -114,24 +109,6 @@ def parse_authority_spec(spec: str) -> Endpoint:
     return Endpoint(nick, host, int(m["port"]), ident)
 
 
-#: Response headers: a DirPort sends about five. httpcore refuses a header block over
-#: 100 KiB while reading it (h11 max_incomplete_event_size); these refuse anything past them.
-MAX_HEADERS = 64
-MAX_HEADER_BYTES = 16 * 1024
-
-
-@attrs.frozen
-class Limits:
-    """Bounds on one response; the defaults leave room for a full live vote."""
-
-    max_body_bytes: int = MAX_DOCUMENT_BYTES  # bytes read off the wire
-    max_decoded_bytes: int = MAX_DOCUMENT_BYTES  # bytes after decompression: no parser takes more
-    max_ratio: int = BOMB_MAX_RATIO
-    ratio_check_after_bytes: int = BOMB_CHECK_AFTER_BYTES
-    max_headers: int = MAX_HEADERS
-    max_header_bytes: int = MAX_HEADER_BYTES
-
-
 @attrs.frozen
 class Fetched:
     """One decoded response body and how it arrived."""
@@ -144,186 +121,6 @@ class Fetched:
     body: bytes
     headers: dict[str, str]
     elapsed_s: float
-
-
-class _Retryable(DirectoryError):
-    """A failure worth another attempt (network trouble, timeouts, 5xx)."""
-
-
-# --- decoding -----------------------------------------------------------------------
-
-
-def detect_compression(head: bytes) -> str:
-    """The encoding a body's first bytes show, as tor's ``detect_compression_method``."""
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if len(head) >= 2 and head[0] == 0x78 and (head[0] * 256 + head[1]) % 31 == 0:
-        return "deflate"
-    if head[:4] == b"\x28\xb5\x2f\xfd":
-        return "x-zstd"
-    if head[:3] == b"\x5d\x00\x00" or head[:6] == b"\xfd7zXZ\x00":
-        return "x-tor-lzma"
-    return "identity"
-
-
-class _ChunkReader(io.RawIOBase):
-    """A file-like view of an iterator of byte chunks (for zstandard's stream reader)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks = chunks
-        self._buf = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while not self._buf:
-            try:
-                self._buf = next(self._chunks)
-            except StopIteration:
-                return 0
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
-
-
-def _decode_stream(encoding: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Decoded pieces of at most _DECODE_STEP bytes each; raises ValueError on bad data."""
-    if encoding == "identity":
-        yield from chunks
-        return
-    if encoding == "x-zstd":
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(_ChunkReader(chunks), read_size=16384)
-        try:
-            while piece := reader.read(_DECODE_STEP):
-                yield piece
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"bad zstd data ({exc})") from None
-        return
-    if encoding == "x-tor-lzma":
-        dec: Any = lzma.LZMADecompressor(format=lzma.FORMAT_AUTO)
-        errors: tuple[type[Exception], ...] = (lzma.LZMAError, EOFError)
-    else:
-        dec = zlib.decompressobj(zlib.MAX_WBITS | (16 if encoding == "gzip" else 0))
-        errors = (zlib.error,)
-    try:
-        for chunk in chunks:
-            data = chunk
-            while data:
-                if dec.eof:
-                    raise ValueError("data after the end of the compressed stream")
-                piece = dec.decompress(data, _DECODE_STEP)
-                yield piece
-                if encoding != "x-tor-lzma" and dec.unused_data:
-                    raise ValueError("data after the end of the compressed stream")
-                data = dec.unconsumed_tail if encoding != "x-tor-lzma" else b""
-                # lzma keeps unconsumed input inside; drain it with empty calls.
-                while encoding == "x-tor-lzma" and not dec.eof and not dec.needs_input:
-                    yield dec.decompress(b"", _DECODE_STEP)
-        if not dec.eof:
-            raise ValueError("compressed stream is truncated")
-    except errors as exc:
-        raise ValueError(f"bad {encoding} data ({exc})") from None
-
-
-# --- a total deadline per request ---------------------------------------------------
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's socket backend with every connect, read and write clipped to the deadline of
-    the request under way. httpx's timeouts bound each socket operation, not the request: a
-    server that sends its status line and headers one byte at a time would never trip them."""
-
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._inner = httpcore.SyncBackend()
-        self._local = threading.local()
-        self._monotonic = monotonic  # the client's clock: a virtual clock's deadlines are virtual too
-
-    def set_deadline(self, deadline: float | None) -> None:
-        self._local.deadline = deadline
-
-    def clip(self, timeout: float | None, expired: type[Exception]) -> float | None:
-        deadline = getattr(self._local, "deadline", None)
-        if deadline is None:
-            return timeout
-        left = deadline - self._monotonic()
-        if left <= 0:
-            raise expired("the request deadline passed")
-        return left if timeout is None else min(timeout, left)
-
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        stream = self._inner.connect_tcp(host, port, self.clip(timeout, httpcore.ConnectTimeout),
-                                         local_address, socket_options)
-        return _DeadlineStream(stream, self)
-
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
-        raise httpcore.ConnectError("directory authorities are reached over TCP only")
-
-    def sleep(self, seconds: float) -> None:
-        self._inner.sleep(seconds)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream, backend: _DeadlineBackend) -> None:
-        self._stream = stream
-        self._backend = backend
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, self._backend.clip(timeout, httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, self._backend.clip(timeout, httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-        raise httpcore.ConnectError("DirPorts speak plain HTTP")
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
-
-
-class _Body(httpx.SyncByteStream):
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield from self._stream
-
-    def close(self) -> None:
-        if hasattr(self._stream, "close"):
-            self._stream.close()
-
-
-class _DeadlineTransport(httpx.BaseTransport):
-    """httpx over httpcore's connection pool and the deadline backend. httpcore's errors are
-    left as they are; ``fetch_once`` names both families."""
-
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.backend = _DeadlineBackend(monotonic)
-        self._pool = httpcore.ConnectionPool(network_backend=self.backend, max_keepalive_connections=0)
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        req = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
-            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
-        resp = self._pool.handle_request(req)
-        return httpx.Response(status_code=resp.status, headers=resp.headers, stream=_Body(resp.stream),
-                              extensions=resp.extensions)
-
-    def close(self) -> None:
-        self._pool.close()
-
-
-# --- the client ---------------------------------------------------------------------
 
 
 def _sleeper(clock: Clock) -> Callable[[float], None]:
@@ -432,7 +229,7 @@ class DirectoryClient:
         raise DirectoryError(f"unknown authority {name!r} (known: {', '.join(e.nickname for e in self.endpoints)})")
 
     def _backoff(self, attempt: int) -> None:
-        self._sleep(self._rng.uniform(0.0, min(self.backoff_max_s, self.backoff_s * 2**attempt)))
+        self._sleep(backoff_s(self._rng, attempt, self.backoff_s, self.backoff_max_s))
 
     def fetch_once(self, endpoint: Endpoint, path: str, headers: dict[str, str] | None = None) -> Fetched:
         """One GET, fully bounded; raises DirectoryError naming the authority and URL."""
@@ -480,7 +277,8 @@ class DirectoryClient:
                             raise _Retryable(f"{where}: transfer exceeded the {self.deadline_s:g} s deadline")
                         yield chunk
 
-                body = self._decode(where, declared, raw())
+                body = decode_body(where, declared, raw(), max_decoded_bytes=lim.max_decoded_bytes,
+                                   max_ratio=lim.max_ratio, ratio_check_after_bytes=lim.ratio_check_after_bytes)
                 return Fetched(endpoint, url, status, declared, wire, body, resp_headers,
                                self._monotonic() - start)
         except KistexpError:
@@ -499,56 +297,10 @@ class DirectoryClient:
             if self._deadlines is not None:
                 self._deadlines.backend.set_deadline(None)
 
-    def _decode(self, where: str, declared: str, raw: Iterator[bytes]) -> bytes:
-        lim = self.limits
-        # Peek at the first bytes to catch a Content-Encoding that lies about the body.
-        head = b""
-        for chunk in raw:
-            head += chunk
-            if len(head) >= 6:
-                break
-        if not head:
-            return b""
-        actual = detect_compression(head)
-        if actual != declared:
-            body_kind = "uncompressed text" if actual == "identity" else f"{actual} data"
-            raise DirectoryError(f"{where}: Content-Encoding says {declared} but the body is {body_kind}")
-        wire_in = 0
-
-        def counted() -> Iterator[bytes]:
-            nonlocal wire_in
-            wire_in += len(head)
-            yield head
-            for chunk in raw:
-                wire_in += len(chunk)
-                yield chunk
-
-        out = bytearray()
-        try:
-            for piece in _decode_stream(declared, counted()):
-                out += piece
-                if len(out) > lim.max_decoded_bytes:
-                    raise DirectoryError(f"{where}: decoded body exceeds the {lim.max_decoded_bytes}-byte "
-                                         "limit (decompression bomb?)")
-                if (declared != "identity" and len(out) >= lim.ratio_check_after_bytes
-                        and len(out) > lim.max_ratio * max(wire_in, 1)):
-                    raise DirectoryError(f"{where}: decompression bomb: {wire_in} {declared} bytes "
-                                         f"expand to more than {len(out)} (ratio > {lim.max_ratio})")
-        except ValueError as exc:
-            raise DirectoryError(f"{where}: cannot decode {declared} body: {exc}") from None
-        return bytes(out)
-
     def fetch(self, endpoint: Endpoint | str, path: str, headers: dict[str, str] | None = None) -> Fetched:
         """GET from one authority, retrying transient failures with jittered backoff."""
         ep = endpoint if isinstance(endpoint, Endpoint) else self.endpoint(endpoint)
-        for attempt in range(self.retries + 1):
-            try:
-                return self.fetch_once(ep, path, headers)
-            except _Retryable as exc:
-                if attempt == self.retries:
-                    raise DirectoryError(f"{exc} (after {attempt + 1} attempts)") from None
-                self._backoff(attempt)
-        raise AssertionError("unreachable")
+        return with_retries(lambda: self.fetch_once(ep, path, headers), self.retries, self._backoff)
 
     def _from_any(self, path: str, accept: Callable[[Fetched], Any], what: str) -> Any:
         """Try authorities in random order (as tor picks one) until ``accept`` takes a body."""
@@ -707,8 +459,6 @@ class DirectoryClient:
 #: Most authorities one client asks (one request each per question): tor sets no cap on
 #: DirAuthority lines; nine are live and test networks use a few, so 64 only bounds the work.
 MAX_AUTHORITIES = 64
-#: Attempts per request are retries + 1; more than this is a mistake, not persistence.
-MAX_RETRIES = 10
 #: Longest --timeout: a whole consensus over a slow link fits well within it.
 MAX_TIMEOUT_S = 3600.0
 _DIGITS = re.compile(r"[0-9]{1,20}")
@@ -752,91 +502,22 @@ def _describe(doc: NetworkStatus) -> str:
     return f"a {doc.flavor} {doc.vote_status}"
 
 
-# --- status of the authorities' vote (``kistexp authorities status``) -----------------
 
 
-@attrs.frozen
-class AuthorityVote:
-    """One authority's current vote, or why it could not be had."""
-
-    nickname: str
-    url: str
-    v3ident: str
-    error: str | None
-    valid_after: dt.datetime | None  # of the vote; None on error
-    params: tuple[tuple[str, int], ...]
-    pinned: bool = True  # False: configured without a v3ident, so its vote's identity is unchecked
-
-
-@attrs.frozen
-class ParamStatus:
-    """One parameter: each authority's vote, the consensus value and tor's tally of the votes."""
-
-    name: str
-    votes: tuple[tuple[str, int | None], ...]  # (nickname, value or None when silent), reachable ones
-    consensus_value: int | None  # None: absent from the consensus (or no consensus)
-    predicted_value: int | None  # what tor's rule gives from the votes fetched
-    included: bool
-    tally: str  # the tally in words
-
-
-@attrs.frozen
-class AuthoritiesStatus:
-    n_authorities: int
-    authorities: tuple[AuthorityVote, ...]
-    consensus_flavour: str
-    consensus_valid_after: dt.datetime | None
-    consensus_fresh_until: dt.datetime | None
-    consensus_signatures: str
-    consensus_error: str | None
-    params: tuple[ParamStatus, ...]
-    verified: bool = False  # a consensus verified against the pinned identities is shown
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "n_authorities": self.n_authorities,
-            "verified": self.verified,
-            "consensus": {
-                "flavour": self.consensus_flavour,
-                "valid_after": self.consensus_valid_after,
-                "fresh_until": self.consensus_fresh_until,
-                "signatures": self.consensus_signatures,
-                "error": self.consensus_error,
-                "verified": self.verified,
-            },
-            "authorities": [
-                {"nickname": a.nickname, "url": a.url, "v3ident": a.v3ident, "pinned": a.pinned,
-                 "reachable": a.error is None, "error": a.error, "vote_valid_after": a.valid_after,
-                 "params": dict(a.params)}
-                for a in self.authorities
-            ],
-            "params": [
-                {"name": p.name, "votes": dict(p.votes), "consensus_value": p.consensus_value,
-                 "predicted_value": p.predicted_value, "included": p.included, "tally": p.tally}
-                for p in self.params
-            ],
-        }
+# --- what ``kistexp authorities status`` shows ------------------------------------------
 
 
 def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
                        flavour: str = "microdesc") -> AuthoritiesStatus:
     """Each authority's current vote for ``parameters`` (all voted ones when empty), the
-    verified current consensus and tor's tally of the votes (§1.3). An unreachable authority
-    or a consensus that cannot be had is reported, not raised; ``verified`` says whether the
-    consensus shown passed the signature check against the pinned identities."""
+    verified current consensus and tor's tally of the votes (§1.3, ``kistexp.dirauth.tally``).
+    An unreachable authority or a consensus that cannot be had is reported, not raised;
+    ``verified`` says whether the consensus shown passed the signature check against the
+    pinned identities."""
     check_flavour(flavour)
     fetched = client.fetch_votes("current")
-    rows: list[AuthorityVote] = []
-    votes: list[Vote] = []
-    for ep in client.endpoints:
-        got = fetched[ep.nickname]
-        url = ep.base_url + "/tor/status-vote/current/authority"
-        if isinstance(got, KistexpError):
-            rows.append(AuthorityVote(ep.nickname, url, ep.v3ident, str(got), None, (), bool(ep.v3ident)))
-            continue
-        ident = got.authorities[0].v3ident
-        rows.append(AuthorityVote(ep.nickname, url, ident, None, got.valid_after, got.params, bool(ep.v3ident)))
-        votes.append(Vote(ep.nickname, got.params, ident, got.consensus_methods, "Running" in got.known_flags))
+    held = [HeldVote(ep.nickname, ep.base_url + "/tor/status-vote/current/authority", ep.v3ident,
+                     fetched[ep.nickname]) for ep in client.endpoints]
     consensus = None
     consensus_error = None
     signatures = ""
@@ -846,30 +527,5 @@ def authorities_status(client: DirectoryClient, parameters: Sequence[str] = (),
     except KistexpError as exc:
         consensus_error = str(exc)
         consensus = client.consensus.get(flavour)  # an earlier verified one, if any
-    names = list(parameters)
-    if not names:
-        keys = {k for v in votes for k, _ in v.params} | (set(dict(consensus.params)) if consensus else set())
-        names = [k for k, _ in sort_params({k: 0 for k in keys})]
-    tallies = {t.key: t for t in tally_params(votes, client.n_authorities)} if votes else {}
-    params = []
-    for name in names:
-        t = tallies.get(name)
-        params.append(ParamStatus(
-            name=name,
-            votes=tuple((v.authority, v.value(name)) for v in votes),
-            consensus_value=dict(consensus.params).get(name) if consensus else None,
-            predicted_value=t.median if t is not None and t.included else None,
-            included=bool(t and t.included),
-            tally=describe_tally(t, name, client.n_authorities),
-        ))
-    return AuthoritiesStatus(
-        n_authorities=client.n_authorities,
-        authorities=tuple(rows),
-        consensus_flavour=flavour,
-        consensus_valid_after=consensus.valid_after if consensus else None,
-        consensus_fresh_until=consensus.fresh_until if consensus else None,
-        consensus_signatures=signatures,
-        consensus_error=consensus_error,
-        params=tuple(params),
-        verified=consensus is not None,
-    )
+    return authorities_status_of(held, client.n_authorities, flavour, consensus, signatures, consensus_error,
+                                 parameters)
