@@ -38,66 +38,17 @@ client, and names the rest.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import threading
 import time
 from pathlib import Path
 
-import attrs
-
 from kistexp.errors import LocalNetError
 from kistexp.localnet.analysisfiles import _SOURCE_NAME, OnionPerfDayFiles, _utc_day, day_file_name
 from kistexp.localnet.quietcircuit import InteractiveInstrument, InteractiveLines, read_interactive, sidecar_name
-from kistexp.localnet.spec import LOOPBACK
 from kistexp.localnet.tgen import SIZES, THRESHOLDS, TransferTrace, run_transfer, tgen_stream
 from kistexp.localnet.torevents import TorEvents
 from kistexp.localnet.traffic import BulkServerProcess
-from kistexp.localnet.vantage import VantageHealth, _close_quietly, _Vantage
-
-
-def _positive(_inst: object, attribute: attrs.Attribute, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise LocalNetError(f"measurement {attribute.name} must be a positive number of seconds, got {value!r}")
-
-
-@attrs.frozen
-class MeasurementConfig:
-    """What the measurement client does. Times are seconds of wall time: an accelerated network
-    is measured with a shorter ``period_s`` than OnionPerf's 300 s.
-
-    ``vantages``: client nicknames to measure from (empty: every client). ``service_port``: use a
-    bulk server (with ``/echo``) already listening on 127.0.0.2 at that port instead of starting
-    one on the network's service port. ``max_concurrent``: transfers at once per vantage point.
-    """
-
-    out_dir: Path = attrs.field(converter=Path)
-    period_s: float = attrs.field(default=300.0, validator=_positive)
-    sizes: tuple[int, ...] = attrs.field(default=SIZES, converter=tuple)
-    transfer_timeout_s: float = attrs.field(default=60.0, validator=_positive)
-    max_concurrent: int = 2
-    interactive_period_s: float = attrs.field(default=1.0, validator=_positive)
-    interactive_timeout_s: float = attrs.field(default=10.0, validator=_positive)
-    interactive_bytes: int = 32
-    vantages: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    service_port: int | None = None
-    write_interval_s: float = attrs.field(default=1.0, validator=_positive)
-    close_circuits: bool = True
-    reconnect_s: float = attrs.field(default=2.0, validator=_positive)
-    # how long the first transfer waits for the event listeners (so that its circuit is
-    # recorded); a client tor that is down at start holds the transfers back no longer
-    attach_wait_s: float = attrs.field(default=10.0, validator=_positive)
-    measurement_ip: str = LOOPBACK
-
-    def __attrs_post_init__(self) -> None:
-        if not self.sizes or any(not isinstance(s, int) or s <= 0 for s in self.sizes):
-            raise LocalNetError(f"measurement sizes must be positive byte counts, got {self.sizes!r}")
-        if not 1 <= self.max_concurrent <= 64:
-            raise LocalNetError(f"max_concurrent must be 1..64 transfers, got {self.max_concurrent}")
-        if not 8 <= self.interactive_bytes <= 498:
-            # one relay cell carries 498 bytes of data: the probe is a single cell each way
-            raise LocalNetError(f"interactive_bytes must be 8..498, got {self.interactive_bytes}")
-        if self.service_port is not None and not 1 <= self.service_port <= 65535:
-            raise LocalNetError(f"service port {self.service_port} is not a TCP port")
+from kistexp.localnet.vantage import MeasurementConfig, VantageHealth, _close_quietly, _Vantage
 
 
 class MeasurementClient:

@@ -79,7 +79,7 @@ def kq_push(S, c, k):
     Kernel queues are rings of cell ids (one segment of ``S.kq`` per chan) so that the cells of an
     arriving flight are found without walking a linked list through the cell pool.  A ring is
     as large as its content needs; the segment it leaves is reclaimed when the Python driver
-    compacts ``S.kq`` (``network._grow_kq``).
+    compacts ``S.kq`` (``state.grow_kq``).
     """
     n = S.ci[L.CI_KQ_N, c]
     cap = S.ci[L.CI_KQ_CAP, c]
