@@ -113,7 +113,7 @@ def test_kx201_names_propagation_and_samples(tmp_path):
 def test_kx201_power_names_a_duration_that_lints_clean(tmp_path):
     import re
 
-    for stage, severity in (("2d", "error"), ("3d", "warning")):
+    for stage, severity in (("3d", "error"), ("4d", "warning")):
         short = VALID_PLAN.replace('duration = "14d"', f'duration = "{stage}"', 1)
         (finding,) = [f for f in _lint(tmp_path, short).findings if f.code == "KX201"]
         assert finding.severity == severity and finding.key == "stages[0].duration"
@@ -273,9 +273,15 @@ def test_bundled_plans_lint_clean():
 
     report = lint_paths(sorted(glob.glob("plans/*.toml")), now=NOW.replace(year=2026))
     assert len(report.files) >= 3
-    # both KIST plans compare values most kernels run alike (KX106): 2 vs 5 ms and 2 vs 3 ms
-    assert [(f.code, f.file) for f in report.findings] == [("KX106", "plans/kist-run-interval-2020.toml"),
-                                                           ("KX106", "plans/kist-switchback-2-vs-3ms.toml")]
+    # both KIST plans compare values most kernels run alike (KX106): 2 vs 5 ms and 2 vs 3 ms; the 2020 plan's
+    # 14-day stages after a 7-day baseline, as the network team ran them, reach 70 % power to FAIL a +20 % rise
+    # under the hour-to-hour drift of real OnionPerf data (KX201 warning, not an error)
+    assert [(f.code, f.severity, f.file) for f in report.findings] == [
+        ("KX106", "warning", "plans/kist-run-interval-2020.toml"),
+        ("KX201", "warning", "plans/kist-run-interval-2020.toml"),
+        ("KX106", "warning", "plans/kist-switchback-2-vs-3ms.toml")]
+    (power_finding,) = [f for f in report.findings if f.code == "KX201"]
+    assert "70 % power to FAIL at +20 %" in power_finding.message
 
 
 def test_cli_lint_exit_codes_and_json(tmp_path):

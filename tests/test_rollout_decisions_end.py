@@ -161,6 +161,34 @@ def test_on_inconclusive_hold_pauses_at_the_stage_end():
     assert step(spec, out.status, Command(out.status.decision_at, "promote")).status.state == "COMPLETED"
 
 
+def test_on_inconclusive_advance_extends_then_goes_on_with_an_estimate_within_the_limit():
+    text = plan_text('on_inconclusive = "advance"\nmax_extension = "2h"\n', one_stage=False)
+    spec = spec_from_plan(parse_plan(text))
+    st = into_measuring(spec)
+    decisions = []
+    for _ in range(3):
+        out = end_of_stage(spec, st, undecided(1.06, 0.99, 1.13))
+        st = out.status
+        decisions.append(out.decision)
+    # two hours of extension, then the next stage: no pause waits for an operator
+    # (the plan's second stage waits at its manual gate, as after any stage that passed)
+    assert decisions == ["hold", "hold", "pause:gate"] and st.reasons == {"gate"}
+    assert "+6.0 % within the limit +10 %" in out.message and "advanced as on_inconclusive" in out.message
+
+
+def test_on_inconclusive_advance_still_rolls_back_an_estimate_beyond_the_limit():
+    spec = spec_of('on_inconclusive = "advance"\n')
+    out = end_of_stage(spec, into_measuring(spec), undecided(1.12, 1.02, 1.22))
+    assert out.decision == "rollback:step-back"
+
+
+def test_on_inconclusive_advance_goes_on_at_once_when_the_baseline_bounds_the_interval():
+    spec = spec_of('on_inconclusive = "advance"\n')
+    out = end_of_stage(spec, into_measuring(spec), undecided(1.04, 0.98, 1.11, limited_by="baseline"))
+    assert out.decision == "complete" and out.status.extensions == 0
+    assert "the baseline's 3 days bound the interval" in out.message
+
+
 def test_on_inconclusive_may_name_a_rollback_and_the_plan_default_applies():
     spec = spec_of(experiment='on_inconclusive = "revert-default"\n')
     out = end_of_stage(spec, into_measuring(spec), undecided(1.06, 0.99, 1.13))
@@ -241,7 +269,7 @@ def test_plan_keys_resolve_per_criterion_then_from_the_experiment():
 
 
 @pytest.mark.parametrize(("criterion", "experiment", "message"), [
-    ('on_inconclusive = "wait"\n', "", "criteria[0].on_inconclusive: 'wait' is not one of extend, hold"),
+    ('on_inconclusive = "wait"\n', "", "criteria[0].on_inconclusive: 'wait' is not one of extend, advance, hold"),
     ('max_extension = "soon"\n', "", "criteria[0].max_extension: 'soon' is not a duration"),
     ('role = "advisory"\n', "", "criteria[0].role: 'advisory' is not one of guardrail, signal"),
     ("", 'on_inconclusive = "pause"\n', "experiment.on_inconclusive: 'pause' is not one of"),

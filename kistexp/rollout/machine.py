@@ -56,6 +56,7 @@ MISSING_ROUNDS_FACTOR = 3
 SIGNAL = "signal"  # a criterion's role, and the pause reason its failure gives
 PROMOTABLE_REASONS = frozenset({"gate", "inconclusive", "criterion-hold", SIGNAL, "stepped-back"})
 EXTEND = "extend"  # on_inconclusive: grow the stage hour by hour, up to max_extension
+ADVANCE = "advance"  # on_inconclusive: extend while it can decide, then go on if the estimate is within the limit
 UNDECIDED = "undecided"  # the judge's reason for an INCONCLUSIVE whose interval straddles the limit
 
 
@@ -384,6 +385,7 @@ def _stage_end(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
     rollbacks: list[tuple[int, int, str, str]] = []
     pauses: list[tuple[str, str]] = []
     extend: list[str] = []
+    advanced: list[str] = []
     for n, c in enumerate(spec.criteria):
         k = st.counter(c.name)
         if c.shadow or (k.latest == PASS and k.consecutive_success >= c.consecutive_success):
@@ -416,6 +418,15 @@ def _stage_end(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
         head = (f"criterion {c.name!r}: estimate {_amount(c, v.effect)} within the limit {limit} {when}, "
                 f"{interval} not conclusive")
         action = c.on_inconclusive
+        if action == ADVANCE and (v.limited_by or st.extensions >= budget):
+            # the plan chose in advance: once extending cannot help or its budget is spent, an estimate within
+            # the limit lets the stage go on (one beyond it rolled back, or paused a signal, above)
+            why = (f"the {v.limited_by}'s {_span(spec)} bound the interval" if v.limited_by
+                   else "the longest extension its plan allows")
+            advanced.append(f"{head}, {why}: advanced as on_inconclusive")
+            continue
+        if action == ADVANCE:
+            action = EXTEND  # extend first, while extending can decide
         if action == EXTEND and v.limited_by:
             pauses.append((INCONCLUSIVE, f"{head}; the {v.limited_by}'s {_span(spec)} bound the interval: "
                                          "extending cannot decide: paused for an operator"))
@@ -437,8 +448,10 @@ def _stage_end(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
         new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | reasons, resume_to=st.state)
         return Outcome(new, None, "; ".join(m for _, m in pauses),
                        decision=f"pause:{SIGNAL if SIGNAL in reasons else INCONCLUSIVE}")
-    new = attrs.evolve(st, extensions=st.extensions + 1, decision_at=st.decision_at + spec.hour)
-    return Outcome(new, None, f"hold: {'; '.join(extend)}", decision="hold")
+    if extend:
+        new = attrs.evolve(st, extensions=st.extensions + 1, decision_at=st.decision_at + spec.hour)
+        return Outcome(new, None, f"hold: {'; '.join(extend)}", decision="hold")
+    return _next_stage(spec, st, ev.at, "; ".join(advanced))
 
 
 def _judged(v: Verdict | None) -> bool:
@@ -483,7 +496,7 @@ def _next_stage(spec: RolloutSpec, st: Status, now: dt.datetime, cause: str, *, 
         return Outcome(new, None, f"completed: {cause}", decision="complete")
     if spec.stage(nxt).gate == "manual" and not st.promoted:
         new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"gate"}, resume_to=st.state)
-        return Outcome(new, None, f"stage {nxt} ({spec.stage(nxt).name}) waits for an operator (gate)",
+        return Outcome(new, None, f"{cause}; stage {nxt} ({spec.stage(nxt).name}) waits for an operator (gate)",
                        decision="pause:gate")
     return _enter_stage(spec, st, nxt, now, f"stage {nxt} ({spec.stage(nxt).name}): {cause}")
 
