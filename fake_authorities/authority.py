@@ -19,6 +19,7 @@ from fake_authorities.dirport import ServedConsensus
 from fake_authorities.faults import Fault
 from kistexp.dirauth.keys import AuthorityKeys, DocumentSignature, KeyCertificate, tor_verify
 from kistexp.dirauth.netstatus import NetworkStatus
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.voting import VoteRejected, own_vote_params, signatures_needed
 from kistexp.errors import KistexpError
 
@@ -382,7 +383,7 @@ class FakeAuthority:
     def status(self) -> dict[str, Any]:
         with self._lock:
             try:
-                vote_params = " ".join(f"{k}={v}" for k, v in self.vote_params())
+                vote_params = ConsensusParams(self.vote_params()).format()
             except VoteRejected as exc:
                 vote_params = f"(invalid: {exc})"
             return {
@@ -396,7 +397,7 @@ class FakeAuthority:
                 "votes_held_current": len(self.held["current"]),
                 "published": {
                     fl: {"valid_after": docs.fmt_time(p.valid_after),
-                         "params": " ".join(f"{k}={v}" for k, v in p.params),
+                         "params": ConsensusParams(p.params).format(),
                          "signers": list(p.signers)}
                     for fl, p in self.published.items()
                 },

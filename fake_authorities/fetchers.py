@@ -19,6 +19,7 @@ next fetch is a ``call_at``, so adoption follows simulated time with no real wai
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import threading
@@ -31,11 +32,18 @@ import numpy as np
 from fake_authorities import docs
 from kistexp.clock import Clock, RealClock, Timer, as_utc
 from kistexp.dirauth.keys import KeyCertificate
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.schedule import VotingSchedule
 from kistexp.errors import KistexpError
 
 KINDS = {"cache": NodeClass.CACHE, "client": NodeClass.CLIENT}
+
+
+@functools.lru_cache(maxsize=64)
+def _params_line(params: tuple[tuple[str, int], ...]) -> str:
+    """A held consensus's params line (one per consensus, written at each of many nodes' fetches)."""
+    return ConsensusParams(params).format()
 
 
 @attrs.define
@@ -177,7 +185,7 @@ class FetcherFleet:
             if got is not None and (node.held_va is None or got[0] > node.held_va):
                 va, fu, params = got
                 node.held_va, node.held_params = va, params
-                node.fetches.append((now, va, " ".join(f"{k}={v}" for k, v in params)))
+                node.fetches.append((now, va, _params_line(params)))
                 del node.fetches[:-100]
                 nxt = max(self._next_fetch(node, fu), now + 0.01)
             else:
@@ -195,7 +203,7 @@ class FetcherFleet:
             for node in self.nodes:
                 key = "none" if node.held_va is None else docs.fmt_time(node.held_va)
                 holding.setdefault(key, {"cache": 0, "client": 0})[node.kind] += 1
-                params = " ".join(f"{k}={v}" for k, v in node.held_params) if node.held_va else "(no consensus)"
+                params = _params_line(node.held_params) if node.held_va else "(no consensus)"
                 running[params] = running.get(params, 0) + 1
                 for t, va, p in node.fetches:
                     entry = adoption.setdefault(va, {"params": p, "cache": [], "client": []})

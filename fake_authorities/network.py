@@ -37,6 +37,7 @@ from fake_authorities.transport import InProcessTransport, Route, Unreachable, d
 from kistexp.clock import Clock, RealClock, Timer, as_utc
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, DirectoryAuthority
 from kistexp.dirauth.keys import AuthorityKeys, KeyCertificate
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.schedule import AcceleratedSchedule, RoundTimes, ScheduleError
 from kistexp.errors import KistexpError
 from kistexp.safeio import read_bounded, read_bounded_text
@@ -519,7 +520,7 @@ class FakeAuthorityNetwork:
             "operator_url": self.operator_url,
             "latest_consensus": None if latest is None else {
                 "valid_after": docs.fmt_time(latest.valid_after),
-                "params": " ".join(f"{k}={v}" for k, v in latest.params),
+                "params": ConsensusParams(latest.params).format(),
                 "signers": list(latest.signers),
             },
             "authorities": [a.status() for a in self.authorities.values()],

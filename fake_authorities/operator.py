@@ -26,15 +26,18 @@ from __future__ import annotations
 import hmac
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
 from fake_authorities.dirport import DirRequest, DirResponse
 from fake_authorities.faults import FAULT_KINDS, Fault, FaultError
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import KistexpError
 
 if TYPE_CHECKING:
-    from fake_authorities.network import FakeAuthorityNetwork
+    from fake_authorities.authority import FakeAuthority
+    from fake_authorities.fetchers import FetcherFleet
 
 PREFIX = "/kistexp/operator"
 #: The largest request the API takes: its bodies are a params line, a fault or a population size.
@@ -48,6 +51,37 @@ MAX_POPULATION_NODES = 100_000
 
 class BadRequest(ValueError):
     """Input the API refuses with 400."""
+
+
+class OperatedNetwork(Protocol):
+    """What the operator API needs from the network it serves (fake_authorities.network's
+    FakeAuthorityNetwork is one): its token, its authorities, the change log, the attached
+    population and the operations behind the endpoints."""
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def authorities(self) -> Mapping[str, FakeAuthority]: ...
+
+    @property
+    def changes(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def population(self) -> FetcherFleet | None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def authority(self, name: str) -> FakeAuthority: ...
+
+    def set_params(self, name: str, params: str | Sequence[str] | Mapping[str, int],
+                   idem_key: str = "") -> tuple[tuple[str, int], ...]: ...
+
+    def inject_fault(self, name: str, fault: Fault) -> None: ...
+
+    def clear_fault(self, name: str, kind: str | None = None) -> None: ...
+
+    def attach_population(self, caches: int = 100, clients: int = 100, seed: int = 1) -> FetcherFleet: ...
 
 
 def _no_constant(name: str) -> Any:
@@ -112,7 +146,7 @@ def _problem(status: int, message: str) -> DirResponse:
 
 
 class OperatorApi:
-    def __init__(self, network: FakeAuthorityNetwork) -> None:
+    def __init__(self, network: OperatedNetwork) -> None:
         self.network = network
 
     def admit(self, method: str, path: str, headers: dict[str, str]) -> DirResponse | None:
@@ -188,7 +222,7 @@ class OperatorApi:
                         return _problem(503, f"{auth.nickname} is down: a reload cannot reach it")
                     items = net.set_params(auth.nickname, params, idem_key)
                     return _json(200, {"nickname": auth.nickname, "consensus_params": list(auth.consensus_params),
-                                       "vote_params": " ".join(f"{k}={v}" for k, v in items),
+                                       "vote_params": ConsensusParams(items).format(),
                                        "applies_from": "next vote"})
             if rest and rest[0] == "faults":
                 if method == "GET" and len(rest) == 1:

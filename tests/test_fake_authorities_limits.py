@@ -292,3 +292,12 @@ def test_bad_faults_are_a_400(net, fault):
     status, reply = _api(net, "POST", "authorities/moria1/faults", fault)
     assert status == 400 and reply["error"], reply
     assert not net.authority("moria1").faults
+
+
+def test_the_network_is_what_the_operator_api_needs(net):
+    """OperatorApi is typed against the OperatedNetwork protocol: the network has every member of it."""
+    from fake_authorities.operator import OperatedNetwork
+
+    members = {name for name in vars(OperatedNetwork) if not name.startswith("_")}
+    assert {"token", "authorities", "status", "set_params", "attach_population"} <= members
+    assert [name for name in sorted(members) if not hasattr(net, name)] == []

@@ -16,7 +16,7 @@ from kistexp.plan.loader import load_plan
 from kistexp.population import costs
 from kistexp.population.adoption import SwitchSchedule, adoption_times, compress
 from kistexp.population.classes import load_profiles
-from kistexp.population.predict import achieved_utilisation, plan_transitions, simulate_plan
+from kistexp.population.predict import achieved_utilisation, simulate_plan
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import PERF_SIZES, TrafficModel, build_network
@@ -135,7 +135,7 @@ SWITCHBACK = _switchback_text()
 
 def test_switchback_runs_treatment_and_control(tmp_path):
     plan = _tiny_plan(tmp_path, SWITCHBACK)
-    assert [(t.from_stage, t.to_stage) for t in plan_transitions(plan)] == \
+    assert [(t.from_stage, t.to_stage) for t in plan.stage_runs().transitions] == \
         [("baseline", "baseline"), ("baseline", "treatment"), ("treatment", "control")]
 
 
@@ -143,7 +143,7 @@ def test_switchback_runs_treatment_and_control(tmp_path):
 def test_simulate_plan_predictions(tmp_path):
     plan = _tiny_plan(tmp_path, SWITCHBACK)
     seen: list[tuple[float, str]] = []
-    result = simulate_plan(plan, traffic=TrafficModel(bandwidth_scale=0.2, warmup_s=4),
+    result = simulate_plan(plan.stage_runs(), traffic=TrafficModel(bandwidth_scale=0.2, warmup_s=4),
                            progress=lambda f, what: seen.append((f, what)))
     # progress only moves forward (it once fell back to a run's start at its end), from 0 to 1
     fractions = [f for f, _ in seen]

@@ -12,6 +12,7 @@ from kistexp.dirauth.authorities import AUTHORITY_SETS, parse_trusted
 from kistexp.dirauth.authorities import authority_set as authority_set_named
 from kistexp.dirauth.dirformat import format_time, parse_time
 from kistexp.dirauth.documents import StatusSummary, inspect_file
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import DirectoryError, DocumentError
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 
@@ -66,7 +67,7 @@ def _print(s: StatusSummary) -> None:
     say(f"  relays       {s.relay_count}")
     say(f"  authorities  {s.authorities} dir-source, {s.signature_count} signatures")
     if s.params:
-        say("  params       " + " ".join(f"{k}={v}" for k, v in s.params.items()))
+        say("  params       " + ConsensusParams(s.params).format())
     else:
         say("  params       (none)")
     if s.signatures is None:

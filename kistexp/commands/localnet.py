@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from kistexp.asciinum import ascii_uint
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import LocalNetError
 from kistexp.localnet import LocalNetwork, NetworkSpec, parse_params_arg
 from kistexp.localnet.spec import DEFAULT_BASE_PORT
@@ -143,7 +144,7 @@ def wait(
     else:
         say(f"consensus valid-after {doc.valid_after:%Y-%m-%d %H:%M:%S} from {doc.served_by}: "
             f"{doc.relays} relays, {doc.signatures} signatures")
-        say("params " + (" ".join(f"{k}={v}" for k, v in doc.params) or "(empty)"))
+        say("params " + (ConsensusParams(doc.params).format() or "(empty)"))
 
 
 @localnet_app.command("status")
@@ -178,10 +179,10 @@ def params(
         if not json_out and net.is_running(node):
             say(f"{node.nickname}: waiting up to {limit:g} s for its first vote after the reload", err=True)
     vote = net.set_consensus_params(authority, items, confirm_timeout_s=limit)
-    result = {"authority": node.nickname, "consensus_params": " ".join(f"{k}={v}" for k, v in net.params(node)),
+    result = {"authority": node.nickname, "consensus_params": ConsensusParams(net.params(node)).format(),
               "reloaded": net.is_running(node),
               "vote_confirmed": None if vote is None else {"valid_after": vote.valid_after,
-                                                           "params": " ".join(f"{k}={v}" for k, v in vote.params)}}
+                                                           "params": ConsensusParams(vote.params).format()}}
     if json_out:
         emit_json(result)
         return

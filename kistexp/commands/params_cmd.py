@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from kistexp import params as catalogue
+from kistexp import params as tor_params
 from kistexp.errors import KistexpError
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 
 
-def _bounds_dict(b: catalogue.Bounds) -> dict:
+def _bounds_dict(b: tor_params.Bounds) -> dict:
     return {"default": b.default, "min": b.minimum, "max": b.maximum, "tor_versions": str(b.versions),
             "note": b.note}
 
 
-def _param_dict(p: catalogue.ConsensusParam) -> dict:
+def _param_dict(p: tor_params.ConsensusParam) -> dict:
     return {"name": p.name, "unit": p.unit, "meaning": p.meaning, "category": p.category,
             "read_by": p.read_by, "torrc_override": p.torrc_override, "source": p.source,
             "bounds": [_bounds_dict(b) for b in p.bounds]}
@@ -26,9 +26,9 @@ def params(
 ) -> None:
     """List the consensus parameters kistexp knows, or show one."""
     if name is not None:
-        entry = catalogue.get(name)
+        entry = tor_params.get(name)
         if entry is None:
-            close = catalogue.suggest(name)
+            close = tor_params.suggest(name)
             hint = f"; did you mean {close}?" if close else ""
             raise KistexpError(f"unknown consensus parameter {name!r}{hint}")
         if as_json:
@@ -44,12 +44,12 @@ def params(
         say(f"  source: {entry.source}")
         return
     if as_json:
-        emit_json([_param_dict(p) for p in catalogue.CATALOGUE])
+        emit_json([_param_dict(p) for p in tor_params.CATALOGUE])
         return
     table = make_table("Consensus parameters", [
         (col, {"overflow": "fold"}) for col in ("name", "default", "min", "max", "unit", "tor versions", "meaning")],
         show_lines=False)
-    for p in catalogue.CATALOGUE:
+    for p in tor_params.CATALOGUE:
         for i, b in enumerate(p.bounds):
             add_row(table, p.name if i == 0 else "", str(b.default), str(b.minimum), str(b.maximum),
                           p.unit if i == 0 else "", str(b.versions), p.meaning if i == 0 else "")

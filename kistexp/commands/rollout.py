@@ -91,12 +91,13 @@ def dry_run_cmd(
     if as_json:
         emit_json({**r.to_json(), **({"authority_health": health.to_json()} if health else {})})
         return
+    from kistexp.dirauth.paramsline import ConsensusParams
     from kistexp.output import add_row, make_table, print_table
 
     # plain cells: decision messages and outage lines carry the plan's names, never markup
     table = make_table(f"dry run of {r.plan}", (("time (UTC)", {"no_wrap": True}), "what", "stage", "detail"),
                        show_lines=False)
-    rows = [(c["valid_after"], "consensus", "", " ".join(f"{k}={v}" for k, v in c["params"].items())
+    rows = [(c["valid_after"], "consensus", "", ConsensusParams(c["params"]).format()
              if c["params"] is not None else "none published (no majority-signed consensus)")
             for c in r.consensus_changes]
     rows += [(o.start, "no-consensus", "", o.describe()) for o in (health.outages if health else ())]
@@ -351,8 +352,8 @@ def _status_with_health(exp: str) -> tuple[dict, object]:
 def _status_parts(exp: str, view: dict, health) -> list:
     """The status as printed: the criteria table, the times, the authorities' last round and any
     stretch without a majority-signed consensus."""
+    from kistexp.judge.model import effect_limit, effect_origin
     from kistexp.report.data import verdict_looks
-    from kistexp.report.html import effect_limit, effect_origin
     from kistexp.report.terminal import status_table, times_table
     from kistexp.rollout.runs import load_spec
 

@@ -139,7 +139,6 @@ def simulate(
     from kistexp.plan.loader import load_plan
     from kistexp.population.predict import (
         check_experiment_dir,
-        plan_transitions,
         save_plan_predictions,
         simulate_plan,
         summarize_predictions,
@@ -148,7 +147,7 @@ def simulate(
 
     p = load_plan(plan)
     path = exp_dir if exp_dir is not None else Path("experiments") / p.name
-    stages = [t.to_stage for t in plan_transitions(p)]
+    stages = list(p.stage_runs().stages)
     order = stages + [f"transition:{s}" for s in stages]
     if stored:
         exp = ExperimentDir.open(path)
@@ -168,7 +167,7 @@ def simulate(
     with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeElapsedColumn(), as_json=as_json) as bar:
         task = bar.add_task("loading the consensus", total=1.0)
-        result = simulate_plan(p, consensus=consensus, certs=certs, traffic=traffic,
+        result = simulate_plan(p.stage_runs(), consensus=consensus, certs=certs, traffic=traffic,
                                progress=lambda f, what: bar.update(task, completed=f, description=what),
                                notify=lambda message: _notice(bar, message))
     save_plan_predictions(path, plan, result.predictions)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from kistexp import params as catalogue
+from kistexp import params as tor_params
 from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN, sort_params, tor_item_key
 from kistexp.errors import KistexpError
 from kistexp.params import TorVersion
@@ -353,9 +353,9 @@ def param_bounds(name: str, tor_version: str, is_server: bool = True) -> ParamBo
     client_key = _CLIENT_KEY.get(name)
     if client_key and not is_server and version >= client_key[1]:
         key = client_key[0]
-    entry = catalogue.get(key)
+    entry = tor_params.get(key)
     if entry is None:
-        hint = catalogue.suggest(name)
+        hint = tor_params.suggest(name)
         raise VotingError(f"no bounds known for consensus parameter {name}" + (f" (did you mean {hint}?)"
                                                                                if hint else ""))
     bounds = entry.bounds_for(version)
@@ -389,4 +389,4 @@ def effective_value(
     # first exact match, as get_net_param_from_list
     value = next((int(v) for k, v in items if k == bounds.key), None)
     version = parse_tor_version(tor_version)
-    return catalogue.effective_value(bounds.key, value, version, torrc_value).value
+    return tor_params.effective_value(bounds.key, value, version, torrc_value).value

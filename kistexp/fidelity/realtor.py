@@ -23,6 +23,7 @@ from pathlib import Path
 
 import attrs
 
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import KistexpError, LocalNetError
 from kistexp.fidelity.cases import TOR_SCHEDULER, Case
 from kistexp.fidelity.report import RealSide
@@ -178,9 +179,8 @@ class RealTor:
             return
         self._progress(f"voting cc_alg={cc_alg} and waiting for the authorities' consensus")
         for auth in self.net.authorities:
-            params = {k: v for k, v in self.net.params(auth) if k != "cc_alg"}
-            params["cc_alg"] = cc_alg
-            self.net.set_consensus_params(auth.nickname, params)
+            params = ConsensusParams.from_pairs(self.net.params(auth)).with_values(cc_alg=cc_alg)
+            self.net.set_consensus_params(auth.nickname, params.as_dict())
         self._poll_cc_alg(cc_alg, self.net.authorities)
         if _consensus_cc_alg(self.net, self.client.nickname) != cc_alg:
             self._progress(f"restarting {self.client.nickname} without its cached consensus")
@@ -355,9 +355,5 @@ def _consensus_cc_alg(net: LocalNetwork, name: str) -> int | None:
         doc = ctl.get_info("dir/status-vote/current/consensus-microdesc")
     for line in doc.splitlines():
         if line.startswith("params"):
-            for token in line.split()[1:]:
-                key, _, value = token.partition("=")
-                if key == "cc_alg":
-                    return int(value)
-            return 2
+            return ConsensusParams.parse(line).get("cc_alg", 2)
     return None

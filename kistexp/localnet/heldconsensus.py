@@ -36,7 +36,7 @@ from types import MappingProxyType
 
 import attrs
 
-from kistexp.dirauth.paramsline import parse_params
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import DocumentError, LocalNetError
 from kistexp.localnet.control import ControlPort
 
@@ -114,7 +114,7 @@ def params_of(document: str, where: str) -> dict[str, int]:
     for line in document[:PARAMS_SEARCH_CHARS].splitlines():
         if line.startswith("params ") or line == "params":
             try:
-                return dict(parse_params(line[len("params"):].strip(), f"{where}: params line"))
+                return ConsensusParams.parse(line, f"{where}: params line").as_dict()
             except DocumentError as exc:
                 raise LocalNetError(str(exc)) from None
         if line.startswith("dir-source ") or line.startswith("r "):

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from kistexp.asciinum import ascii_uint
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.voting import AUTH_DIR_MAX_SERVERS_PER_ADDR
 from kistexp.directory import DirectoryClient, Endpoint
 from kistexp.errors import DirectoryError, KistexpError, LocalNetError
@@ -137,7 +138,7 @@ class DirDocument:
             "valid_after": self.valid_after,
             "fresh_until": self.fresh_until,
             "valid_until": self.valid_until,
-            "params": " ".join(f"{k}={v}" for k, v in self.params),
+            "params": ConsensusParams(self.params).format(),
             "voters": list(self.voters),
             "relays": self.relays,
             "signatures": self.signatures,
@@ -690,7 +691,7 @@ class LocalNetwork:
                 "socks_port": None if node.is_server else node.socks_port,
             }
             if node.role == "authority":
-                entry["consensus_params"] = " ".join(f"{k}={v}" for k, v in self.params(node))
+                entry["consensus_params"] = ConsensusParams(self.params(node)).format()
             nodes.append(entry)
         consensus = None
         if any(n["running"] for n in nodes):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN
+from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN, ConsensusParams
 from kistexp.dirauth.voting import VoteRejected, own_vote_params
 from kistexp.errors import LocalNetError
 
@@ -68,7 +68,7 @@ def parse_params_arg(text: str, where: str = "params") -> ParamItems:
         items[key] = value
     ordered = tuple(sorted(items.items()))
     try:
-        own_vote_params(" ".join(f"{k}={v}" for k, v in ordered), TESTING_AUTH_DIR_MAX_SERVERS_PER_ADDR)
+        own_vote_params(ConsensusParams(ordered).format(), TESTING_AUTH_DIR_MAX_SERVERS_PER_ADDR)
     except VoteRejected as exc:
         raise LocalNetError(f"{where}: {exc}") from None
     return ordered

@@ -40,10 +40,11 @@ from collections.abc import Sequence
 
 import attrs
 
-from kistexp import params as catalogue
+from kistexp import params as tor_params
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.voting import AUTH_DIR_MAX_SERVERS_PER_ADDR, VoteRejected, own_vote_params
 from kistexp.durations import format_duration
-from kistexp.errors import PlanError
+from kistexp.errors import DocumentError, PlanError
 from kistexp.judge.plan import fail_alphas
 from kistexp.metrics import catalogue as metrics
 from kistexp.plan.loader import parse_plan, read_plan_text
@@ -51,6 +52,7 @@ from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import UNSET, ParamValue, Plan
 from kistexp.plan.timeline import authorities_needed, propagation_delay
 from kistexp.population import kernels
+from kistexp.population.classes import tick_shares
 from kistexp.rollout.judging import SEQUENTIAL_METHOD
 from kistexp.rollout.spec import LIVE_CADENCE, washout_for
 from kistexp.stats import power
@@ -237,9 +239,9 @@ def _labelled_value_sets(plan: Plan):
 def _check_parameters(plan: Plan, out: _Collector) -> None:
     known = set()
     for i, name in enumerate(plan.parameters):
-        entry = catalogue.get(name)
+        entry = tor_params.get(name)
         if entry is None:
-            close = catalogue.suggest(name)
+            close = tor_params.suggest(name)
             hint = f"; did you mean {close}?" if close else ""
             out.add("KX101", f"experiment.parameters[{i}]", f"{name} is not a consensus parameter tor reads{hint}")
             continue
@@ -257,7 +259,7 @@ def _check_parameters(plan: Plan, out: _Collector) -> None:
         for name, value in values:
             if name not in known or value == UNSET:
                 continue
-            for bounds in catalogue.get(name).bounds_in(plan.tor_versions):  # type: ignore[union-attr]
+            for bounds in tor_params.get(name).bounds_in(plan.tor_versions):  # type: ignore[union-attr]
                 if not bounds.minimum <= value <= bounds.maximum:
                     side = "below tor's minimum" if value < bounds.minimum else "above tor's maximum"
                     limit = bounds.minimum if value < bounds.minimum else bounds.maximum
@@ -285,16 +287,17 @@ def _check_votable(plan: Plan, out: _Collector) -> None:
                         "to the vote of every authority with ConsensusParams (dirvote.c), so the vote would list "
                         f"it twice and the authority would stop voting; set the torrc option {name} on the "
                         "authorities instead")
-        line = " ".join(f"{name}={value}" for name, value in items if name != AUTH_DIR_MAX_SERVERS_PER_ADDR)
         try:
-            own_vote_params(line)
-        except VoteRejected as exc:
+            # the line an authority votes from its torrc's ConsensusParams, as tor writes it
+            own_vote_params(ConsensusParams.from_pairs(
+                (name, value) for name, value in items if name != AUTH_DIR_MAX_SERVERS_PER_ADDR).format())
+        except (VoteRejected, DocumentError) as exc:
             out.add("KX105", path, str(exc))
 
 
 #: tor versions whose clients ask for the v1 relay cell format (CGO) together with congestion
 #: control, which a relay without congestion control refuses (seen with 0.4.9.11).
-CGO_VERSIONS = catalogue.VersionRange(catalogue.TorVersion(0, 4, 9, 1))
+CGO_VERSIONS = tor_params.VersionRange(tor_params.TorVersion(0, 4, 9, 1))
 
 
 def _check_cc_off(plan: Plan, out: _Collector) -> None:
@@ -344,9 +347,9 @@ def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
     names = [n for n in plan.parameters if n in _TICK_PARAMS]
     if not names:
         return
-    shares = kernels.tick_shares()
+    shares = tick_shares()
     for name in names:
-        bounds = catalogue.get(name).bounds_in(plan.tor_versions)  # type: ignore[union-attr]
+        bounds = tor_params.get(name).bounds_in(plan.tor_versions)  # type: ignore[union-attr]
         for key, a, b, label in _compared_pairs(plan, name):
             if bounds:
                 a, b = bounds[-1].clamp(a), bounds[-1].clamp(b)
@@ -373,7 +376,7 @@ def _check_kernel_ticks(plan: Plan, out: _Collector) -> None:
                     stage=label)
 
 
-def _covers(entry: catalogue.ConsensusParam, plan: Plan) -> list[bool]:
+def _covers(entry: tor_params.ConsensusParam, plan: Plan) -> list[bool]:
     """Whether the ends of the plan's version range are read by tor."""
     return [entry.bounds_for(plan.tor_versions.low) is not None,
             entry.bounds_for(plan.tor_versions.high) is not None]
@@ -403,7 +406,7 @@ def _check_signals(plan: Plan, out: _Collector) -> None:
         if c.role != "signal":
             continue
         ignored = [f"on_fail {c.on_fail!r}"] if c.on_fail != "hold" else []
-        if c.on_inconclusive not in ("extend", "hold"):
+        if c.on_inconclusive not in ("extend", "advance", "hold"):
             ignored.append(f"on_inconclusive {c.on_inconclusive!r}")
         if ignored:
             key = f"criteria[{i}].on_fail" if c.on_fail != "hold" else f"criteria[{i}].on_inconclusive"
@@ -600,8 +603,11 @@ class _Forecast:
 
 def _variability(metric: metrics.Metric) -> power.Variability:
     var = power.METRIC_VARIABILITY.get(metric.name, power.DEFAULT_VARIABILITY)
-    # a relay metric is compared relay by relay over the relays the engine measures
-    return attrs.evolve(var, relays=metrics.instances(metric)) if var.kind == "relay" else var
+    # a relay metric is compared relay by relay over the relays the engine measures; a client metric's
+    # design effect grows with the samples an hour shares (power.Variability.design_effect)
+    if var.kind == "relay":
+        return attrs.evolve(var, relays=metrics.instances(metric))
+    return attrs.evolve(var, per_hour=metric.samples_per_hour * metrics.instances(metric))
 
 
 def _design(plan: Plan, judged) -> tuple[dt.timedelta, list[_Forecast]]:

@@ -10,143 +10,28 @@ import datetime as dt
 import difflib
 import os
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import tomli
 
 from kistexp.asciinum import ascii_port
 from kistexp.dirauth.authorities import DEFAULT_AUTHORITIES, NICKNAME_RE, V3IDENT_RE, DirectoryAuthority
-from kistexp.durations import format_duration, parse_duration
+from kistexp.durations import format_duration
 from kistexp.errors import PlanError
 from kistexp.params import INT32_MAX, INT32_MIN, parse_version_range
 from kistexp.plan import model
-from kistexp.plan.locate import index_lines, line_of
+from kistexp.plan.tomlschema import Source, Table, type_name
 from kistexp.safeio import read_bounded_text
 
 MAX_PLAN_BYTES = 1024 * 1024
 MAX_STAGES = 200
 MAX_CRITERIA = 100
-MAX_STRING = 10_000
 #: Room kept around a plan's dates for what is derived from them (baseline, rounds, propagation, samples).
 DATE_MARGIN = dt.timedelta(days=366)
 DEFAULT_TOR_VERSIONS = ">=0.4.8.2"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 _HEX40_RE = re.compile(r"^[0-9A-Fa-f]{40}\Z")
-
-
-class _Source:
-    """The file being loaded: raises located errors."""
-
-    def __init__(self, path: str, text: str) -> None:
-        self.path = path
-        self._text = text
-        self._index: dict[str, int] | None = None
-
-    def error(self, key: str, problem: str) -> PlanError:
-        if self._index is None:
-            self._index = index_lines(self._text)
-        line = line_of(self._index, key) if key else None
-        where = f"{self.path}:{line}" if line else self.path
-        message = f"{where}: {key}: {problem}" if key else f"{where}: {problem}"
-        return PlanError(message, file=self.path, line=line, key=key, problem=problem)
-
-
-class _Table:
-    """A TOML table with its key path; typed getters that fail with located errors."""
-
-    def __init__(self, src: _Source, data: Any, path: str) -> None:
-        if not isinstance(data, Mapping):
-            raise src.error(path, f"expected a table, got {_type_name(data)}")
-        self.src, self.data, self.path = src, data, path
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def check_keys(self, allowed: tuple[str, ...]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(allowed)})"
-                raise self.src.error(self.key(str(key)), f"unknown key{hint}")
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def _get(self, name: str, required: bool, default: Any) -> Any:
-        if name not in self.data:
-            if required:
-                raise self.src.error(self.path, f"missing required key {name!r}")
-            return default
-        return self.data[name]
-
-    def string(self, name: str, required: bool = True, default: str = "") -> str:
-        value = self._get(name, required, default)
-        if not isinstance(value, str):
-            raise self.src.error(self.key(name), f"expected a string, got {_type_name(value)}")
-        if len(value) > MAX_STRING:
-            raise self.src.error(self.key(name), f"string is longer than {MAX_STRING} characters")
-        return value
-
-    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
-        value = self.string(name, required=default is None, default=default or "")
-        if value not in choices:
-            raise self.src.error(self.key(name), f"{value!r} is not one of {', '.join(choices)}")
-        return value
-
-    def integer(self, name: str, low: int, high: int, required: bool = True, default: int = 0) -> int:
-        value = self._get(name, required, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.src.error(self.key(name), f"expected an integer, got {_type_name(value)}")
-        if not low <= value <= high:
-            raise self.src.error(self.key(name), f"{value} is outside {low}..{high}")
-        return value
-
-    def number(self, name: str, required: bool = True, default: float = 0.0) -> float:
-        value = self._get(name, required, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.src.error(self.key(name), f"expected a number, got {_type_name(value)}")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise self.src.error(self.key(name), "expected a finite number")
-        try:
-            return float(value)
-        except OverflowError:  # an integer such as 10**400 has no float
-            raise self.src.error(self.key(name), f"{str(value)[:12]}... ({len(str(value))} digits) is too large "
-                                                 "for a number (at most about 1.8e308)") from None
-
-    def duration(self, name: str, required: bool = True, default: str = "") -> dt.timedelta:
-        text = self.string(name, required, default)
-        try:
-            return parse_duration(text)
-        except ValueError as exc:
-            raise self.src.error(self.key(name), str(exc)) from None
-
-    def table(self, name: str, required: bool = True) -> _Table | None:
-        value = self._get(name, required, None)
-        return None if value is None else _Table(self.src, value, self.key(name))
-
-    def array(self, name: str, required: bool = True, limit: int = 1000) -> list[Any]:
-        value = self._get(name, required, [])
-        if not isinstance(value, list):
-            raise self.src.error(self.key(name), f"expected an array, got {_type_name(value)}")
-        if len(value) > limit:
-            raise self.src.error(self.key(name), f"has {len(value)} entries, more than the limit of {limit}")
-        return value
-
-    def strings(self, name: str, required: bool = True, limit: int = 1000) -> tuple[str, ...]:
-        items = self.array(name, required, limit)
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                raise self.src.error(f"{self.key(name)}[{i}]", f"expected a string, got {_type_name(item)}")
-        return tuple(items)
-
-
-def _type_name(value: Any) -> str:
-    return {
-        bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-        dict: "a table", dt.datetime: "a date-time", dt.date: "a date", dt.time: "a time",
-    }.get(type(value), type(value).__name__)
 
 
 def read_plan_text(path: str | os.PathLike[str]) -> str:
@@ -178,7 +63,7 @@ def parse_plan(text: str, path: str = "<plan>") -> model.Plan:
             raise PlanError(f"{path}:{line}: {problem}", file=path, line=line, problem=problem) from None
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise PlanError(f"{path}: TOML syntax error: {message}") from None
-    return _build(_Source(path, text), data)
+    return _build(Source(path, text), data)
 
 
 _LONG_NUMBER_RE = re.compile(r"[0-9][0-9_]{4300,}")
@@ -189,8 +74,8 @@ _EXPERIMENT_KEYS = ("name", "kind", "owner", "contact", "description", "start", 
                     "tickets", "on_inconclusive", "max_extension", "correction")
 
 
-def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
-    root = _Table(src, data, "")
+def _build(src: Source, data: dict[str, Any]) -> model.Plan:
+    root = Table(src, data, "")
     root.check_keys(_TOP_KEYS)
     exp = root.table("experiment")
     assert exp is not None
@@ -249,7 +134,7 @@ def _build(src: _Source, data: dict[str, Any]) -> model.Plan:
     return plan
 
 
-def _check_date_range(exp: _Table, plan: model.Plan) -> None:
+def _check_date_range(exp: Table, plan: model.Plan) -> None:
     """Every date derived from a plan (its baseline before the start; consensus rounds, propagation and
     sample windows after its end) must be one Python can compute: years 1 to 9999 (OverflowError past them)."""
     try:
@@ -267,15 +152,15 @@ def _iso(when: dt.datetime) -> str:
     return when.isoformat().replace("+00:00", "Z")
 
 
-def _start_time(exp: _Table) -> dt.datetime:
-    value = exp._get("start", True, None)
+def _start_time(exp: Table) -> dt.datetime:
+    value = exp.raw("start", True, None)
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             raise exp.src.error(exp.key("start"), f"{value!r} is not an RFC 3339 date-time") from None
     if not isinstance(value, dt.datetime):
-        raise exp.src.error(exp.key("start"), f"expected an RFC 3339 date-time, got {_type_name(value)}")
+        raise exp.src.error(exp.key("start"), f"expected an RFC 3339 date-time, got {type_name(value)}")
     if value.tzinfo is None:
         raise exp.src.error(exp.key("start"), "give the time in UTC with an offset, e.g. 2027-06-07T12:00:00Z")
     try:
@@ -284,9 +169,9 @@ def _start_time(exp: _Table) -> dt.datetime:
         raise exp.src.error(exp.key("start"), f"{value.isoformat()} is outside years 1 to 9999 in UTC") from None
 
 
-def _values(src: _Source, data: Any, path: str, parameters: tuple[str, ...],
+def _values(src: Source, data: Any, path: str, parameters: tuple[str, ...],
             require_all: bool = True) -> tuple[tuple[str, model.ParamValue], ...]:
-    table = _Table(src, data, path)
+    table = Table(src, data, path)
     values: list[tuple[str, model.ParamValue]] = []
     for key, value in table.data.items():
         if key not in parameters:
@@ -295,7 +180,7 @@ def _values(src: _Source, data: Any, path: str, parameters: tuple[str, ...],
             values.append((key, model.UNSET))
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise src.error(table.key(key), f"expected an integer or \"unset\", got {_type_name(value)}")
+            raise src.error(table.key(key), f"expected an integer or \"unset\", got {type_name(value)}")
         if not INT32_MIN <= value <= INT32_MAX:
             raise src.error(table.key(key), f"{value} is outside the int32 range tor accepts")
         values.append((key, value))
@@ -306,14 +191,14 @@ def _values(src: _Source, data: Any, path: str, parameters: tuple[str, ...],
     return tuple(values)
 
 
-def _stages(root: _Table, parameters: tuple[str, ...]) -> tuple[model.Stage, ...]:
+def _stages(root: Table, parameters: tuple[str, ...]) -> tuple[model.Stage, ...]:
     items = root.array("stages", limit=MAX_STAGES)
     if not items:
         raise root.src.error("stages", "the plan has no stages")
     stages: list[model.Stage] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(items):
-        t = _Table(root.src, item, f"stages[{i}]")
+        t = Table(root.src, item, f"stages[{i}]")
         t.check_keys(("name", "values", "duration", "gate", "note"))
         name = t.string("name")
         if not name.strip():
@@ -321,20 +206,20 @@ def _stages(root: _Table, parameters: tuple[str, ...]) -> tuple[model.Stage, ...
         if name in seen:
             raise root.src.error(t.key("name"), f"duplicate stage name {name!r} (also stages[{seen[name]}])")
         seen[name] = i
-        values = _values(root.src, t._get("values", True, None), t.key("values"), parameters)
+        values = _values(root.src, t.raw("values", True, None), t.key("values"), parameters)
         stages.append(model.Stage(name=name, values=values, duration=t.duration("duration"),
                                   gate=t.choice("gate", model.GATES, default="auto"),
                                   note=t.string("note", required=False)))
     return tuple(stages)
 
 
-def _switchback(root: _Table, parameters: tuple[str, ...]) -> model.Switchback:
+def _switchback(root: Table, parameters: tuple[str, ...]) -> model.Switchback:
     t = root.table("switchback")
     assert t is not None
     t.check_keys(("treatment", "control", "period", "washout", "burnout", "cycles", "gate"))
     sb = model.Switchback(
-        treatment=_values(root.src, t._get("treatment", True, None), t.key("treatment"), parameters),
-        control=_values(root.src, t._get("control", True, None), t.key("control"), parameters),
+        treatment=_values(root.src, t.raw("treatment", True, None), t.key("treatment"), parameters),
+        control=_values(root.src, t.raw("control", True, None), t.key("control"), parameters),
         period=t.duration("period"),
         washout=t.duration("washout"),
         cycles=t.integer("cycles", 1, MAX_STAGES // 2),
@@ -359,7 +244,7 @@ def _expand_switchback(sb: model.Switchback) -> tuple[model.Stage, ...]:
     return tuple(stages)
 
 
-def _baseline(root: _Table, parameters: tuple[str, ...]) -> model.Baseline:
+def _baseline(root: Table, parameters: tuple[str, ...]) -> model.Baseline:
     t = root.table("baseline")
     assert t is not None
     t.check_keys(("duration", "values"))
@@ -369,7 +254,7 @@ def _baseline(root: _Table, parameters: tuple[str, ...]) -> model.Baseline:
     return model.Baseline(duration=t.duration("duration"), values=values)
 
 
-def _authorities(root: _Table) -> model.AuthoritySet:
+def _authorities(root: Table) -> model.AuthoritySet:
     t = root.table("authorities")
     assert t is not None
     t.check_keys(("participating", "others", "custom"))
@@ -398,8 +283,8 @@ def _authorities(root: _Table) -> model.AuthoritySet:
     return model.AuthoritySet(authorities=known, participating=tuple(participating), others=others)
 
 
-def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
-    t = _Table(src, data, path)
+def _custom_authority(src: Source, data: Any, path: str) -> DirectoryAuthority:
+    t = Table(src, data, path)
     t.check_keys(("nickname", "v3ident", "dirport", "orport", "fingerprint"))
     nickname = t.string("nickname")
     if not NICKNAME_RE.fullmatch(nickname):
@@ -418,16 +303,16 @@ def _custom_authority(src: _Source, data: Any, path: str) -> DirectoryAuthority:
                               t.integer("orport", 1, 65535, required=False, default=443), fingerprint.upper())
 
 
-def _criteria(root: _Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE,
+def _criteria(root: Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE,
               max_extension: dt.timedelta | None = None) -> tuple[model.Criterion, ...]:
     out = []
     for i, item in enumerate(root.array("criteria", required=False, limit=MAX_CRITERIA)):
-        t = _Table(root.src, item, f"criteria[{i}]")
+        t = Table(root.src, item, f"criteria[{i}]")
         t.check_keys(("name", "metric", "statistic", "comparison", "threshold", "min_samples", "on_fail",
                       "critical", "role", "on_inconclusive", "max_extension"))
-        critical = t._get("critical", False, False)
+        critical = t.raw("critical", False, False)
         if not isinstance(critical, bool):
-            raise root.src.error(t.key("critical"), f"expected true or false, got {_type_name(critical)}")
+            raise root.src.error(t.key("critical"), f"expected true or false, got {type_name(critical)}")
         threshold = t.number("threshold")
         comparison = t.choice("comparison", model.COMPARISONS)
         if comparison != "above" and comparison != "below" and threshold < 0:
@@ -446,7 +331,7 @@ def _criteria(root: _Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE
     return tuple(out)
 
 
-def _simulation(root: _Table) -> model.Simulation:
+def _simulation(root: Table) -> model.Simulation:
     t = root.table("simulation", required=False)
     if t is None:
         return model.Simulation()

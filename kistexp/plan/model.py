@@ -9,6 +9,7 @@ import attrs
 
 from kistexp.dirauth.authorities import DirectoryAuthority
 from kistexp.params import VersionRange
+from kistexp.population.stageruns import StageRuns, Transition
 
 # A stage value: an int the authorities put in ConsensusParams, or UNSET (the
 # authorities drop the key, so relays fall back to tor's compiled default).
@@ -20,7 +21,7 @@ ON_FAIL_ACTIONS = ("hold", "step-back", "revert-default", "remove-param")
 # What an INCONCLUSIVE criterion does at its stage's end (when its estimate is not beyond the limit:
 # then its on_fail is taken): extend the stage hour by hour up to max_extension, hold (pause for an
 # operator), or one of the rollback kinds.
-ON_INCONCLUSIVE_ACTIONS = ("extend", "hold", "step-back", "revert-default", "remove-param")
+ON_INCONCLUSIVE_ACTIONS = ("extend", "advance", "hold", "step-back", "revert-default", "remove-param")
 DEFAULT_ON_INCONCLUSIVE = "extend"
 # A guardrail's FAIL rolls back (its on_fail); a signal's FAIL pauses and asks an operator.
 ROLES = ("guardrail", "signal")
@@ -150,3 +151,27 @@ class Plan:
             out.append((stage, t, t + stage.duration))
             t += stage.duration
         return tuple(out)
+
+    def stage_runs(self) -> StageRuns:
+        """The plan as its stage prediction runs it (``kistexp simulate``): the baseline held constant,
+        then each change of values in order (a switchback plan: one cycle, baseline -> treatment ->
+        control), on the networks of its ``[simulation]`` table."""
+        base = _concrete(self.baseline.values)
+        out = [Transition("baseline", base, "baseline", base)]
+        if self.switchback is not None:
+            t, c = _concrete(self.switchback.treatment), _concrete(self.switchback.control)
+            out += [Transition("baseline", base, "treatment", t), Transition("treatment", t, "control", c)]
+        else:
+            prev_name, prev = "baseline", base
+            for stage in self.stages:
+                vals = _concrete(stage.values)
+                out.append(Transition(prev_name, prev, stage.name, vals))
+                prev_name, prev = stage.name, vals
+        sim = self.simulation
+        return StageRuns(name=self.name, source=self.path, transitions=tuple(out), seeds=sim.seeds,
+                         population_scale=sim.population_scale, duration=sim.duration)
+
+
+def _concrete(values: tuple[tuple[str, ParamValue], ...]) -> tuple[tuple[str, int], ...]:
+    # UNSET: the authorities drop the key and tors use their compiled default (a key absent from the run)
+    return tuple((k, int(v)) for k, v in values if v != UNSET)

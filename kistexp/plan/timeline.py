@@ -9,7 +9,7 @@ import math
 
 import attrs
 
-from kistexp import params as catalogue
+from kistexp import params as tor_params
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.schedule import VotingRound, VotingSchedule
 from kistexp.dirauth.voting import param_inclusion_threshold
@@ -164,7 +164,7 @@ def build_timeline(plan: Plan, schedule: VotingSchedule = LIVE_SCHEDULE) -> Time
     clients = unplanned_change_delay("clients", schedule)
     defaults = []
     for name in plan.parameters:
-        entry = catalogue.get(name)
+        entry = tor_params.get(name)
         bounds = entry.bounds_in(plan.tor_versions) if entry else ()
         if len(bounds) == 1:
             defaults.append(f"{name}={bounds[0].default}")

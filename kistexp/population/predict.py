@@ -1,8 +1,10 @@
 """Stage predictions for a plan: baseline and every stage on independently sampled networks.
 
-For each seed of the plan's ``[simulation]`` table a network is sampled at ``population_scale``
-(``kistexp.population.sampling``) and built with the same clients, paths and traffic for every run
-(``kistexp.population.simnet``: common random numbers, so stages differ only by their values). Each change
+The plan comes as the runs it makes (``kistexp.population.stageruns.StageRuns``, from
+``kistexp.plan.model.Plan.stage_runs``). For each seed of the plan's ``[simulation]`` table a network
+is sampled at ``population_scale`` (``kistexp.population.sampling``) and built with the same clients,
+paths and traffic for every run (``kistexp.population.simnet``: common random numbers, so stages differ
+only by their values). Each change
 of values the plan makes (baseline -> first stage, stage -> next stage; switchback: baseline -> treatment
 -> control) is **one steppable run** (``kistexp.sim.Simulation``) of the plan's duration:
 
@@ -38,7 +40,6 @@ import numpy as np
 
 from kistexp.errors import PopulationError
 from kistexp.metrics.series import Prediction
-from kistexp.plan.model import UNSET, Plan
 from kistexp.population import costs
 from kistexp.population.adoption import SwitchSchedule, adoption_times, compress
 from kistexp.population.classes import ClassShares, load_class_shares, load_profiles
@@ -46,6 +47,7 @@ from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import POSITION_NAMES, SimNetwork, TrafficModel, build_network, relay_class_label
+from kistexp.population.stageruns import StageRuns
 from kistexp.sim import RunConfig, Simulation, ensure_compiled, numbacache
 from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS, node_cpu_utilization, window_samples
 
@@ -54,35 +56,6 @@ QUANTILES = tuple(round(q / 100, 2) for q in range(101))
 # are scaled down (TrafficModel.bandwidth_scale) when the sampled network would ask for more
 DEFAULT_BYTE_BUDGET = 75e6
 ALL = "all"
-
-
-@attrs.frozen
-class Transition:
-    from_stage: str
-    from_values: tuple[tuple[str, int], ...]
-    to_stage: str
-    to_values: tuple[tuple[str, int], ...]
-
-
-def _concrete(values) -> tuple[tuple[str, int], ...]:
-    # "unset": the authorities drop the key and tors use their compiled default (absent key in apply)
-    return tuple((k, int(v)) for k, v in values if v != UNSET)
-
-
-def plan_transitions(plan: Plan) -> list[Transition]:
-    """The runs of a plan: the baseline held constant, then each value change in order (a switchback
-    plan: one cycle)."""
-    base = _concrete(plan.baseline.values)
-    hold = Transition("baseline", base, "baseline", base)
-    if plan.switchback is not None:
-        t, c = _concrete(plan.switchback.treatment), _concrete(plan.switchback.control)
-        return [hold, Transition("baseline", base, "treatment", t), Transition("treatment", t, "control", c)]
-    out, prev_name, prev = [hold], "baseline", base
-    for stage in plan.stages:
-        vals = _concrete(stage.values)
-        out.append(Transition(prev_name, prev, stage.name, vals))
-        prev_name, prev = stage.name, vals
-    return out
 
 
 @attrs.frozen
@@ -190,24 +163,24 @@ def _layout(duration_s: float, warmup_s: float) -> tuple[float, float, float]:
     return warmup_s, warmup_s + r, warmup_s + 2 * r
 
 
-def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, certs: str | Path | None = None,
+def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs: str | Path | None = None,
                   traffic: TrafficModel | None = None, shares: ClassShares | None = None,
                   byte_budget: float = DEFAULT_BYTE_BUDGET,
                   progress: Callable[[float, str], None] | None = None,
                   notify: Callable[[str], None] | None = None) -> PlanPrediction:
-    """Run every transition of ``plan`` on each seed's network (see the module docstring); ``consensus``
-    and ``certs`` as ``load_population`` takes them (default: the bundled consensus). ``progress`` is
+    """Run every transition of ``runs`` (a plan's: ``Plan.stage_runs()``) on each seed's network (see the
+    module docstring); ``consensus`` and ``certs`` as ``load_population`` takes them (default: the
+    bundled consensus). ``progress`` is
     called with the fraction done, never decreasing, and what runs; ``notify`` with a line about a first
     compile of the simulator (``kistexp.sim.ensure_compiled``), which comes after the inputs are read, so
     a bad input is reported at once."""
     wall0 = time.perf_counter()
-    sim_cfg = plan.simulation
-    duration = sim_cfg.duration.total_seconds()
+    duration = runs.duration.total_seconds()
     traffic = traffic or TrafficModel(warmup_s=min(10.0, duration / 6))
     w0, a, b = _layout(duration, traffic.warmup_s)
-    transitions = plan_transitions(plan)
+    transitions = runs.transitions
     if len(transitions) < 2:
-        raise PopulationError(f"{plan.path}: the plan changes no value: nothing to predict")
+        raise PopulationError(f"{runs.source}: the plan changes no value: nothing to predict")
     shares = shares or load_class_shares()
     profiles = load_profiles()
     geoip = load_geoip()
@@ -219,19 +192,19 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, certs: str
             notify(f"compiled in {took:.0f} s (kept in {numbacache.cache_base()})")
     rows: list[Prediction] = []
     relays_n, clients_n, scales, utils, achieved = [], [], [], [], []
-    total = len(sim_cfg.seeds) * len(transitions)
+    total = len(runs.seeds) * len(transitions)
     done = 0
-    for net_i, seed in enumerate(sim_cfg.seeds):
+    for net_i, seed in enumerate(runs.seeds):
         if progress is not None:
             progress(done / total, f"network {net_i + 1}: sampling and building")
-        pop = sample(full, sim_cfg.population_scale, seed)
+        pop = sample(full, runs.population_scale, seed)
         sn = build_network(pop, duration_s=duration, seed=seed, interval_ms=10, traffic=traffic,
-                           shares=shares, geoip=geoip, scale=sim_cfg.population_scale)
+                           shares=shares, geoip=geoip, scale=runs.population_scale)
         if sn.offered_bytes_per_s > byte_budget:
             tr = attrs.evolve(traffic, bandwidth_scale=traffic.bandwidth_scale * byte_budget
                               / sn.offered_bytes_per_s)
             sn = build_network(pop, duration_s=duration, seed=seed, interval_ms=10, traffic=tr,
-                               shares=shares, geoip=geoip, scale=sim_cfg.population_scale)
+                               shares=shares, geoip=geoip, scale=runs.population_scale)
         relays_n.append(len(pop))
         scales.append(sn.traffic.bandwidth_scale)
         clients_n.append(len(sn.client_nodes) + len(sn.perf_nodes))
@@ -270,7 +243,7 @@ def simulate_plan(plan: Plan, *, consensus: str | Path | None = None, certs: str
     stages = [t.to_stage for t in transitions]
     figures = summarize_predictions(rows, stages)
     return PlanPrediction(
-        plan=plan.name, stages=tuple(stages), networks=len(sim_cfg.seeds), relays_per_network=tuple(relays_n),
+        plan=runs.name, stages=tuple(stages), networks=len(runs.seeds), relays_per_network=tuple(relays_n),
         clients_per_network=tuple(clients_n), bandwidth_scale=tuple(scales), expected_utilisation=tuple(utils),
         achieved_utilisation=tuple(achieved),
         duration_s=duration, windows_s=(("warm-up", 0.0, w0), ("from", w0, a), ("transition", a, b),

@@ -9,7 +9,8 @@ import datetime as dt
 
 import jinja2
 
-from kistexp import params as param_catalogue
+from kistexp import params as tor_params
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.durations import format_duration
 from kistexp.metrics import catalogue
 from kistexp.metrics.collectors import operator_report
@@ -63,7 +64,8 @@ def _env() -> jinja2.Environment:
 
 
 def _params_line(values) -> str:
-    return "ConsensusParams " + " ".join(f"{k}={v}" for k, v in values if v != UNSET)
+    """The torrc line an authority sets: its values as tor writes them in its vote."""
+    return f"ConsensusParams {ConsensusParams.from_pairs((k, v) for k, v in values if v != UNSET)}"
 
 
 def _instruction(values) -> str:
@@ -132,7 +134,7 @@ def context(plan: Plan, data: PlanData) -> dict:
         "description": " ".join(plan.description.split()),
         "params": [{"name": n, "meaning": e.meaning if e else "", "read_by": e.read_by if e else "",
                     "torrc_override": e.torrc_override if e else ""}
-                   for n, e in ((n, param_catalogue.get(n)) for n in plan.parameters)],
+                   for n, e in ((n, tor_params.get(n)) for n in plan.parameters)],
         "lead": format_duration(stages[0].first_valid_after - stages[0].vote_deadline) if stages else "",
     }
 

@@ -25,7 +25,7 @@ from kistexp.metrics import catalogue
 from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
-from kistexp.population.predict import StageFigure, plan_transitions, summarize_predictions
+from kistexp.population.predict import StageFigure, summarize_predictions
 from kistexp.report.wording import effect_words, interval_words, limit_words
 from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
 from kistexp.rollout.engine import metric_source_of
@@ -36,7 +36,7 @@ from kistexp.rollout.journal.reader import phase_stage
 from kistexp.rollout.rollback import RollbackPlan, eta, plan_rollback
 from kistexp.rollout.runs import load_spec
 from kistexp.rollout.spec import RolloutSpec
-from kistexp.rollout.state import REVERT_DEFAULT, ROLLBACK_KINDS, Status
+from kistexp.rollout.state import COMPLETED, REVERT_DEFAULT, ROLLBACK_KINDS, Status
 from kistexp.rollout.watch.health import HealthSummary, health_of
 
 # Relay costs operators ask about first (issue 9): CPU, memory, bandwidth.
@@ -353,7 +353,7 @@ def _outcome(status: Status, failures: tuple[Failure, ...], actions: tuple[Actio
     where = names[status.stage] if 0 <= status.stage < len(names) else f"stage {status.stage}"
     state = OUTCOME_WORDS.get(status.state, status.state.lower())
     reasons = f" ({', '.join(sorted(status.reasons))})" if status.reasons else ""
-    now = f"{state}{reasons} at {where}" if status.state != "COMPLETED" else "completed every stage"
+    now = f"{state}{reasons} at {where}" if status.state != COMPLETED else "completed every stage"
     if actions:
         kinds = ", ".join(f"{a.kind} from {a.from_stage}" for a in actions)
         return f"rolled back ({kinds}); now {now}"
@@ -542,7 +542,7 @@ class PlanData:
 
 
 def plan_stage_names(plan: Plan) -> tuple[str, ...]:
-    return tuple(t.to_stage for t in plan_transitions(plan))
+    return plan.stage_runs().stages
 
 
 def load_plan_predictions(plan: Plan, exp_path: str | Path) -> PlanData:

@@ -62,19 +62,6 @@ def limit_in_units(comparison: str, threshold: float, base: float) -> float:
             "absolute-increase": base + threshold, "absolute-decrease": base - threshold}.get(comparison, threshold)
 
 
-def effect_origin(comparison: str) -> float:
-    """"No effect" on the judge's effect scale: a ratio of 1, a difference of 0."""
-    return 1.0 if comparison.startswith("relative") else 0.0
-
-
-def effect_limit(comparison: str, threshold: float) -> float:
-    """The threshold on the judge's effect scale (kistexp.judge Verdict.bound): the ratio
-    stage/baseline for relative comparisons, the difference for absolute ones, the stage
-    value itself for above/below."""
-    return {"relative-increase": 1 + threshold, "relative-decrease": 1 - threshold,
-            "absolute-decrease": -threshold}.get(comparison, threshold)
-
-
 def _stat(values: np.ndarray, statistic: str) -> float | None:
     return float(side_statistic(values, statistic, False)[0]) if values.size else None
 

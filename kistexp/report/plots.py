@@ -18,7 +18,7 @@ import matplotlib.dates as mdates  # noqa: E402 - after choosing the backend
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kistexp import params as param_catalogue  # noqa: E402
+from kistexp import params as tor_params  # noqa: E402
 from kistexp.dirauth.propagation import NodeClass, PropagationModel  # noqa: E402
 from kistexp.durations import format_duration  # noqa: E402
 from kistexp.metrics import catalogue  # noqa: E402
@@ -56,7 +56,7 @@ class Panel:
 
 def param_label(param: str) -> str:
     """A consensus parameter with its unit, as an axis label: "KISTSchedRunInterval (ms)"."""
-    p = param_catalogue.get(param)
+    p = tor_params.get(param)
     unit = p.unit if p is not None and p.unit not in ("", "-") else ""
     return f"{param} ({unit})" if unit else param
 

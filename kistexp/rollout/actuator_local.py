@@ -26,6 +26,7 @@ from pathlib import Path
 import attrs
 
 from kistexp.clock import Clock
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.schedule import AcceleratedSchedule
 from kistexp.errors import KistexpError
 from kistexp.rollout.actuators import OWN_KEYS, ActuationError, DirectoryObserver, Intent, Params, _parse_lines
@@ -52,7 +53,7 @@ def local_cadence(interval_s: int, delay_s: int) -> Cadence:
 
 
 def _line(params: Mapping[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return ConsensusParams(params).format()
 
 
 class LocalTorActuator:

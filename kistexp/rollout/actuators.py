@@ -17,6 +17,7 @@ from typing import Protocol
 import attrs
 
 from kistexp.clock import Clock
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import KistexpError
 from kistexp.rollout.spec import Cadence
 
@@ -151,7 +152,10 @@ class FakeAuthoritiesActuator:
             return None
 
     def apply(self, intent: Intent) -> str:
-        body = {"params": " ".join(f"{k}={v}" for k, v in sorted(intent.desired.items()))}
+        try:
+            body = {"params": ConsensusParams(intent.desired).format()}
+        except KistexpError as exc:  # a set no authority could vote: refused here as the API would refuse it
+            raise ActuationError(f"{intent.authority}: {exc}") from None
         got = self._call("PUT", f"/authorities/{intent.authority}/params", json=body,
                          headers={"Idempotency-Key": intent.idem_key})
         return f"set {got.get('vote_params', '')}; applies from {got.get('applies_from', 'next vote')}"
@@ -172,7 +176,7 @@ def render_instructions(plan_name: str, stage_text: str, authority: str, desired
                         cadence: Cadence, observed: Params | None, tz: dt.tzinfo = dt.timezone.utc) -> str:
     """The message for one authority operator (rollout.md §4): the complete ConsensusParams line, the diff
     against what their vote shows, the window in UTC and the plan's timezone, and how to check."""
-    line = "ConsensusParams " + " ".join(f"{k}={v}" for k, v in sorted(desired.items()))
+    line = f"ConsensusParams {ConsensusParams(desired)}"
     opens = cadence.window_opens(valid_after)
     closes = valid_after - dt.timedelta(seconds=cadence.lead_s)
 

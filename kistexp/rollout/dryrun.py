@@ -46,7 +46,7 @@ from kistexp.rollout.rehearsal import EmbeddedAuthorities, rehearsal_clock, rehe
 from kistexp.rollout.rollback import plan_rollback
 from kistexp.rollout.sources import PREDICTED
 from kistexp.rollout.spec import RolloutSpec, Values, spec_from_plan
-from kistexp.rollout.state import COMMANDS, ROLLBACK_KINDS
+from kistexp.rollout.state import COMMANDS, PAUSED, ROLLBACK_KINDS
 
 # the catalogue's sample model, the one the linter checks plans with
 RELAY_INSTANCES = catalogue.RELAY_INSTANCES
@@ -420,7 +420,7 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
                     # wait), unless a scripted command is still to come: it may be the one that lifts it
                     if any(c.at > clock.now() for c in scripted):
                         return False
-                    return eng.status.state == "PAUSED" and (bool(eng.status.reasons - {"gate"})
+                    return eng.status.state == PAUSED and (bool(eng.status.reasons - {"gate"})
                                                              or not approve_gates)
 
                 rehearse(engine, journal, clock, until=end, who="dry-run (gate approved)",

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Mapping
 
 from kistexp.clock import Clock
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.metrics import catalogue
 from kistexp.rollout import sources
 from kistexp.rollout import triggers as tg
@@ -446,7 +447,7 @@ def as_collection(collected, metric: str, t0: dt.datetime, t1: dt.datetime, orig
 
 
 def _params_text(params: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(params.items())) or "(none of the plan's keys)"
+    return ConsensusParams(params).format() or "(none of the plan's keys)"
 
 
 def _plan_part(params: dict, spec: RolloutSpec) -> dict:

@@ -143,7 +143,7 @@ class JournalCollector(Collector):
         yield from self._runs(reader)
 
     def _verdicts(self, reader: JournalReader, spec) -> Iterator[Metric]:
-        from kistexp.report.html import effect_limit
+        from kistexp.judge.model import effect_limit
 
         latest = reader.latest_verdicts()
         verdict = GaugeMetricFamily(f"{PREFIX}_criterion_verdict", "1 for each criterion's latest outcome",

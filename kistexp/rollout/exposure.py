@@ -18,6 +18,7 @@ from typing import Protocol
 import attrs
 import numpy as np
 
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.rollout.journal.rows import ExposureRow
 from kistexp.rollout.spec import Cadence
@@ -70,7 +71,7 @@ def assess(views: Sequence[NodeView], want: Mapping[str, int], stage: int, popul
     on = [v for v in counted if all(v.params.get(k) == x for k, x in want.items())]
     observed = len(on) / len(counted) if counted else None
     short = observed is None or observed + tolerance < expected
-    wanted = " ".join(f"{k}={x}" for k, x in sorted(want.items()))
+    wanted = ConsensusParams(want).format()
     if observed is None:
         detail = f"{population}: none of {len(mine)} could be asked which consensus it holds"
     else:

@@ -32,6 +32,7 @@ from kistexp.rollout.drivers import VirtualDriver
 from kistexp.rollout.engine import Engine
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.spec import RolloutSpec
+from kistexp.rollout.state import PAUSED
 
 #: Signing a seven-week plan's 1,176 rounds with live-size keys (3072/2048 bits) would cost
 #: more than the whole rehearsal; 1024 bits is the floor tor accepts (keys.MIN_RSA_BITS), and
@@ -157,7 +158,7 @@ def rehearse(engine: Engine, journal: Journal, clock: VirtualClock, *, until: dt
     def operator(eng: Engine) -> None:
         if progress is not None:
             progress(min(1.0, max(0.0, (clock.now() - start) / span)), eng.status.describe())
-        if approve_gates and eng.status.state == "PAUSED" and eng.status.reasons == {"gate"}:
+        if approve_gates and eng.status.state == PAUSED and eng.status.reasons == {"gate"}:
             journal.queue_command("promote", {}, who, clock.now())
             eng.step(clock.now())
 

@@ -13,7 +13,7 @@ import datetime as dt
 
 import attrs
 
-from kistexp import params as param_catalogue
+from kistexp import params as tor_params
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.whatif import solve_target
 from kistexp.params import parse_version_range
@@ -85,7 +85,7 @@ class RollbackPlan:
 
 
 def compiled_defaults(spec: RolloutSpec, param: str) -> tuple[CompiledDefault, ...]:
-    entry = param_catalogue.get(param)
+    entry = tor_params.get(param)
     if entry is None:
         return ()
     try:

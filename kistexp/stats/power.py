@@ -219,7 +219,8 @@ def detectable_change(statistic: str, comparison: str, threshold: float, var: Va
 def change_of(comparison: str, theta: float) -> float:
     """An effect θ on the judge's oriented scale (larger is worse) as the change a plan states."""
     if comparison == "relative-increase":
-        return math.expm1(theta)
+        # a limit near the largest float leaves no room above it: no finite rise is detectable
+        return math.expm1(theta) if theta < 709.0 else math.inf
     if comparison == "relative-decrease":
         return math.expm1(-theta)
     return -theta if comparison == "absolute-decrease" else theta

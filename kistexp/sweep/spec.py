@@ -18,7 +18,7 @@ import tomli
 
 from kistexp import params
 from kistexp.errors import PlanError, PopulationError, SweepError
-from kistexp.plan.loader import _Source, _Table, _type_name
+from kistexp.plan.tomlschema import Source, Table, type_name
 from kistexp.safeio import read_bounded_text
 
 MAX_SWEEP_BYTES = 256 * 1024
@@ -72,14 +72,14 @@ class Sweep:
                 * len(self.seeds) * len(self.samples))
 
 
-def _error(src: _Source, key: str, problem: str) -> SweepError:
+def _error(src: Source, key: str, problem: str) -> SweepError:
     exc = src.error(key, problem)
     return SweepError(str(exc))
 
 
-def _checked_value(src: _Source, key: str, name: str, value: object) -> int:
+def _checked_value(src: Source, key: str, name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _error(src, key, f"expected an integer value of {name}, got {_type_name(value)}")
+        raise _error(src, key, f"expected an integer value of {name}, got {type_name(value)}")
     bounds = params.get(name).current  # type: ignore[union-attr]
     if not bounds.minimum <= value <= bounds.maximum:
         raise _error(src, key, f"{value} is outside tor's bounds {bounds.minimum}..{bounds.maximum} for {name} "
@@ -87,7 +87,7 @@ def _checked_value(src: _Source, key: str, name: str, value: object) -> int:
     return value
 
 
-def _param_name(src: _Source, key: str, name: str) -> str:
+def _param_name(src: Source, key: str, name: str) -> str:
     if params.get(name) is None:
         close = params.suggest(name)
         hint = f" (did you mean {close}?)" if close else " (see kistexp params)"
@@ -95,7 +95,7 @@ def _param_name(src: _Source, key: str, name: str) -> str:
     return name
 
 
-def _numbers(t: _Table, name: str, low: float, high: float, what: str, *, high_open: bool = True,
+def _numbers(t: Table, name: str, low: float, high: float, what: str, *, high_open: bool = True,
              default: list | None = None) -> tuple[float, ...]:
     items = t.array(name, required=default is None, limit=MAX_AXIS) if t.has(name) or default is None \
         else default
@@ -105,7 +105,7 @@ def _numbers(t: _Table, name: str, low: float, high: float, what: str, *, high_o
     for i, v in enumerate(items):
         key = f"{t.key(name)}[{i}]"
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _error(t.src, key, f"expected a number, got {_type_name(v)}")
+            raise _error(t.src, key, f"expected a number, got {type_name(v)}")
         if not (low < v < high if high_open else low <= v <= high) and not (v == low == 0):
             interval = f"({low:g}, {high:g})" if high_open else f"[{low:g}, {high:g}]"
             raise _error(t.src, key, f"{v} is outside {interval}: {what}")
@@ -115,7 +115,7 @@ def _numbers(t: _Table, name: str, low: float, high: float, what: str, *, high_o
     return tuple(out)
 
 
-def _integers(t: _Table, name: str, default: list[int] | None = None) -> tuple[int, ...]:
+def _integers(t: Table, name: str, default: list[int] | None = None) -> tuple[int, ...]:
     items = t.array(name, required=default is None, limit=MAX_AXIS) if t.has(name) or default is None \
         else default
     if not items:
@@ -128,7 +128,7 @@ def _integers(t: _Table, name: str, default: list[int] | None = None) -> tuple[i
     return tuple(items)
 
 
-def _value_sets(root: _Table) -> tuple[tuple[str, ...], str, int, Callable[[], tuple[ValueSet, ...]]]:
+def _value_sets(root: Table) -> tuple[tuple[str, ...], str, int, Callable[[], tuple[ValueSet, ...]]]:
     """The swept names, a grid's axis sizes in words ("" for a list), the number of value sets and a
     function building them: a grid's combinations are built only once the whole grid is known to be within MAX_CELLS."""
     src = root.src
@@ -160,7 +160,7 @@ def _value_sets(root: _Table) -> tuple[tuple[str, ...], str, int, Callable[[], t
     names = []
     sets = []
     for i, item in enumerate(items):
-        t = _Table(src, item, f"value_sets[{i}]")
+        t = Table(src, item, f"value_sets[{i}]")
         if not t.data:
             raise _error(src, t.path, "is empty: give at least one parameter value")
         vs = []
@@ -183,7 +183,7 @@ def _value_sets(root: _Table) -> tuple[tuple[str, ...], str, int, Callable[[], t
     return tuple(names), "", len(listed), lambda: listed
 
 
-def _class_mixes(root: _Table, base: Path) -> tuple[tuple[str, str | None], ...]:
+def _class_mixes(root: Table, base: Path) -> tuple[tuple[str, str | None], ...]:
     if not root.has("class_mixes"):
         return ((BUNDLED_MIX, None),)
     t = _mix_table(root)
@@ -206,7 +206,7 @@ def _class_mixes(root: _Table, base: Path) -> tuple[tuple[str, str | None], ...]
     return tuple(out)
 
 
-def _mix_table(root: _Table) -> _Table:
+def _mix_table(root: Table) -> Table:
     t = root.table("class_mixes")
     assert t is not None
     if not t.data:
@@ -227,12 +227,12 @@ def _check_size(path: str, sizes: dict[str, int], grid: str) -> None:
                          "even with --yes; split it into several sweeps")
 
 
-def _recommend(root: _Table, names: tuple[str, ...], value_sets: tuple[ValueSet, ...]) -> tuple[Recommend, ...]:
+def _recommend(root: Table, names: tuple[str, ...], value_sets: tuple[ValueSet, ...]) -> tuple[Recommend, ...]:
     from kistexp.metrics import catalogue
 
     out = []
     for i, item in enumerate(root.array("recommend", required=False, limit=100)):
-        t = _Table(root.src, item, f"recommend[{i}]")
+        t = Table(root.src, item, f"recommend[{i}]")
         t.check_keys(("parameter", "relay_class", "max_rise_percent", "baseline", "metric"))
         default_param = names[0] if len(names) == 1 else None
         parameter = t.string("parameter", required=default_param is None, default=default_param or "")
@@ -263,7 +263,7 @@ _TOP_KEYS = ("name", "description", "duration", "values", "value_sets", "traffic
 
 
 def parse_sweep(text: str, path: str = "<sweep>") -> Sweep:
-    src = _Source(path, text)
+    src = Source(path, text)
     try:
         data = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
@@ -275,7 +275,7 @@ def parse_sweep(text: str, path: str = "<sweep>") -> Sweep:
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise SweepError(f"{path}: not valid TOML: {message}") from None
     try:
-        root = _Table(src, data, "")
+        root = Table(src, data, "")
         root.check_keys(_TOP_KEYS)
         name = root.string("name")
         if not name.strip():
@@ -288,14 +288,14 @@ def parse_sweep(text: str, path: str = "<sweep>") -> Sweep:
         if not 3 <= duration <= 3600:
             raise _error(src, "duration", f"{duration:g} s is outside 3 s .. 1 h of simulated time per cell")
         names, detail, n_sets, build_sets = _value_sets(root)
-        traffic = root.table("traffic", required=False) or _Table(src, {}, "traffic")
+        traffic = root.table("traffic", required=False) or Table(src, {}, "traffic")
         traffic.check_keys(("loads", "loss_rates", "seeds"))
         loads = _numbers(traffic, "loads", 0.0, 1.0, "a target mean relay utilisation", default=[0.4])
         if 0.0 in loads:
             raise _error(src, "traffic.loads", "0 is not a load: a mean relay utilisation in (0, 1)")
         losses = _numbers(traffic, "loss_rates", 0.0, 0.5, "a packet-loss rate in [0, 0.5)", default=[0.0])
         seeds = _integers(traffic, "seeds", default=[1])
-        pop = root.table("population", required=False) or _Table(src, {}, "population")
+        pop = root.table("population", required=False) or Table(src, {}, "population")
         pop.check_keys(("scale", "samples", "consensus"))
         scale = pop.number("scale", required=False, default=0.01)
         if not 0 < scale <= 1:

@@ -22,6 +22,7 @@ import numpy as np
 from kistexp.metrics.series import from_us, to_us
 from kistexp.params import INT32_MAX, INT32_MIN
 from kistexp.plan.loader import DATE_MARGIN
+from kistexp.plan.model import UNSET
 from kistexp.rollout.spec import RolloutError
 from kistexp.rollout.state import ABORT_TO_BASELINE, COMMANDS, ROLLBACK_KINDS, STATES, Counters, Status
 from kistexp.textsafe import visible
@@ -88,7 +89,7 @@ def sequential_from_dict(d: dict):
 
 def desired_params(values) -> dict[str, int]:
     """The ConsensusParams set an authority is asked to run: unset keys are left out."""
-    return {k: int(v) for k, v in values if v != "unset"}
+    return {k: int(v) for k, v in values if v != UNSET}
 
 
 def pairs(mapping: Mapping | None) -> Pairs:
@@ -286,7 +287,7 @@ def param_value(value, column: str, *, unset: bool = False) -> int | str:
     if unset and isinstance(value, str):
         # a Status keeps values as the plan gave them: integers, or text of one ("10"), or "unset"
         digits = value.removeprefix("-")
-        if value == "unset" or (digits.isascii() and digits.isdigit() and len(digits) <= 10
+        if value == UNSET or (digits.isascii() and digits.isdigit() and len(digits) <= 10
                                 and INT32_MIN <= int(value) <= INT32_MAX):
             return value
         raise BadValue(f"{column} is {shown(value)}, not a parameter value")
