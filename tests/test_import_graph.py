@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     "kistexp.sweep": 8,
     "kistexp.fidelity": 8,
     "kistexp.plan.lint": 8,
+    "kistexp.plan.lint_power": 8,
     # 9: the report reads experiments; 10: the command line over everything
     "kistexp.report": 9,
     "kistexp.commands": 10,
