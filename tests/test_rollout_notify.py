@@ -148,3 +148,70 @@ def test_close_leaves_no_thread_and_gives_up_what_cannot_be_sent_in_time(tmp_pat
     assert time.monotonic() - t < 5
     assert not [th for th in threading.enumerate() if th.name == "kistexp-notify"]
     assert n.dropped > 0 and any(w.startswith(f"gave up {n.dropped} notification") for w in warnings)
+
+
+class _Trickler:
+    """A server that accepts, reads the request and answers one byte every 0.2 s without end: every socket
+    operation succeeds in time, only a deadline on the whole request stops a client."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                    if self.stop.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.2)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def test_a_receiver_trickling_its_answer_is_cut_at_the_total_timeout():
+    server = _Trickler()
+    try:
+        t = time.monotonic()
+        delivery = post(f"http://127.0.0.1:{server.port}/hook", '{"event": 1}', timeout_s=1.0, attempts=1)
+        assert time.monotonic() - t < 4.0  # httpx's per-read timeout alone would wait for ever
+        assert not delivery.ok and "Timeout" in delivery.problem
+    finally:
+        server.close()
+
+
+def test_the_operator_api_call_is_cut_at_its_total_timeout(monkeypatch):
+    from kistexp.clock import RealClock
+    from kistexp.rollout import actuators
+
+    monkeypatch.setattr(actuators, "CALL_TIMEOUT_S", 1.0)
+    server = _Trickler()
+    try:
+        act = actuators.FakeAuthoritiesActuator(f"http://127.0.0.1:{server.port}", "token", None, RealClock())
+        t = time.monotonic()
+        assert act.current("moria1") is None  # an authority not answering in time has no known params
+        assert time.monotonic() - t < 4.0
+    finally:
+        server.close()

@@ -12,6 +12,7 @@ and dry runs and replays on the virtual clock, ``kistexp.rollout.rehearsal``);
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Protocol
 
 import attrs
@@ -22,6 +23,10 @@ from kistexp.errors import KistexpError
 from kistexp.rollout.spec import Cadence
 
 Params = dict[str, int]
+
+
+#: the longest one call of the fake authorities' operator API may take, all of it
+CALL_TIMEOUT_S = 10.0
 
 
 class ActuationError(KistexpError):
@@ -130,17 +135,28 @@ class FakeAuthoritiesActuator:
 
         self.base = operator_url.rstrip("/") + "/kistexp/operator"
         self._token = token  # never logged
+        from kistexp.metrics.collectors.httpfetch import DeadlineTransport
+
         self.observer = DirectoryObserver(directory, clock)
-        self._http = httpx.Client(transport=transport, timeout=10.0,
+        # each call ends within CALL_TIMEOUT_S in all (httpx's timeout bounds one socket operation);
+        # an injected transport (tests, in-process authorities) has no sockets to bound
+        self._deadline = DeadlineTransport() if transport is None else None
+        self._http = httpx.Client(transport=transport or self._deadline, timeout=CALL_TIMEOUT_S, trust_env=False,
                                   headers={"Authorization": f"Bearer {token}"})
 
     def _call(self, method: str, path: str, **kw):
+        import httpcore
         import httpx
 
+        if self._deadline is not None:
+            self._deadline.backend.set_deadline(time.monotonic() + CALL_TIMEOUT_S)
         try:
             r = self._http.request(method, self.base + path, **kw)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpcore.TimeoutException, httpcore.NetworkError) as exc:
             raise ActuationError(f"{self.base}{path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            if self._deadline is not None:
+                self._deadline.backend.set_deadline(None)
         if r.status_code != 200:
             raise ActuationError(f"{self.base}{path}: HTTP {r.status_code}: {r.text.strip()[:200]}")
         return r.json()

@@ -117,16 +117,23 @@ def post(url: str, payload: str, timeout_s: float = URL_TIMEOUT_S, attempts: int
          sleep: Callable[[float], None] = time.sleep) -> Delivery:
     """POST the event as JSON; retried on a connection failure, a timeout, 429 and 5xx answers,
     after 0.5 s, 1 s, ... A 4xx answer is the receiver refusing it: not retried."""
+    import httpcore
     import httpx
 
+    from kistexp.metrics.collectors.httpfetch import DeadlineTransport
+
     problem = ""
-    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+    # httpx's timeout bounds each socket operation; the deadline transport bounds the whole attempt, so a
+    # receiver that trickles its answer cannot hold the engine's notification past timeout_s
+    transport = DeadlineTransport()
+    with httpx.Client(transport=transport, timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
         for attempt in range(max(1, attempts)):
             if attempt:
                 sleep(0.5 * 2 ** (attempt - 1))
+            transport.backend.set_deadline(time.monotonic() + timeout_s)
             try:
                 r = client.post(url, content=payload.encode(), headers={"Content-Type": "application/json"})
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 continue
             if r.status_code < 300:

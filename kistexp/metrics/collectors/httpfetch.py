@@ -109,7 +109,12 @@ class _TlsDeadlineBackend(_DeadlineBackend):
         return _TlsDeadlineStream(stream, self)
 
 
-class _Transport(_DeadlineTransport):
+class DeadlineTransport(_DeadlineTransport):
+    """An httpx transport whose every connect, read and write ends at the deadline last set with
+    ``backend.set_deadline`` (time.monotonic seconds; None: no deadline), over TLS too. For requests
+    other than the GETs of ``get``: the webhook POST of kistexp/rollout/notify.py and the fake
+    authorities' operator API calls of kistexp/rollout/actuators.py."""
+
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
         # the directory transport's pool, on the TLS-capable backend; certificates are verified
         # (httpcore's default context) unless the caller gives its own context
@@ -134,7 +139,7 @@ def _once(url: str, timeout_s: float, max_bytes: int, headers: Mapping[str, str]
     # Deadlines are real time even when the caller's clock is virtual: the sockets wait in real time.
     deadline = time.monotonic() + timeout_s
     within = f"within {timeout_s:.3g} s" + (" (what was left of the poll's time bound)" if clipped else "")
-    own = _Transport(ssl_context) if transport is None else None
+    own = DeadlineTransport(ssl_context) if transport is None else None
     if own is not None:
         own.backend.set_deadline(deadline)
     answered = False  # status line and headers in: a timeout after this is a body that did not finish
