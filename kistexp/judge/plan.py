@@ -185,27 +185,32 @@ def _replay(items, t0: dt.datetime, t1: dt.datetime, end: dt.datetime, baseline_
         # a tripwire looks with flat (Pocock-type) boundaries, so severe breakage FAILs in the first hours
         states.append(SequentialState.plan(planned_stage=planned, alpha_fail=share, alpha_pass=alpha_pass,
                                            method="pocock" if getattr(crit, "critical", False) else "obf"))
-    verdicts: list[Verdict | None] = [None] * len(items)
-    for h in range(1, hours + 1):
+    def judge_at(h: int, i: int, state: SequentialState | None):
+        crit, baseline, staged, kwargs = items[i]
         cut = min(t0 + dt.timedelta(hours=h), end)
-        look_now = cut.timestamp()
-        judges = []
-        for i, (crit, baseline, staged, kwargs) in enumerate(items):
-            v = verdicts[i]
-            if v is not None and v.outcome != "inconclusive":
-                judges.append(None)
-                continue
-            data = _cut(staged, look_now)
-            args = dict(kwargs, now=look_now)
+        data, args = _cut(staged, cut.timestamp()), dict(kwargs, now=cut.timestamp())
+        assert state is not None
+        return lambda a, label: annotate(judge(crit, baseline, data, sequential_state=attrs.evolve(state, alpha_fail=a),
+                                               final=cut >= t1, **args), label)
 
-            def one(a: float, label: str, crit=crit, baseline=baseline, data=data, args=args, state=states[i],
-                    final=cut >= t1):
-                return annotate(judge(crit, baseline, data, sequential_state=attrs.evolve(state, alpha_fail=a),
-                                      final=final, **args), label)
-            judges.append(one)
+    verdicts = _looks_as_a_family(range(1, hours + 1), judge_at, [None] * len(items), states, shares, correction,
+                                  shared)
+    assert all(v is not None for v in verdicts)
+    return verdicts  # type: ignore[return-value]
+
+
+def _looks_as_a_family(looks, judge_at, verdicts: list[Verdict | None], states: list[SequentialState | None],
+                       shares: Sequence[float], correction: str, shared: Sequence[bool]) -> list[Verdict | None]:
+    """The sequential looks of a stage's criteria (staged hours or switchback cycles), each criterion
+    stopping at its first FAIL or PASS; at every look the criteria still running are judged as a family
+    (kistexp.judge.multiple.step_down), the shares of those that FAILed earlier passed on under Holm.
+    ``judge_at(look, i, state)`` gives criterion i's judge at that look: a function of (alpha, label)."""
+    running = [v is None or v.outcome == "inconclusive" for v in verdicts]
+    for look in looks:
+        judges = [judge_at(look, i, states[i]) if running[i] else None for i in range(len(verdicts))]
         if not any(judges):
             break
-        failed = [i for i, v in enumerate(verdicts) if v is not None and v.outcome == "fail"]
+        failed = [i for i, v in enumerate(verdicts) if not running[i] and v is not None and v.outcome == "fail"]
         for i, v in enumerate(step_down(judges, shares, correction, _failed, failed=failed, shared=shared)):
             if v is None:
                 continue
@@ -213,8 +218,10 @@ def _replay(items, t0: dt.datetime, t1: dt.datetime, end: dt.datetime, baseline_
             if v.state is not None:
                 # the next look starts again from the criterion's share; step_down re-levels it
                 states[i] = attrs.evolve(v.state, alpha_fail=shares[i])
-    assert all(v is not None for v in verdicts)
-    return verdicts  # type: ignore[return-value]
+            running[i] = v.outcome == "inconclusive"
+        if not any(running):
+            break
+    return verdicts
 
 
 def _arm(stage_name: str) -> str:
@@ -255,32 +262,16 @@ def _judge_switchback_plan(plan: Plan, store: MetricStore, now: dt.datetime, seq
         verdicts = [judge_switchback(crit, [], planned_cycles=cycles, washout=washout, burnout=burnout,
                                      alpha_fail=share, alpha_pass=alpha)
                     for crit, share in zip(plan.criteria, shares, strict=True)]
-        states: list[SequentialState | None] = [None] * len(plan.criteria)
-        running = [True] * len(plan.criteria)
-        for k in range(2, len(done) + 1, 2):
-            final = k >= 2 * cycles
-            judges = []
-            for i, (crit, periods) in enumerate(zip(plan.criteria, per_criterion, strict=True)):
-                if not running[i]:
-                    judges.append(None)
-                    continue
+        def judge_at(k: int, i: int, state: SequentialState | None):
+            crit, periods = plan.criteria[i], per_criterion[i][:k]
+            return lambda a, label: annotate(judge_switchback(
+                crit, periods, sequential_state=None if state is None else attrs.evolve(state, alpha_fail=a),
+                planned_cycles=None if state else cycles, final=k >= 2 * cycles, washout=washout, burnout=burnout,
+                alpha_fail=a, alpha_pass=alpha), label)
 
-                def one(a: float, label: str, crit=crit, periods=periods[:k], state=states[i], final=final):
-                    return annotate(judge_switchback(
-                        crit, periods, sequential_state=None if state is None else attrs.evolve(state, alpha_fail=a),
-                        planned_cycles=None if state else cycles, final=final, washout=washout, burnout=burnout,
-                        alpha_fail=a, alpha_pass=alpha), label)
-                judges.append(one)
-            failed = [i for i, v in enumerate(verdicts) if not running[i] and v is not None and v.outcome == "fail"]
-            for i, v in enumerate(step_down(judges, shares, correction, _failed, failed=failed, shared=shared)):
-                if v is None:
-                    continue
-                verdicts[i] = v
-                if v.state is not None:
-                    states[i] = attrs.evolve(v.state, alpha_fail=shares[i])
-                running[i] = v.outcome == "inconclusive"
-            if not any(running):
-                break
+        # every criterion runs from the first cycle on (its empty verdict above is inconclusive)
+        verdicts = _looks_as_a_family(range(2, len(done) + 1, 2), judge_at, list(verdicts), [None] * len(plan.criteria),
+                                      shares, correction, shared)
     out: list[StageVerdict] = []
     end = done[-1][2] if done else plan.start
     for i, (crit, v) in enumerate(zip(plan.criteria, verdicts, strict=True)):
