@@ -1,4 +1,4 @@
-"""Measured error rates of the rollback judge: the tables of docs/judge.md, "Measured error rates".
+"""Measured error rates of the rollback judge: the tables of docs/judge-error-rates.md.
 
 Synthetic data shaped like the real data, seeded:
 
@@ -26,7 +26,7 @@ Tables:
   times; switchback plans (7 cycles of 24 h periods) judged period against period with
   drifting hour effects.
 
-Writes the tables between the <!-- table:NAME --> markers of docs/judge.md and plots
+Writes the tables between the <!-- table:NAME --> markers of docs/judge-error-rates.md and plots
 docs/img/judge-sequential.png.
 
     PYTHONPATH=$PWD .venv/bin/python bench/judge_error_rates.py [--seeds 1000] [--only NAME] [--no-write]
@@ -73,7 +73,7 @@ from kistexp.stats import power
 from kistexp.stats import sequential as seq
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "judge.md"
+DOC = ROOT / "docs" / "judge-error-rates.md"
 IMG = ROOT / "docs" / "img" / "judge-sequential.png"
 HK6A = ROOT.parent / "shared" / "data" / "onionperf" / "2021-06-01.op-hk6a.onionperf.analysis.json.xz"
 SIGMA = 0.6
@@ -1058,7 +1058,7 @@ def main() -> None:
                          "bootstrap, 4x for one-look, relays and sequential")
     ap.add_argument("--quick", action="store_true", help="100 seeds, print only: for trying the harness")
     ap.add_argument("--no-write", action="store_true",
-                    help="print only; leave docs/judge.md and bench/history/judge-error-rates.csv alone")
+                    help="print only; leave docs/judge-error-rates.md and bench/history/judge-error-rates.csv alone")
     ap.add_argument("--only", action="append", default=[], metavar="NAME",
                     help="make only this table (repeatable): stages, one-look, bootstrap, relays, sequential, real, "
                          "switchback")
