@@ -22,6 +22,7 @@ from kistexp.dirauth.netstatus import NetworkStatus
 from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.dirauth.voting import VoteRejected, own_vote_params, signatures_needed
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 
 SIG_ALGORITHM = {"ns": "sha1", "microdesc": "sha256"}
 
@@ -392,7 +393,7 @@ class FakeAuthority:
                 "dirport": self.dirport,
                 "consensus_params": list(self.consensus_params),
                 "vote_params": vote_params,
-                "faults": [f.to_json() for f in self.faults.values()],
+                "faults": to_json(list(self.faults.values())),
                 "votes_held_next": len(self.held["next"]),
                 "votes_held_current": len(self.held["current"]),
                 "published": {

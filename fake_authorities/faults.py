@@ -20,6 +20,8 @@ from typing import Any
 
 import attrs
 
+from kistexp import jsonout
+
 FAULT_KINDS = ("down", "slow", "stale-vote", "refuse-sign", "malformed", "wrong-key")
 DOWN_MODES = ("refuse", "hang")
 
@@ -28,6 +30,10 @@ class FaultError(ValueError):
     """An invalid fault description (reported to the operator as HTTP 400)."""
 
 
+# the operator API lists a fault with the fields its kind uses: delay_s for slow, mode for down
+@jsonout.shape(omit=("delay_s", "mode"),
+               derived={"delay_s": lambda f: f.delay_s if f.kind == "slow" else jsonout.OMIT,
+                        "mode": lambda f: f.mode if f.kind == "down" else jsonout.OMIT})
 @attrs.frozen
 class Fault:
     kind: str
@@ -58,11 +64,3 @@ class Fault:
         if not isinstance(mode, str):
             raise FaultError(f"fault down mode must be one of {', '.join(DOWN_MODES)}, got {str(mode)[:40]!r}")
         return cls(data["kind"], float(delay) if abs(delay) < 1e9 else 1e9, mode)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind}
-        if self.kind == "slow":
-            out["delay_s"] = self.delay_s
-        if self.kind == "down":
-            out["mode"] = self.mode
-        return out

@@ -34,6 +34,7 @@ from fake_authorities.dirport import DirRequest, DirResponse
 from fake_authorities.faults import FAULT_KINDS, Fault, FaultError
 from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 
 if TYPE_CHECKING:
     from fake_authorities.authority import FakeAuthority
@@ -226,17 +227,17 @@ class OperatorApi:
                                        "applies_from": "next vote"})
             if rest and rest[0] == "faults":
                 if method == "GET" and len(rest) == 1:
-                    return _json(200, [f.to_json() for f in auth.faults.values()])
+                    return _json(200, to_json(list(auth.faults.values())))
                 if method == "POST" and len(rest) == 1:
                     fault = Fault.from_json(body)
                     net.inject_fault(auth.nickname, fault)
-                    return _json(200, [f.to_json() for f in auth.faults.values()])
+                    return _json(200, to_json(list(auth.faults.values())))
                 if method == "DELETE":
                     kind = rest[1] if len(rest) == 2 else None
                     if kind is not None and kind not in FAULT_KINDS:
                         return _problem(400, f"unknown fault {kind!r}")
                     net.clear_fault(auth.nickname, kind)
-                    return _json(200, [f.to_json() for f in auth.faults.values()])
+                    return _json(200, to_json(list(auth.faults.values())))
         return _problem(404 if method == "GET" else 405, f"no operator endpoint {method} {PREFIX}/{'/'.join(parts)}")
 
     def _population(self, method: str, body: Any, query: dict[str, list[str]]) -> DirResponse:

@@ -173,13 +173,16 @@ def error_line(message: object, prog: str = "kistexp") -> str:
 
 
 def _default(obj: Any) -> Any:
-    # datetimes and attrs objects are the common non-JSON values we emit
+    # datetimes and attrs objects are the common non-JSON values we emit (a value with a shape of its
+    # own is converted before: kistexp.jsonout.to_json)
     import datetime as _dt
 
     import attrs
 
+    from kistexp.jsonout import time_text
+
     if isinstance(obj, _dt.datetime):
-        return obj.strftime("%Y-%m-%dT%H:%M:%SZ") if obj.tzinfo else obj.isoformat()
+        return time_text(obj)
     if isinstance(obj, _dt.timedelta):
         return obj.total_seconds()
     if attrs.has(type(obj)):

@@ -33,6 +33,7 @@ from typer.testing import CliRunner
 
 from kistexp.cli import app
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 from kistexp.judge import CriterionSpec, JudgeError, SequentialState, Window, judge
 from kistexp.judge import estimators as est
 from kistexp.judge import inputs as judge_inputs
@@ -692,7 +693,7 @@ def test_any_judge_input_is_a_verdict_or_one_line(statistic, comparison, thresho
         assert "\n" not in str(exc)
         return
     assert v.outcome in ("pass", "fail", "inconclusive")
-    out = v.to_dict()
+    out = to_json(v)
     assert not any(isinstance(x, float) and math.isnan(x) for x in out.values()), out
     json.dumps(out, allow_nan=False, default=str)
 

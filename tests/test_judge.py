@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import mstats, norm
 
+from kistexp.jsonout import to_json
 from kistexp.judge import Counts, CriterionSpec, JudgeError, SequentialState, Window, judge
 from kistexp.judge import estimators as est
 from kistexp.plan.model import Criterion
@@ -282,7 +283,7 @@ def test_verdict_is_frozen_and_serialisable():
     v = judge(MEDIAN_10, quantile_sample(300), quantile_sample(300), sequential_state=SequentialState.plan(4000))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         v.outcome = "fail"  # type: ignore[misc]
-    data = json.loads(json.dumps(v.to_dict()))
+    data = json.loads(json.dumps(to_json(v)))
     assert data["outcome"] == v.outcome and data["state"]["fractions"] == [pytest.approx(v.information)]
 
 

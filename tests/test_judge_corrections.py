@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from kistexp.jsonout import to_json
 from kistexp.judge import CriterionSpec, SequentialState, Window, judge
 from kistexp.judge import estimators as est
 from kistexp.judge.multiple import annotate, fail_alphas, step_down
@@ -216,7 +217,7 @@ def test_the_design_effect_is_shown_and_stored():
     v = judge(MEDIAN_10, Window(values, times), Window(values, times + hours * 3600.0))
     assert v.design_effect == pytest.approx(deff.value)
     assert f"design effect {deff.value:.2f} (Newey-West over 168 hourly means of the baseline, 23 lags" in v.detail
-    assert v.to_dict()["design_effect"] == pytest.approx(deff.value)
+    assert to_json(v)["design_effect"] == pytest.approx(deff.value)
     # a fixed hour-of-day cycle adds nothing: whole days cancel it from the comparison
     cycle = np.exp(0.2 * np.sin(2 * np.pi * np.repeat(np.arange(hours), per_hour) / 24))
     flat = np.exp(rng.normal(0.0, 0.6, hours * per_hour))

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from plan_helpers import VALID_PLAN
 
 from kistexp.errors import PlanError
+from kistexp.jsonout import to_json
 from kistexp.plan import parse_plan
 from kistexp.plan.lint import _Collector, check_plan
 from kistexp.plan.timeline import build_timeline
@@ -27,7 +28,7 @@ def _load_and_lint(text: str) -> None:
         assert str(exc) and "\n" not in str(exc)
         return
     check_plan(plan, _Collector(plan, text), NOW)
-    build_timeline(plan).to_dict()  # what `show` prints: every derived date must be computable
+    to_json(build_timeline(plan))  # what `show` prints: every derived date must be computable
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from kistexp.errors import PlanError
+from kistexp.jsonout import to_json
 from kistexp.judge import SequentialState, Window, judge
 from kistexp.plan.lint import lint_paths
 from kistexp.plan.loader import parse_plan
@@ -27,8 +28,8 @@ from kistexp.rollout.state import (
     ConsensusCheck,
     DecisionDue,
     Evaluate,
+    MachineVerdict,
     Start,
-    Verdict,
     WashoutEnd,
 )
 from tests.plan_helpers import VALID_PLAN
@@ -78,12 +79,12 @@ def into_measuring(spec):
     return st
 
 
-def undecided(effect: float, low: float, high: float, name: str = TTLB, bound: float = 1.1, **kw) -> Verdict:
-    return Verdict(name, "inconclusive", effect, low, high, 1704, 4000, detail="straddles", reason="undecided",
-                   bound=bound, **kw)
+def undecided(effect: float, low: float, high: float, name: str = TTLB, bound: float = 1.1, **kw) -> MachineVerdict:
+    return MachineVerdict(name, "inconclusive", effect, low, high, 1704, 4000, detail="straddles",
+                          reason="undecided", bound=bound, **kw)
 
 
-def end_of_stage(spec, st, *verdicts: Verdict):
+def end_of_stage(spec, st, *verdicts: MachineVerdict):
     """The look at the decision time, then the decision resting on it."""
     st = step(spec, st, Evaluate(st.decision_at, verdicts)).status
     return step(spec, st, DecisionDue(st.decision_at, st.stage, verdicts=verdicts))
@@ -106,7 +107,7 @@ def test_a_decrease_criterion_is_beyond_its_limit_below_it():
                    .replace("relay_cpu_utilization", "client_throughput_mbytes_per_s")
                    .replace("relative-increase", "relative-decrease").replace("0.25", "0.10"))
     st = into_measuring(spec)
-    ok = Verdict(TTLB, "pass", 1.0, 0.95, 1.05, bound=1.1)
+    ok = MachineVerdict(TTLB, "pass", 1.0, 0.95, 1.05, bound=1.1)
     out = end_of_stage(spec, st, ok, undecided(0.86, 0.80, 0.93, name="cpu", bound=0.9))
     assert out.decision == "rollback:revert-default" and "-14.0 % beyond the limit -10 %" in out.message
     out = end_of_stage(spec, st, ok, undecided(0.95, 0.85, 1.05, name="cpu", bound=0.9))
@@ -117,9 +118,9 @@ def test_missing_data_extends_never_rolls_back_and_pauses_at_its_limit():
     spec = spec_of(experiment='max_extension = "3h"\n')
     st = into_measuring(spec)
     # too few samples, with an estimate far beyond the limit: still missing data, never a rollback
-    short = Verdict(TTLB, "inconclusive", 1.9, None, None, 10, 10, reason="insufficient_samples", bound=1.1)
-    exposure = Verdict(TTLB, "inconclusive", detail="exposure short: relays: 2 of 6 run it")
-    for v in (short, exposure, Verdict(TTLB, "error", detail="no samples")):
+    short = MachineVerdict(TTLB, "inconclusive", 1.9, None, None, 10, 10, reason="insufficient_samples", bound=1.1)
+    exposure = MachineVerdict(TTLB, "inconclusive", detail="exposure short: relays: 2 of 6 run it")
+    for v in (short, exposure, MachineVerdict(TTLB, "error", detail="no samples")):
         out = end_of_stage(spec, st, v)
         assert out.decision == "hold" and out.transition is None, v
     decisions = []
@@ -210,8 +211,8 @@ def test_a_rollback_wins_over_a_pause_and_a_pause_over_an_extension():
 def test_a_signal_failure_pauses_for_an_operator_and_never_rolls_back():
     spec = spec_of(extra=SIGNAL_CPU)
     st = into_measuring(spec)
-    fail = Verdict("cpu", "fail", 1.6, 1.4, 1.8, detail="ratio 1.6 [1.4, 1.8] vs bound 1.25", bound=1.25)
-    ok = Verdict(TTLB, "pass", 1.0, 0.95, 1.05, bound=1.1)
+    fail = MachineVerdict("cpu", "fail", 1.6, 1.4, 1.8, detail="ratio 1.6 [1.4, 1.8] vs bound 1.25", bound=1.25)
+    ok = MachineVerdict(TTLB, "pass", 1.0, 0.95, 1.05, bound=1.1)
     out = step(spec, st, Evaluate(st.stage_va + 5 * H, (ok, fail)))
     assert out.decision == "pause:signal" and out.transition is None
     assert out.status.state == PAUSED and out.status.reasons == {"signal"}
@@ -219,7 +220,7 @@ def test_a_signal_failure_pauses_for_an_operator_and_never_rolls_back():
     # later failures of the signal add nothing; a guardrail's failure while paused still rolls back
     again = step(spec, out.status, Evaluate(st.stage_va + 6 * H, (ok, fail)))
     assert again.decision == "" and again.status.reasons == {"signal"}
-    bad = Verdict(TTLB, "fail", 1.3, 1.2, 1.4, bound=1.1)
+    bad = MachineVerdict(TTLB, "fail", 1.3, 1.2, 1.4, bound=1.1)
     assert step(spec, out.status, Evaluate(st.stage_va + 7 * H, (bad, fail))).decision == "rollback:step-back"
     # an operator moves on: promote, forced past the FAIL as always
     assert step(spec, out.status, Command(st.stage_va + 8 * H, "promote")).refused
@@ -230,7 +231,7 @@ def test_a_signal_failure_pauses_for_an_operator_and_never_rolls_back():
 def test_a_signal_beyond_its_limit_or_with_a_rollback_on_inconclusive_pauses_at_the_stage_end():
     spec = spec_of(extra=SIGNAL_CPU.replace('role = "signal"', 'role = "signal"\non_inconclusive = "step-back"'))
     st = into_measuring(spec)
-    ok = Verdict(TTLB, "pass", 1.0, 0.95, 1.05, bound=1.1)
+    ok = MachineVerdict(TTLB, "pass", 1.0, 0.95, 1.05, bound=1.1)
     out = end_of_stage(spec, st, ok, undecided(1.3, 1.2, 1.4, name="cpu", bound=1.25))
     assert out.decision == "pause:signal" and out.transition is None and "signal does not roll back" in out.message
     out = end_of_stage(spec, st, ok, undecided(1.1, 1.0, 1.3, name="cpu", bound=1.25))
@@ -251,7 +252,7 @@ def test_the_judge_says_when_the_baseline_bounds_the_interval():
     assert "no longer stage can decide" in small.detail
     large = judge(crit, Window(np.exp(rng.normal(np.log(2.5), 0.6, 200_000))), stage[:2000], sequential_state=state)
     assert large.limited_by == ""  # a long enough stage could still pass
-    assert small.to_dict()["limited_by"] == "baseline"
+    assert to_json(small)["limited_by"] == "baseline"
 
 
 # --- plans: keys, errors, lint ----------------------------------------------------------------------
@@ -302,7 +303,7 @@ def test_lint_warns_of_a_rollback_a_signal_never_takes(tmp_path):
 
 
 def test_status_marks_signals_apart_within_80_columns():
-    view = {"summary": "MEASURING at stage 1", "values": "KISTSchedRunInterval=2",
+    view = {"summary": "MEASURING at stage 1", "values": {"KISTSchedRunInterval": 2},
             "criteria": {TTLB: {"latest": "pass"}, "cpu": {"latest": "fail", "failed": 1}}}
     table = status_table(view, {}, {TTLB: 1.1, "cpu": 1.25}, width=10, bar_width=5,
                          roles={TTLB: "guardrail", "cpu": "signal"})

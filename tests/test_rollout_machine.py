@@ -23,9 +23,9 @@ from kistexp.rollout.state import (
     ConsensusCheck,
     DecisionDue,
     Evaluate,
+    MachineVerdict,
     PlanChanged,
     Start,
-    Verdict,
     WashoutEnd,
 )
 from tests.plan_helpers import VALID_PLAN
@@ -49,7 +49,7 @@ def spec():
 
 
 def verdicts(spec, outcome="pass", **override):
-    return tuple(Verdict(c.name, override.get(c.name.replace(" ", "_"), outcome)) for c in spec.criteria)
+    return tuple(MachineVerdict(c.name, override.get(c.name.replace(" ", "_"), outcome)) for c in spec.criteria)
 
 
 def run(spec, st, *events):

@@ -28,8 +28,8 @@ from kistexp.rollout.state import (
     Counters,
     DecisionDue,
     Evaluate,
+    MachineVerdict,
     Status,
-    Verdict,
 )
 from tests.rollout_helpers import write_predictions
 
@@ -197,14 +197,14 @@ def test_an_undecided_final_analysis_appends_a_cycle_at_a_time_then_pauses():
 def test_a_fail_on_the_treatment_stops_alternation_on_the_control_values():
     spec = spec_from_plan(load_plan(PLAN))
     st, at = _at_cycle_end(spec, 3, "inconclusive")  # treatment-2
-    out = step(spec, st, Evaluate(at, (Verdict("1 MiB downloads", "fail", detail="+50 %"),)))  # on_fail hold
+    out = step(spec, st, Evaluate(at, (MachineVerdict("1 MiB downloads", "fail", detail="+50 %"),)))  # on_fail hold
     assert out.status.state == ROLLING_BACK and dict(out.transition.values) == {KIST: 3}
     va = out.transition.target_va
     out = step(spec, out.status, ConsensusCheck(va, va, ((KIST, 3),)))
     assert out.status.state == PAUSED and out.status.reasons == {"criterion-hold"}
     assert out.status.stage == 4 and out.decision == "stopped:hold"  # control-2, its cycle's control period
     st, at = _at_cycle_end(spec, 4, "inconclusive")  # already on the control values: nothing to vote
-    out = step(spec, st, Evaluate(at, (Verdict("1 MiB downloads", "fail"),)))
+    out = step(spec, st, Evaluate(at, (MachineVerdict("1 MiB downloads", "fail"),)))
     assert out.transition is None and out.status.state == PAUSED and out.decision == "rollback:hold"
 
 

@@ -21,6 +21,7 @@ from kistexp.dirauth.whatif import (
     whatif_report,
 )
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 
 K = "KISTSchedRunInterval"
 NINE = ["moria1", "tor26", "dizum", "gabelmoo", "dannenberg", "maatuska", "longclaw", "bastet", "faravahar"]
@@ -324,5 +325,5 @@ def test_whatif_arguments_give_a_result_or_one_line_error(n, votes, target, unre
     except KistexpError as exc:
         assert "\n" not in str(exc)
         return
-    json.dumps(rep.to_json(), default=str)
+    json.dumps(to_json(rep), default=str)
     assert 1 <= rep.n_authorities <= 2**31 - 1

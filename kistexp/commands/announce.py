@@ -24,7 +24,7 @@ def announce(
     report it (kistexp-operator-report/1 CSV); each participating authority's ConsensusParams line and
     deadline; and the status-page entry."""
     from kistexp.plan.loader import load_plan
-    from kistexp.report.announce import FORMATS, render, to_json
+    from kistexp.report.announce import FORMATS, announcement_json, render
     from kistexp.report.data import ReportError, load_plan_predictions
     from kistexp.safeio import write_atomic
 
@@ -33,7 +33,7 @@ def announce(
     plan = load_plan(plan_path)
     data = load_plan_predictions(plan, exp_dir if exp_dir is not None else Path("experiments") / plan.name)
     if as_json:
-        doc = to_json(plan, data)
+        doc = announcement_json(plan, data)
         if output is not None:
             write_atomic(output, doc[fmt].encode("utf-8"), "the announcement", ReportError)
             doc["written"] = str(output)

@@ -9,6 +9,7 @@ import typer
 
 from kistexp.dirauth.paramsline import format_params
 from kistexp.dirauth.whatif import whatif_report
+from kistexp.jsonout import to_json
 from kistexp.output import emit_json, say
 
 authorities_app = typer.Typer(
@@ -42,7 +43,7 @@ def whatif(
     for dropped in report.dropped:
         say(f"warning: {dropped.dropped_because}", err=True)
     if as_json:
-        emit_json(report.to_json())
+        emit_json(to_json(report))
         return
     form = report.formation
     say(f"votes: {form.reason}")

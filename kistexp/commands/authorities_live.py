@@ -11,6 +11,7 @@ import typer
 
 from kistexp.commands.authorities import authorities_app
 from kistexp.errors import DirectoryError
+from kistexp.jsonout import to_json
 from kistexp.output import add_row, emit_json, err_console, make_table, plain, print_table, say
 
 
@@ -64,7 +65,7 @@ def status(
             if progress:
                 progress.stop()
     if as_json:
-        emit_json(report.to_json())
+        emit_json(to_json(report))
     else:
         _print_status(report, unpinned)
     if not report.verified:

@@ -11,6 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, progress_bar, say
 
 _STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
@@ -150,10 +151,10 @@ def compare(
     if state_file is not None and v.state is not None:
         from kistexp.safeio import write_atomic
 
-        write_atomic(state_file, (json.dumps(v.to_dict()["state"], indent=2) + "\n").encode(), "the sequential state")
+        write_atomic(state_file, (json.dumps(to_json(v.state), indent=2) + "\n").encode(), "the sequential state")
     what = _measured(statistic, stage_src.metric)
     if as_json:
-        emit_json({**v.to_dict(), "effect_label": effect_label(what, v),
+        emit_json({**to_json(v), "effect_label": effect_label(what, v),
                    "effect_percent": _percent(v.effect) if v.comparison.startswith("relative") else None,
                    "input_warnings": input_warnings})
         return
@@ -210,7 +211,7 @@ def judge_plan_cmd(
     if as_json:
         emit_json({"plan": plan.name, "verdicts": [
             {"stage": r.stage, "criterion": r.criterion, "metric": r.metric,
-             "window_start": r.window_start, "window_end": r.window_end, **r.verdict.to_dict()}
+             "window_start": r.window_start, "window_end": r.window_end, **to_json(r.verdict)}
             for r in results]})
         return
     # stage and criterion names are the plan's: plain cells, never markup

@@ -8,6 +8,7 @@ import typer
 from rich.text import Text
 
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 from kistexp.metrics import catalogue
 from kistexp.output import add_row, emit_json, make_table, plain, print_table, say
 from kistexp.plan import load_plan
@@ -44,13 +45,9 @@ def lint(
             "files": list(report.files),
             "errors": len(report.errors),
             "warnings": len(report.warnings),
-            "findings": [
-                {"code": f.code, "severity": f.severity, "file": f.file, "line": f.line, "key": f.key,
-                 "message": f.message}
-                for f in report.findings
-            ],
+            "findings": to_json(report.findings),
             # per stage and criterion: the smallest change FAILed with 80 % power at the stage's end
-            "detectable": [d.to_dict() for d in report.detectable],
+            "detectable": to_json(report.detectable),
         })
     else:
         for finding in report.findings:
@@ -76,7 +73,7 @@ def show(
     timeline = build_timeline(plan)
     detectable = detectable_changes(plan)
     if as_json:
-        emit_json({**timeline.to_dict(), "detectable": [d.to_dict() for d in detectable]})
+        emit_json({**to_json(timeline), "detectable": to_json(detectable)})
         return
     say(plain(plan.name, "bold"), f" ({plan.kind}) owner {plan.owner} <{plan.contact}>")
     say(f"parameters: {', '.join(plan.parameters)}; tor {plan.tor_versions}; "

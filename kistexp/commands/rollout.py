@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from kistexp.errors import KistexpError
+from kistexp.jsonout import to_json
 from kistexp.output import console, emit_json, plain, say
 
 _ISO = "%Y-%m-%d %H:%M"
@@ -89,7 +90,7 @@ def dry_run_cmd(
                         progress=lambda f, what: bar.update(task, completed=f, description=what), commands=command)
         health = _health(Path(r.journal).parent)
     if as_json:
-        emit_json({**r.to_json(), **({"authority_health": health.to_json()} if health else {})})
+        emit_json({**to_json(r), **({"authority_health": to_json(health)} if health else {})})
         return
     from kistexp.dirauth.paramsline import ConsensusParams
     from kistexp.output import add_row, make_table, print_table
@@ -132,7 +133,7 @@ def _replay(plan, files: list[str], exp: str | None, align: str | None, approve:
     r = replay(plan, files, Path(exp) if exp else None, align=at, approve_gates=approve, injections=inject,
                commands=command)
     if as_json:
-        emit_json(r.to_json())
+        emit_json(to_json(r))
         return
     # file, stage and criterion names are printed as text (plain), never as markup or escape sequences
     console.print(plain(f"replay of {', '.join(files)} through {r.plan}: recorded {_t(r.recorded_from)} .. "
@@ -308,9 +309,9 @@ def _start_feed(exp_path: Path, shown: str, as_json: bool, json_lines: bool, not
 
     def emit(ev) -> None:
         if ev.notify:
-            notifier.submit(ev.to_json(experiment_dir=shown))
+            notifier.submit({**to_json(ev), "experiment_dir": shown})
         if json_lines:
-            _json_line(ev.to_json())
+            _json_line(to_json(ev))
         elif not as_json:
             say(ev.line(feed.ctx.fmt if feed.ctx is not None else _ISO), style=_STYLES.get(ev.severity))
             sys.stdout.flush()  # a pipe (a log, a test) sees each line as it happens
@@ -345,7 +346,7 @@ def _status_with_health(exp: str) -> tuple[dict, object]:
     view = status_view(Path(exp))
     health = _health(Path(exp))
     if health is not None:
-        view["authority_health"] = health.to_json()
+        view["authority_health"] = to_json(health)
     return view, health
 
 
@@ -464,8 +465,8 @@ def history_cmd(
     view = history_view(Path(exp))
     health = _health(Path(exp))
     if health is not None:
-        view["consensus_outages"] = [o.to_json() for o in health.outages]
-        view["authority_outages"] = [o.to_json() for o in health.authority_outages]
+        view["consensus_outages"] = to_json(health.outages)
+        view["authority_outages"] = to_json(health.authority_outages)
     if as_json:
         emit_json(view)
         return

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.dirauth.documents import NetworkStatus
 from kistexp.dirauth.paramsline import sort_params
 from kistexp.dirauth.voting import Vote, tally_params
@@ -22,6 +22,8 @@ from kistexp.dirauth.whatif import describe_tally
 from kistexp.errors import KistexpError
 
 
+@jsonout.shape(rename={"valid_after": "vote_valid_after"}, derived={"reachable": lambda a: a.error is None},
+               order=("nickname", "url", "v3ident", "pinned", "reachable"))
 @attrs.frozen
 class AuthorityVote:
     """One authority's current vote, or why it could not be had."""
@@ -47,6 +49,15 @@ class ParamStatus:
     tally: str  # the tally in words
 
 
+def _consensus_json(s: AuthoritiesStatus) -> dict:
+    return {"flavour": s.consensus_flavour, "valid_after": s.consensus_valid_after,
+            "fresh_until": s.consensus_fresh_until, "signatures": s.consensus_signatures,
+            "error": s.consensus_error, "verified": s.verified}
+
+
+@jsonout.shape(omit=("consensus_flavour", "consensus_valid_after", "consensus_fresh_until", "consensus_signatures",
+                     "consensus_error"), derived={"consensus": _consensus_json},
+               order=("n_authorities", "verified", "consensus"))
 @attrs.frozen
 class AuthoritiesStatus:
     n_authorities: int
@@ -58,31 +69,6 @@ class AuthoritiesStatus:
     consensus_error: str | None
     params: tuple[ParamStatus, ...]
     verified: bool = False  # a consensus verified against the pinned identities is shown
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "n_authorities": self.n_authorities,
-            "verified": self.verified,
-            "consensus": {
-                "flavour": self.consensus_flavour,
-                "valid_after": self.consensus_valid_after,
-                "fresh_until": self.consensus_fresh_until,
-                "signatures": self.consensus_signatures,
-                "error": self.consensus_error,
-                "verified": self.verified,
-            },
-            "authorities": [
-                {"nickname": a.nickname, "url": a.url, "v3ident": a.v3ident, "pinned": a.pinned,
-                 "reachable": a.error is None, "error": a.error, "vote_valid_after": a.valid_after,
-                 "params": dict(a.params)}
-                for a in self.authorities
-            ],
-            "params": [
-                {"name": p.name, "votes": dict(p.votes), "consensus_value": p.consensus_value,
-                 "predicted_value": p.predicted_value, "included": p.included, "tally": p.tally}
-                for p in self.params
-            ],
-        }
 
 
 @attrs.frozen

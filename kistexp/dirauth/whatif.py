@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.dirauth.paramsline import INT32_MAX, INT32_MIN
 from kistexp.dirauth.voting import (
     Formation,
@@ -66,6 +67,8 @@ class VoteChange:
         return f"{self.authority}: {show(self.before)} -> {show(self.after)}"
 
 
+@jsonout.shape(omit=("n_authorities",), rename={"target": "value", "bound": "new_values", "explanation": "words"},
+               order=("key", "value", "current", "possible", "changes", "new_values", "result", "words"))
 @attrs.frozen
 class WhatIf:
     """The minimal change of votes that makes the consensus say ``key=target`` (None = absent)."""
@@ -311,6 +314,7 @@ def consensus_if_only(votes: Sequence[Vote], n_authorities: int, arriving: Itera
 # ---------------------------------------------------------------------------------------
 # command-line forms
 
+@jsonout.shape(omit=("vote",), rename={"dropped_because": "reason"})
 @attrs.frozen
 class VoteOption:
     """A parsed ``NAME='k=v k2=v2'`` option: the vote, or why tor would drop it."""
@@ -351,6 +355,21 @@ def parse_target(spec: str) -> tuple[str, int | None]:
     return key, value
 
 
+# a tally in `kistexp authorities whatif --json`, with its words
+jsonout.shape(omit=("n_authorities", "threshold", "silent"), rename={"median": "low_median"},
+              derived={"n_listing": lambda t: t.n_listing, "words": describe_tally},
+              order=("key", "listed", "n_listing", "low_median", "included", "words"))(ParamTally)
+
+
+@jsonout.shape(
+    omit=("votes", "formation"),
+    rename={"n_silent": "silent_authorities", "dropped": "dropped_votes", "tallies": "tally"},
+    derived={"votes_held": lambda r: r.formation.n_votes, "votes_needed": lambda r: r.formation.votes_needed,
+             "can_compute": lambda r: r.formation.can_compute, "formation": lambda r: r.formation.reason,
+             "consensus_method": lambda r: r.formation.consensus_method,
+             "inclusion_threshold": lambda r: param_inclusion_threshold(r.n_authorities)},
+    order=("n_authorities", "silent_authorities", "votes_held", "votes_needed", "can_compute", "formation",
+           "consensus_method", "consensus_params", "inclusion_threshold"))
 @attrs.frozen
 class WhatIfReport:
     """Everything ``kistexp authorities whatif`` prints."""
@@ -366,41 +385,6 @@ class WhatIfReport:
 
     def tally_words(self) -> list[tuple[str, str]]:
         return [(t.key, describe_tally(t)) for t in self.tallies]
-
-    def to_json(self) -> dict:
-        return {
-            "n_authorities": self.n_authorities,
-            "silent_authorities": self.n_silent,
-            "votes_held": self.formation.n_votes,
-            "votes_needed": self.formation.votes_needed,
-            "can_compute": self.formation.can_compute,
-            "formation": self.formation.reason,
-            "consensus_method": self.formation.consensus_method,
-            "consensus_params": None if self.consensus_params is None else dict(self.consensus_params),
-            "inclusion_threshold": param_inclusion_threshold(self.n_authorities),
-            "dropped_votes": [{"authority": d.authority, "reason": d.dropped_because} for d in self.dropped],
-            "tally": [
-                {
-                    "key": t.key,
-                    "listed": dict(t.listed),
-                    "n_listing": t.n_listing,
-                    "low_median": t.median,
-                    "included": t.included,
-                    "words": describe_tally(t),
-                }
-                for t in self.tallies
-            ],
-            "target": None if self.target is None else {
-                "key": self.target.key,
-                "value": self.target.target,
-                "current": self.target.current,
-                "possible": self.target.possible,
-                "changes": [attrs.asdict(c) for c in self.target.changes],
-                "new_values": self.target.bound,
-                "result": self.target.result,
-                "words": self.target.explanation,
-            },
-        }
 
 
 def whatif_report(

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from kistexp import jsonout
 from kistexp.errors import KistexpError
 
 OUTCOMES = ("pass", "fail", "inconclusive")
@@ -160,6 +161,7 @@ class SequentialState:
         return len(self.fractions)
 
 
+@jsonout.shape(nan_as_null=True)  # JSON has no infinities: a NaN effect or standard error is null
 @attrs.frozen
 class Verdict:
     """One criterion's judgement at one look: the outcome and everything it rests on.
@@ -212,16 +214,6 @@ class Verdict:
     # "none"; "" when one criterion was judged alone at alpha_fail.
     alpha_fail: float = math.nan
     correction: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        out = attrs.asdict(self, recurse=True)
-        for key, value in out.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                out[key] = None  # JSON has no infinities
-        out["warnings"] = list(self.warnings)
-        if self.state is not None:
-            out["state"]["fractions"] = list(self.state.fractions)
-        return out
 
 
 Sample = Sequence[float] | np.ndarray | Window

@@ -36,6 +36,7 @@ from types import MappingProxyType
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.errors import DocumentError, LocalNetError
 from kistexp.localnet.control import ControlPort
@@ -59,6 +60,10 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+# a line of the watch's file: epoch seconds, tor's own time format, the torrc option the pin is of
+@jsonout.shape(rename={"observed_at": "time", "pinned_ms": f"pinned_{PINNED_OPTION}"},
+               fields={"observed_at": lambda t: t.timestamp(),
+                       "valid_after": lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else None})
 @attrs.frozen
 class HeldConsensus:
     """What one node held when the watch asked it.
@@ -87,17 +92,6 @@ class HeldConsensus:
         return other is not None and (self.reachable, self.valid_after, dict(self.params), self.pinned_ms,
                                       self.problem) == (other.reachable, other.valid_after, dict(other.params),
                                                         other.pinned_ms, other.problem)
-
-    def as_json(self) -> dict:
-        return {
-            "time": self.observed_at.timestamp(),
-            "node": self.node,
-            "reachable": self.reachable,
-            "valid_after": self.valid_after.strftime("%Y-%m-%d %H:%M:%S") if self.valid_after else None,
-            "params": dict(self.params),
-            f"pinned_{PINNED_OPTION}": self.pinned_ms,
-            "problem": self.problem,
-        }
 
 
 def parse_valid_after(text: str) -> dt.datetime:
@@ -316,7 +310,7 @@ class HeldConsensusWatch:
             history.append(state)
         try:
             with self.path(state.node).open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(state.as_json(), sort_keys=True) + "\n")
+                fh.write(json.dumps(jsonout.to_json(state), sort_keys=True) + "\n")
         except OSError:
             pass  # the in-memory history still answers; a full disk must not stop the watch
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.plan.locate import index_lines, line_of
 from kistexp.plan.model import Plan
 
@@ -110,6 +111,13 @@ class _Collector:
         return out
 
 
+def _change_json(change: float | None) -> float | None:
+    return None if change is None or not math.isfinite(change) else round(change, 4)
+
+
+@jsonout.shape(rename={"change": "detectable_change", "p_pass": "power_pass", "p_fail": "power_fail"},
+               fields={"change": _change_json, "p_pass": lambda p: round(p, 4), "p_fail": lambda p: round(p, 4),
+                       "n_stage": int, "n_baseline": int, "alpha_fail": lambda a: round(a, 6)})
 @attrs.frozen
 class Detectable:
     """What one criterion can tell in one stage at its planned end (spec judge.md §4.4).
@@ -131,11 +139,3 @@ class Detectable:
     n_stage: float
     n_baseline: float
     alpha_fail: float
-
-    def to_dict(self) -> dict:
-        change = None if self.change is None or not math.isfinite(self.change) else round(self.change, 4)
-        return {"file": self.file, "stage": self.stage, "criterion": self.criterion, "metric": self.metric,
-                "comparison": self.comparison, "threshold": self.threshold, "detectable_change": change,
-                "power_pass": round(self.p_pass, 4), "power_fail": round(self.p_fail, 4),
-                "n_stage": int(self.n_stage), "n_baseline": int(self.n_baseline),
-                "alpha_fail": round(self.alpha_fail, 6)}

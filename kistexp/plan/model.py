@@ -9,7 +9,7 @@ import attrs
 
 from kistexp.dirauth.authorities import DirectoryAuthority
 from kistexp.params import VersionRange
-from kistexp.population.stageruns import StageRuns, Transition
+from kistexp.population.stageruns import StageRun, StageRuns
 
 # A stage value: an int the authorities put in ConsensusParams, or UNSET (the
 # authorities drop the key, so relays fall back to tor's compiled default).
@@ -157,15 +157,15 @@ class Plan:
         then each change of values in order (a switchback plan: one cycle, baseline -> treatment ->
         control), on the networks of its ``[simulation]`` table."""
         base = _concrete(self.baseline.values)
-        out = [Transition("baseline", base, "baseline", base)]
+        out = [StageRun("baseline", base, "baseline", base)]
         if self.switchback is not None:
             t, c = _concrete(self.switchback.treatment), _concrete(self.switchback.control)
-            out += [Transition("baseline", base, "treatment", t), Transition("treatment", t, "control", c)]
+            out += [StageRun("baseline", base, "treatment", t), StageRun("treatment", t, "control", c)]
         else:
             prev_name, prev = "baseline", base
             for stage in self.stages:
                 vals = _concrete(stage.values)
-                out.append(Transition(prev_name, prev, stage.name, vals))
+                out.append(StageRun(prev_name, prev, stage.name, vals))
                 prev_name, prev = stage.name, vals
         sim = self.simulation
         return StageRuns(name=self.name, source=self.path, transitions=tuple(out), seeds=sim.seeds,

@@ -9,6 +9,7 @@ import math
 
 import attrs
 
+from kistexp import jsonout
 from kistexp import params as tor_params
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.schedule import VotingRound, VotingSchedule
@@ -79,6 +80,8 @@ def authorities_needed(n_authorities: int, others: str) -> int:
     return param_inclusion_threshold(n_authorities)
 
 
+@jsonout.shape(rename={"relays_50": "relays_50pct", "relays_100": "relays_100pct", "clients_50": "clients_50pct",
+                       "clients_100": "clients_100pct"})
 @attrs.frozen
 class TimelineRow:
     stage: str
@@ -99,37 +102,13 @@ class TimelineRow:
         return " ".join(f"{k}={v}" for k, v in self.values)
 
 
+@jsonout.shape(rename={"rows": "stages"})
 @attrs.frozen
 class Timeline:
     plan: str
     baseline_start: dt.datetime
     rows: tuple[TimelineRow, ...]
     revert: str
-
-    def to_dict(self) -> dict:
-        iso = "%Y-%m-%dT%H:%M:%SZ"
-        return {
-            "plan": self.plan,
-            "baseline_start": self.baseline_start.strftime(iso),
-            "stages": [
-                {
-                    "stage": r.stage,
-                    "values": dict(r.values),
-                    "start": r.start.strftime(iso),
-                    "end": r.end.strftime(iso),
-                    "gate": r.gate,
-                    "vote_deadline": r.vote_deadline.strftime(iso),
-                    "first_valid_after": r.first_valid_after.strftime(iso),
-                    "relays_50pct": r.relays_50.strftime(iso),
-                    "relays_100pct": r.relays_100.strftime(iso),
-                    "clients_50pct": r.clients_50.strftime(iso),
-                    "clients_100pct": r.clients_100.strftime(iso),
-                    "authority_action": r.authority_action,
-                }
-                for r in self.rows
-            ],
-            "revert": self.revert,
-        }
 
 
 def _action(plan: Plan, values: tuple[tuple[str, ParamValue], ...], deadline: dt.datetime) -> str:

@@ -13,7 +13,7 @@ import attrs
 
 
 @attrs.frozen
-class Transition:
+class StageRun:
     """One run: every node starts on ``from_values`` and switches to ``to_values``. Values are the
     ones tor sees: a parameter left out runs at tor's compiled default."""
 
@@ -30,7 +30,7 @@ class StageRuns:
 
     name: str  # what is predicted (the plan's name)
     source: str  # where it comes from, for messages (the plan's path)
-    transitions: tuple[Transition, ...]
+    transitions: tuple[StageRun, ...]
     seeds: tuple[int, ...]
     population_scale: float
     duration: dt.timedelta

@@ -12,6 +12,7 @@ import jinja2
 from kistexp import params as tor_params
 from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.durations import format_duration
+from kistexp.jsonout import to_json
 from kistexp.metrics import catalogue
 from kistexp.metrics.collectors import operator_report
 from kistexp.plan.model import UNSET, Plan
@@ -144,17 +145,14 @@ def render(plan: Plan, data: PlanData, fmt: str = "text") -> str:
     return _env().get_template(template).render(**context(plan, data))
 
 
-def to_json(plan: Plan, data: PlanData) -> dict:
+def announcement_json(plan: Plan, data: PlanData) -> dict:
+    """``kistexp announce --json``: the schedule, what to watch, each authority's steps and the report
+    format, with the announcement in both formats."""
     ctx = context(plan, data)
-    iso = "%Y-%m-%dT%H:%M:%SZ"
-    return {
-        "plan": plan.name, "start": ctx["start"].strftime(iso), "end": ctx["end"].strftime(iso),
-        "schedule": ctx["timeline"].to_dict()["stages"],
-        "watch": ctx["watch"],
-        "authorities": [{"nickname": a["nickname"], "steps": [
-            {**s, "before": s["before"].strftime(iso), "valid_after": s["valid_after"].strftime(iso)}
-            for s in a["steps"]]} for a in ctx["authorities"]],
-        "report_format": ctx["report_format"], "report_columns": list(ctx["report_columns"]),
+    return to_json({
+        "plan": plan.name, "start": ctx["start"], "end": ctx["end"], "schedule": ctx["timeline"].rows,
+        "watch": ctx["watch"], "authorities": ctx["authorities"],
+        "report_format": ctx["report_format"], "report_columns": ctx["report_columns"],
         "report_example": ctx["report_example"],
         "text": render(plan, data, "text"), "markdown": render(plan, data, "markdown"),
-    }
+    })

@@ -11,7 +11,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from kistexp.dirauth.paramsline import ConsensusParams
 from kistexp.output import add_row, make_table, plain
+from kistexp.plan.model import UNSET
 
 SPARKS = "▁▂▃▄▅▆▇█"
 OUTCOME_STYLE = {"pass": "green", "fail": "bold red", "inconclusive": "yellow", "error": "magenta"}
@@ -48,6 +50,15 @@ def _t(value: dt.datetime | None) -> str:
     return "" if value is None else value.strftime(ISO)
 
 
+def _values_text(values: Mapping[str, object]) -> str:
+    """The stage's values as the consensus params line carries them, then the ones left unset:
+    "KISTSchedRunInterval=2 (cc_alg unset)"."""
+    held = ConsensusParams.from_pairs((k, int(str(v))) for k, v in values.items() if v != UNSET)
+    unset = [k for k, v in values.items() if v == UNSET]
+    text = str(held) if len(held) else "none set"
+    return text + (f" ({', '.join(unset)} unset)" if unset else "")
+
+
 def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], thresholds: Mapping[str, float],
                  width: int = 24, origins: Mapping[str, float] | None = None, bar_width: int = 10,
                  roles: Mapping[str, str] | None = None) -> Table:
@@ -65,7 +76,7 @@ def status_table(view: Mapping, looks: Mapping[str, Sequence[Mapping]], threshol
     names = list(dict.fromkeys([*thresholds, *view["criteria"]]))
     # a criterion's name wraps at spaces, never inside a word (two names must not shrink to one "down…")
     longest_word = max((len(w) for n in names for w in str(n).split()), default=9)
-    table = make_table(title=f"{view['summary']} — values {view['values']}{judged}",
+    table = make_table(title=f"{view['summary']} — values {_values_text(view['values'])}{judged}",
                        columns=(("criterion", {"min_width": min(longest_word, 20), "overflow": "fold"}),
                                 ("latest", {"no_wrap": True}),
                                 (Text("effect,\nlast looks"), {"no_wrap": True}),

@@ -87,7 +87,7 @@ class VerdictText:
 
 def verdict_text(criterion, verdict) -> VerdictText:
     """``criterion``: anything with metric, comparison and threshold (a plan criterion or the
-    rollout's CriterionSpec); ``verdict``: a journal VerdictRow or a judge Verdict."""
+    rollout's RolloutCriterion); ``verdict``: a journal VerdictRow or a judge Verdict."""
     unit, factor = catalogue.display(criterion.metric)
     comparison = criterion.comparison
     limit = limit_words(comparison, criterion.threshold, unit, factor)

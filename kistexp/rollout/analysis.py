@@ -22,7 +22,7 @@ from kistexp.rollout.journal import Journal
 from kistexp.rollout.judging import Batch
 from kistexp.rollout.sources import Collection
 from kistexp.rollout.spec import RolloutSpec
-from kistexp.rollout.state import ERROR, FAIL, Verdict
+from kistexp.rollout.state import ERROR, FAIL, MachineVerdict
 
 # The FAIL error a stage's criteria share (spec judge.md §5.5, §7); PASS takes 0.05 each.
 FAMILY_ALPHA = 0.05
@@ -112,18 +112,18 @@ class Analysis:
         shared = [not c.shadow for c in self.spec.criteria]
         return shared, fail_alphas([c.base for c in self.spec.criteria], FAMILY_ALPHA, self.spec.correction, shared)
 
-    def look(self, phase: str, at: dt.datetime) -> list[tuple[Verdict, object]]:
+    def look(self, phase: str, at: dt.datetime) -> list[tuple[MachineVerdict, object]]:
         """One sequential look of the judge at every criterion of the stage in ``phase``, the criteria
         judged as a family under the plan's correction (Holm by default: a criterion that FAILs passes
         its share of the error to the others, judged again at the larger level; kistexp.judge.multiple)."""
         stage_index = int(phase.split(":")[1])
         shared, shares = self._family()
         now_s = judging.plan_seconds(self.spec, at)
-        out: list[tuple[Verdict, object] | None] = []
+        out: list[tuple[MachineVerdict, object] | None] = []
         judges = []
         for c, share in zip(self.spec.criteria, shares, strict=True):
             if self._last_missing.get(c.metric):
-                out.append((Verdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"), None))
+                out.append((MachineVerdict(c.name, ERROR, detail=f"no {c.metric} samples for the last hour"), None))
                 judges.append(None)
                 continue
             base, stage = self.judge_input("baseline", c.metric), self.judge_input(phase, c.metric)
@@ -141,7 +141,7 @@ class Analysis:
         found = step_down(judges, shares, self.spec.correction, lambda r: r[0].outcome == FAIL, shared=shared)
         return [r if r is not None else f for r, f in zip(out, found, strict=True)]  # type: ignore[misc]
 
-    def switchback_look(self, stage: int, at: dt.datetime) -> list[tuple[Verdict, object]]:
+    def switchback_look(self, stage: int, at: dt.datetime) -> list[tuple[MachineVerdict, object]]:
         """The look at a switchback cycle's end (rollout.md §1.6): every criterion period against period
         over all periods so far (judge.md §6), each criterion's sequential analysis kept under
         ``SWITCHBACK_PHASE``. The look at the last cycle the run may take is its final one."""
@@ -167,14 +167,14 @@ class Analysis:
             out.append(judging.switchback_period(self.spec, int(index), metric, start, batches))
         return out
 
-    def journal_looks(self, c: sqlite3.Connection, looks: list[tuple[Verdict, object]], phase: str,
+    def journal_looks(self, c: sqlite3.Connection, looks: list[tuple[MachineVerdict, object]], phase: str,
                       at: dt.datetime, stage: int) -> None:
         for v, nxt in looks:
             self.journal.add_verdict(c, v, at, stage, self.spec.criterion(v.criterion).shadow, phase)
             if nxt is not None:
                 self.journal.save_sequential(c, v.criterion, phase, nxt, at)
 
-    def remember_looks(self, looks: list[tuple[Verdict, object]], phase: str) -> None:
+    def remember_looks(self, looks: list[tuple[MachineVerdict, object]], phase: str) -> None:
         # only once the look is committed: a look lost in a crash is redone from the same state
         for v, nxt in looks:
             if nxt is not None:

@@ -28,6 +28,7 @@ from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.durations import parse_duration
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
+from kistexp.jsonout import to_json
 from kistexp.metrics import catalogue
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
@@ -368,9 +369,6 @@ class DryRunResult:
     journal: str
     wall_s: float
 
-    def to_json(self) -> dict:
-        return attrs.asdict(self)
-
 
 def initial_configs(spec: RolloutSpec) -> dict[str, dict[str, int]]:
     base = desired_params(spec.baseline_values)
@@ -496,7 +494,7 @@ def summarize(spec: RolloutSpec, journal: Journal, engine: Engine, injections: t
         current: Values = tuple(prev[-1]["targets"].items()) if prev else spec.baseline_values
         stage = prev[-1]["stage"] if prev else 0
         rp = plan_rollback(spec, kind, current, stage, d["at"])
-        rollbacks.append({"at": d["at"], "cause": d["message"], **rp.to_json(),
+        rollbacks.append({"at": d["at"], "cause": d["message"], **to_json(rp),
                           "relays_back_after_s": (rp.relays_99 - d["at"]).total_seconds(),
                           "clients_back_after_s": (rp.clients_99 - d["at"]).total_seconds()})
     counts: dict[str, dict[str, int]] = {}

@@ -40,11 +40,11 @@ from kistexp.rollout.state import (
     DecisionDue,
     Drift,
     Evaluate,
+    MachineVerdict,
     Outcome,
     PlanChanged,
     Start,
     Status,
-    Verdict,
     WashoutEnd,
 )
 
@@ -347,12 +347,12 @@ class Engine:
             return self.spec.values_of(int(phase.split(":")[1]))
         return self.spec.baseline_values
 
-    def _look(self, phase: str, at: dt.datetime) -> list[tuple[Verdict, object]]:
+    def _look(self, phase: str, at: dt.datetime) -> list[tuple[MachineVerdict, object]]:
         # a stage the network has not taken up is not judged as if applied: every criterion holds, and
         # the judge is not asked at all (its sequential tests stay where they were)
         shortfall = self._exposure_check(phase, at) if self.exposure is not None else ""
         if shortfall:
-            return [(Verdict(c.name, INCONCLUSIVE, detail=f"exposure short: {shortfall}"), None)
+            return [(MachineVerdict(c.name, INCONCLUSIVE, detail=f"exposure short: {shortfall}"), None)
                     for c in self.spec.criteria]
         return self.analysis.look(phase, at)
 
@@ -368,10 +368,10 @@ class Engine:
                 self.journal.add_exposure(c, r)
         return "; ".join(r.detail for r in rows if r.short)
 
-    def _journal_looks(self, c, looks: list[tuple[Verdict, object]], phase: str, at: dt.datetime) -> None:
+    def _journal_looks(self, c, looks: list[tuple[MachineVerdict, object]], phase: str, at: dt.datetime) -> None:
         self.analysis.journal_looks(c, looks, phase, at, self.status.stage)
 
-    def _remember(self, looks: list[tuple[Verdict, object]], phase: str) -> None:
+    def _remember(self, looks: list[tuple[MachineVerdict, object]], phase: str) -> None:
         self.analysis.remember_looks(looks, phase)
 
     def _authority_health(self, at: dt.datetime) -> None:

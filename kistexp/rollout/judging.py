@@ -1,7 +1,7 @@
 """Glue between the engine and the project's judge, kistexp.judge (rollout.md §1.2, docs/judge.md).
 
 The judge decides every verdict; this module only turns the engine's journaled metric
-batches into the judge's inputs and its answer into the state machine's ``Verdict``:
+batches into the judge's inputs and its answer into the state machine's ``MachineVerdict``:
 
 * each sample gets a time: its batch's window, laid out in *plan* seconds (one plan hour =
   3600 s however fast the run goes) so the judge's staleness, hour-of-day coverage and
@@ -23,12 +23,13 @@ from collections.abc import Mapping, Sequence
 import attrs
 import numpy as np
 
+from kistexp.jsonout import to_json
 from kistexp.judge import JudgeError, Period, SequentialState, Window, judge, judge_switchback
 from kistexp.judge.multiple import annotate
 from kistexp.judge.switchback import horizon_cycles
 from kistexp.metrics import catalogue
-from kistexp.rollout.spec import CriterionSpec, RolloutSpec
-from kistexp.rollout.state import ERROR, Verdict
+from kistexp.rollout.spec import RolloutCriterion, RolloutSpec
+from kistexp.rollout.state import ERROR, MachineVerdict
 
 SEQUENTIAL_METHOD = "mixture"  # always valid: any number of looks, extensions included
 PLAN_HOUR_S = 3600.0
@@ -123,10 +124,10 @@ def planned_state(spec: RolloutSpec, stage_index: int, n_stage: int, measured_ho
                                 alpha_fail=alpha_fail)
 
 
-def judge_criterion(criterion: CriterionSpec, baseline, stage, state: SequentialState | None,
+def judge_criterion(criterion: RolloutCriterion, baseline, stage, state: SequentialState | None,
                     now_s: float, *, alpha_fail: float | None = None, correction: str = ""
-                    ) -> tuple[Verdict, SequentialState | None]:
-    """One look of the judge at one criterion -> (the machine's Verdict, the state for the next look).
+                    ) -> tuple[MachineVerdict, SequentialState | None]:
+    """One look of the judge at one criterion -> (a MachineVerdict, the state for the next look).
 
     ``alpha_fail`` is the FAIL error the stage's correction gives it at this look (``correction``
     says how: "holm 2/5"); the state for the next look keeps the criterion's own share."""
@@ -137,17 +138,17 @@ def judge_criterion(criterion: CriterionSpec, baseline, stage, state: Sequential
         v = judge(criterion, baseline, stage, sequential_state=state, now=now_s, stale_after=STALE_AFTER_S,
                   **({} if alpha_fail is None or state is not None else {"alpha_fail": alpha_fail}))
     except JudgeError as exc:
-        return Verdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
+        return MachineVerdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
     v = annotate(v, correction)
     nxt = v.state if v.state is None or share is None else attrs.evolve(v.state, alpha_fail=share)
     return machine_verdict(criterion.name, v), nxt
 
 
-def machine_verdict(name: str, v) -> Verdict:
+def machine_verdict(name: str, v) -> MachineVerdict:
     """The judge's verdict as the state machine's, with the judge's whole record."""
-    record = json.dumps(v.to_dict(), default=float, sort_keys=True)
-    return Verdict(name, v.outcome, v.effect, v.ci_low, v.ci_high, v.n_baseline, v.n_stage, v.detail, v.reason,
-                   v.rule, record, bound=v.bound, limited_by=v.limited_by)
+    record = json.dumps(to_json(v), default=float, sort_keys=True)
+    return MachineVerdict(name, v.outcome, v.effect, v.ci_low, v.ci_high, v.n_baseline, v.n_stage, v.detail,
+                          v.reason, v.rule, record, bound=v.bound, limited_by=v.limited_by)
 
 
 # --- switchbacks (rollout.md §1.6, judge.md §6) ------------------------------------------------------
@@ -172,10 +173,10 @@ def switchback_period(spec: RolloutSpec, stage_index: int, metric: str, start: d
     return Period(arm, values, t0, max(end, t0 + 1.0), times)
 
 
-def judge_switchback_criterion(spec: RolloutSpec, criterion: CriterionSpec, periods: Sequence[Period],
+def judge_switchback_criterion(spec: RolloutSpec, criterion: RolloutCriterion, periods: Sequence[Period],
                                state: SequentialState | None, *, alpha_fail: float, final: bool,
                                correction: str = "", share: float | None = None
-                               ) -> tuple[Verdict, SequentialState | None]:
+                               ) -> tuple[MachineVerdict, SequentialState | None]:
     """One look at a cycle's end: every period so far, period against period (judge.md §6). The sequential
     analysis spans every cycle the run may take, the appendable ones included (``horizon_cycles``), so an
     appended cycle is a later look of the same analysis; the last allowed cycle spends what is left.
@@ -188,7 +189,7 @@ def judge_switchback_criterion(spec: RolloutSpec, criterion: CriterionSpec, peri
                              planned_cycles=None if state else horizon_cycles(cycles), sequential_state=looked,
                              alpha_fail=alpha_fail, alpha_pass=SWITCHBACK_ALPHA, final=final)
     except JudgeError as exc:
-        return Verdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
+        return MachineVerdict(criterion.name, ERROR, detail=f"the judge cannot evaluate it: {exc}"), state
     v = annotate(v, correction)
     nxt = v.state if v.state is None or share is None else attrs.evolve(v.state, alpha_fail=share)
     return machine_verdict(criterion.name, v), nxt

@@ -14,7 +14,7 @@ import attrs
 
 from kistexp.metrics import catalogue
 from kistexp.rollout.rollback import target_values
-from kistexp.rollout.spec import CriterionSpec, RolloutSpec, Values
+from kistexp.rollout.spec import RolloutCriterion, RolloutSpec, Values
 from kistexp.rollout.state import (
     ABORT_TO_BASELINE,
     ABORTED,
@@ -42,12 +42,12 @@ from kistexp.rollout.state import (
     Drift,
     Evaluate,
     Event,
+    MachineVerdict,
     Outcome,
     PlanChanged,
     Start,
     Status,
     Transition,
-    Verdict,
     WashoutEnd,
 )
 
@@ -454,13 +454,13 @@ def _stage_end(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
     return _next_stage(spec, st, ev.at, "; ".join(advanced))
 
 
-def _judged(v: Verdict | None) -> bool:
+def _judged(v: MachineVerdict | None) -> bool:
     """A verdict resting on data: a FAIL, or an INCONCLUSIVE only because its interval straddles the limit."""
     return (v is not None and v.effect is not None and v.bound is not None and math.isfinite(v.effect)
             and (v.outcome == FAIL or (v.outcome == INCONCLUSIVE and v.reason == UNDECIDED)))
 
 
-def _beyond(c: CriterionSpec, v: Verdict) -> bool:
+def _beyond(c: RolloutCriterion, v: MachineVerdict) -> bool:
     """The point estimate is on the failing side of the limit."""
     assert v.effect is not None and v.bound is not None
     if c.comparison in ("relative-decrease", "absolute-decrease", "below"):
@@ -468,7 +468,7 @@ def _beyond(c: CriterionSpec, v: Verdict) -> bool:
     return v.effect > v.bound
 
 
-def _amount(c: CriterionSpec, x: float | None, *, limit: bool = False) -> str:
+def _amount(c: RolloutCriterion, x: float | None, *, limit: bool = False) -> str:
     """An effect as the plan states its limit: a relative change in % (+17.4 %), else in the metric's
     display unit (a difference signed, a level not)."""
     if x is None or not math.isfinite(x):

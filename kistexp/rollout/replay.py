@@ -111,9 +111,6 @@ class ReplayResult:
     first_rollback: dict | None  # criterion, stage, window, verdict, kind, authorities, times
     dry_run: dict  # the engine's decisions, transitions, verdict counts (as a dry run reports them)
 
-    def to_json(self) -> dict:
-        return attrs.asdict(self)
-
 
 def _hour(t: dt.datetime) -> dt.datetime:
     return t.replace(minute=0, second=0, microsecond=0)
@@ -193,14 +190,14 @@ def replay(plan: Plan, files: Sequence[str], exp: Path | None = None, *, align: 
                 summary = summarize(spec, journal, engine, tuple(injections), str(expdir.db_path),
                                     time.monotonic() - started)
                 windows = stage_windows(spec)
-                first_rb = _first_rollback(summary.to_json(), journal.verdicts(), windows)
+                first_rb = _first_rollback(summary.rollbacks, journal.verdicts(), windows)
         finally:
             if scratch is not None:
                 scratch.cleanup()
         store.conn.close()
     recs = tuple({"kind": r.kind, "location": r.location, "samples": dict(r.samples),
                   "problems": list(r.problems)} for r in results)
-    return ReplayResult(plan.name, recs, first, last, how, tuple(windows), first_rb, summary.to_json())
+    return ReplayResult(plan.name, recs, first, last, how, tuple(windows), first_rb, attrs.asdict(summary))
 
 
 def _refuse_after_end(injections: Sequence[tuple[str, Injection]], commands: Sequence[ScriptedCommand],
@@ -216,8 +213,7 @@ def _refuse_after_end(injections: Sequence[tuple[str, Injection]], commands: Seq
             raise InjectionError(f"--inject {text!r}: at {at:%Y-%m-%d %H:%M} UTC, after {end}")
 
 
-def _first_rollback(summary: dict, verdicts: list[dict], windows: list[dict]) -> dict | None:
-    rollbacks = summary["rollbacks"]
+def _first_rollback(rollbacks: Sequence[dict], verdicts: list[dict], windows: list[dict]) -> dict | None:
     if not rollbacks:
         return None
     rb = rollbacks[0]

@@ -13,6 +13,7 @@ import datetime as dt
 
 import attrs
 
+from kistexp import jsonout
 from kistexp import params as tor_params
 from kistexp.dirauth.propagation import NodeClass, PropagationModel
 from kistexp.dirauth.whatif import solve_target
@@ -54,6 +55,13 @@ class ParamOutcome:
     compiled_defaults: tuple[CompiledDefault, ...]  # what tors run when absent, by version
 
 
+# `rollback --dry-run --json`, a dry run's rollbacks: each param's consensus value and compiled defaults by name
+@jsonout.shape(rename={"must_act": "authorities_must_act", "deadline": "act_before", "relays_50": "relays_50pct",
+                       "relays_99": "relays_99pct", "clients_50": "clients_50pct", "clients_99": "clients_99pct"},
+               omit=("params",),
+               derived={"consensus": lambda r: {p.param: p.consensus_after for p in r.params},
+                        "compiled_defaults": lambda r: {p.param: p.compiled_defaults for p in r.params}},
+               order=("kind", "from_stage", "targets", "consensus", "compiled_defaults"))
 @attrs.frozen
 class RollbackPlan:
     kind: str
@@ -69,19 +77,6 @@ class RollbackPlan:
     clients_50: dt.datetime
     clients_99: dt.datetime
     note: str
-
-    def to_json(self) -> dict:
-        iso = "%Y-%m-%dT%H:%M:%SZ"
-        return {
-            "kind": self.kind, "from_stage": self.from_stage, "targets": dict(self.targets),
-            "consensus": {p.param: p.consensus_after for p in self.params},
-            "compiled_defaults": {p.param: [attrs.asdict(d) for d in p.compiled_defaults] for p in self.params},
-            "authorities_must_act": list(self.must_act), "possible": self.possible,
-            "valid_after": self.valid_after.strftime(iso), "act_before": self.deadline.strftime(iso),
-            "relays_50pct": self.relays_50.strftime(iso), "relays_99pct": self.relays_99.strftime(iso),
-            "clients_50pct": self.clients_50.strftime(iso), "clients_99pct": self.clients_99.strftime(iso),
-            "note": self.note,
-        }
 
 
 def compiled_defaults(spec: RolloutSpec, param: str) -> tuple[CompiledDefault, ...]:
@@ -139,13 +134,12 @@ def plan_rollback(spec: RolloutSpec, kind: str, current: Values, stage: int, now
 
 def with_health(plan: dict, spec: RolloutSpec, current: Values, stage: int, now: dt.datetime,
                 down: dict[str, dt.datetime], fmt: str = "%Y-%m-%d %H:%M") -> dict:
-    """``plan`` (a ``RollbackPlan.to_json()``) with what the authorities' health adds, as new keys only:
-    ``authorities_down`` (each authority it names that served no vote in the last round seen, with
+    """``plan`` (a ``RollbackPlan`` as ``jsonout.to_json`` writes it) with what the authorities' health adds,
+    as new keys only: ``authorities_down`` (each authority it names that served no vote in the last round seen, with
     the round it has been down since) and, when one of them is, ``without_down``: the authorities
     that must act if the down ones cannot be changed (they vote what they have when they return)."""
-    iso = "%Y-%m-%dT%H:%M:%SZ"
     named = {a: down[a] for a in plan["authorities_must_act"] if a in down}
-    out = {**plan, "authorities_down": {a: t.strftime(iso) for a, t in named.items()}}
+    out = {**plan, "authorities_down": jsonout.to_json(named)}
     out["authorities_must_act_marked"] = [f"{a} (down since {named[a]:{fmt}})" if a in named else a
                                           for a in plan["authorities_must_act"]]
     if named:

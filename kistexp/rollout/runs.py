@@ -19,6 +19,7 @@ import attrs
 
 from kistexp.clock import Clock
 from kistexp.expdir import DB_NAME, ExperimentDir
+from kistexp.jsonout import to_json
 from kistexp.plan.loader import load_plan
 from kistexp.plan.model import Plan
 from kistexp.rollout.journal import Journal, JournalReader, RunLock
@@ -205,7 +206,7 @@ def history_view(exp_path: Path) -> dict:
 def rollback_preview(exp_path: Path, now: dt.datetime) -> list[dict]:
     """Each rollback kind, now, without acting: targets, consensus, minimal set, ETAs (§5)."""
     spec, st, _ = load_spec(exp_path)
-    return [plan_rollback(spec, k, st.values, st.stage, now).to_json()
+    return [to_json(plan_rollback(spec, k, st.values, st.stage, now))
             for k in (STEP_BACK, REVERT_DEFAULT, REMOVE_PARAM, "hold")]
 
 

@@ -125,8 +125,9 @@ LIVE_CADENCE = Cadence.of(VotingSchedule())
 
 
 @attrs.frozen
-class CriterionSpec:
-    """A plan criterion with its name and the aggregation limits of §1.3."""
+class RolloutCriterion:
+    """A plan criterion as the rollout aggregates its looks: its name and the limits of §1.3 (what the
+    judge itself is asked is ``kistexp.judge.CriterionSpec``)."""
 
     name: str
     base: Criterion
@@ -165,7 +166,7 @@ class RolloutSpec:
     baseline_duration: dt.timedelta
     baseline_values: Values
     stages: tuple[StageSpec, ...]
-    criteria: tuple[CriterionSpec, ...]
+    criteria: tuple[RolloutCriterion, ...]
     authorities: tuple[str, ...]  # configured nicknames
     participating: tuple[str, ...]
     others: str
@@ -216,7 +217,7 @@ class RolloutSpec:
     def values_of(self, i: int) -> Values:
         return self.baseline_values if i == 0 else self.stage(i).values
 
-    def criterion(self, name: str) -> CriterionSpec:
+    def criterion(self, name: str) -> RolloutCriterion:
         for c in self.criteria:
             if c.name == name:
                 return c
@@ -227,7 +228,7 @@ class RolloutSpec:
         duration = self.baseline_duration if i == 0 else self.stage(i).duration
         return max(1, round(duration / self.hour))
 
-    def extensions_for(self, i: int, c: CriterionSpec) -> int:
+    def extensions_for(self, i: int, c: RolloutCriterion) -> int:
         """Hourly extensions stage ``i`` may take for criterion ``c``: its ``max_extension``, else the
         stage's own length (§1.3)."""
         if c.max_extension is None:
@@ -273,7 +274,7 @@ def json_value(_inst, _field, value):
     return value
 
 
-def washout_for(criteria: tuple[CriterionSpec, ...], cadence: Cadence) -> dt.timedelta:
+def washout_for(criteria: tuple[RolloutCriterion, ...], cadence: Cadence) -> dt.timedelta:
     """Time until 99 % of the criteria's populations run a new consensus, in whole cadence
     intervals (§2.3: ≥ 35 min for relay metrics, ≥ 2 h for client metrics live)."""
     model = PropagationModel(schedule=cadence.schedule())
@@ -292,7 +293,7 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
     stage_start = plan.start if start is None else start
     stage_start = cadence.va_at_or_after(stage_start)
     criteria = tuple(
-        CriterionSpec(c.name or c.metric, c,
+        RolloutCriterion(c.name or c.metric, c,
                       failure_limit=getattr(c, "failure_limit", FAILURE_LIMIT),
                       consecutive_error_limit=getattr(c, "consecutive_error_limit", CONSECUTIVE_ERROR_LIMIT),
                       consecutive_success=getattr(c, "consecutive_success", CONSECUTIVE_SUCCESS),

@@ -116,7 +116,10 @@ class WashoutEnd:
 
 
 @attrs.frozen
-class Verdict:
+class MachineVerdict:
+    """One criterion's look as the state machine folds it: the judge's verdict in brief (its whole
+    ``kistexp.judge.Verdict`` as JSON in ``record``), or ERROR when the judge could not be asked."""
+
     criterion: str
     outcome: str
     effect: float | None = None
@@ -127,7 +130,7 @@ class Verdict:
     detail: str = ""
     reason: str = ""  # why an INCONCLUSIVE is one (kistexp.judge REASONS), "" otherwise
     rule: str = ""  # the judge's decision rule at this look
-    record: str = ""  # JSON of the judge's whole Verdict (kistexp.judge.Verdict.to_dict())
+    record: str = ""  # JSON of the judge's whole Verdict (kistexp.jsonout.to_json)
     bound: float | None = None  # the limit on the effect's scale (1.1 for a 10 % relative-increase)
     # "baseline" when no longer stage could decide this INCONCLUSIVE (kistexp.judge Verdict.limited_by)
     limited_by: str = ""
@@ -136,7 +139,7 @@ class Verdict:
 @attrs.frozen
 class Evaluate:
     at: dt.datetime
-    verdicts: tuple[Verdict, ...]
+    verdicts: tuple[MachineVerdict, ...]
 
 
 @attrs.frozen
@@ -146,7 +149,7 @@ class DecisionDue:
     short: tuple[str, ...] = ()  # baseline: criteria still below min_samples
     # the judge's look at the decision time, which the end of a stage rests on (estimate against the
     # limit, whether extending can help); the counters keep only each criterion's outcome
-    verdicts: tuple[Verdict, ...] = ()
+    verdicts: tuple[MachineVerdict, ...] = ()
 
 
 @attrs.frozen

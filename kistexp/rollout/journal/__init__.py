@@ -91,7 +91,7 @@ from kistexp.rollout.journal.rows import (
     VoteSeenRow,
 )
 from kistexp.rollout.spec import RolloutError
-from kistexp.rollout.state import Status, Transition, Verdict
+from kistexp.rollout.state import MachineVerdict, Status, Transition
 from kistexp.store.schema import open_db
 
 __all__ = [
@@ -568,23 +568,23 @@ class Journal:
         return {r[0] for r in self.conn.execute(
             "SELECT criterion FROM rollout_verdicts WHERE window_end_us = ?", (to_us(window_end),))}
 
-    def verdicts_at(self, window_end: dt.datetime) -> tuple[Verdict, ...]:
+    def verdicts_at(self, window_end: dt.datetime) -> tuple[MachineVerdict, ...]:
         """The look ending at ``window_end`` as the state machine takes it: a stage's end rests on it (the
         limit and whether extending can help come from the judge's record)."""
         rows = self.conn.execute("SELECT criterion, outcome, effect, ci_low, ci_high, n_baseline, n_stage, detail, "
                                  "reason, rule, record, id FROM rollout_verdicts WHERE window_end_us = ? ORDER BY id",
                                  (to_us(window_end),)).fetchall()
 
-        def build(r) -> Verdict:
+        def build(r) -> MachineVerdict:
             record = json_value(r[10] or "{}", "record", dict)
             bound, limited = record.get("bound"), record.get("limited_by") or ""
-            return Verdict(text_value(r[0], "criterion"), text_value(r[1], "outcome"),
-                           real_value(r[2], "effect", null=True), real_value(r[3], "ci_low", null=True),
-                           real_value(r[4], "ci_high", null=True), int_value(r[5], "n_baseline"),
-                           int_value(r[6], "n_stage"), text_value(r[7], "detail"), text_value(r[8], "reason"),
-                           text_value(r[9], "rule"), r[10] or "",
-                           bound=None if bound is None else real_value(bound, "record.bound"),
-                           limited_by=text_value(limited, "record.limited_by"))
+            return MachineVerdict(text_value(r[0], "criterion"), text_value(r[1], "outcome"),
+                                  real_value(r[2], "effect", null=True), real_value(r[3], "ci_low", null=True),
+                                  real_value(r[4], "ci_high", null=True), int_value(r[5], "n_baseline"),
+                                  int_value(r[6], "n_stage"), text_value(r[7], "detail"), text_value(r[8], "reason"),
+                                  text_value(r[9], "rule"), r[10] or "",
+                                  bound=None if bound is None else real_value(bound, "record.bound"),
+                                  limited_by=text_value(limited, "record.limited_by"))
         return tuple(self._decode("rollout_verdicts", r[11], lambda r=r: build(r)) for r in rows)
 
     def mark_round_done(self, c: sqlite3.Connection, valid_after: dt.datetime, now: dt.datetime) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.metrics.series import from_us
 from kistexp.rollout.journal.codec import (
     BadValue,
@@ -31,6 +32,7 @@ CONSENSUS_SIGNED, CONSENSUS_UNSIGNED, CONSENSUS_MISSING, CONSENSUS_UNCHECKED = (
     "signed", "unsigned", "missing", "unchecked")
 
 
+@jsonout.shape(omit=("n_authorities",))  # the last round in `status --json`
 @attrs.frozen
 class RoundHealth:
     """One voting round as the journal saw it: whose vote was served, who signed its consensus.
@@ -80,10 +82,6 @@ class ConsensusOutage:
             words.append(f"last majority-signed consensus seen before it: {self.last_good:{fmt}}")
         return "; ".join(words)
 
-    def to_json(self) -> dict:
-        return {"start": self.start, "end": self.end, "rounds": self.rounds, "ongoing": self.ongoing,
-                "last_good": self.last_good, "recovered": self.recovered, "down": list(self.down)}
-
 
 @attrs.frozen
 class AuthorityOutage:
@@ -99,9 +97,6 @@ class AuthorityOutage:
         span = f"at {self.start:{fmt}}" if self.start == self.end else f"from {self.start:{fmt}} to {self.end:{fmt}}"
         tail = ", still down at the last look" if self.ongoing else ""
         return f"{self.authority}: no vote {span} ({self.rounds} round{'s' if self.rounds != 1 else ''}{tail})"
-
-    def to_json(self) -> dict:
-        return attrs.asdict(self)
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:

@@ -99,7 +99,7 @@ class VerdictRow:
     reason: str = ""
     phase: str = ""
     rule: str = ""
-    record: str = "{}"  # the judge's whole record as JSON (kistexp.judge Verdict.to_dict())
+    record: str = "{}"  # the judge's whole Verdict as JSON (kistexp.jsonout.to_json)
 
 
 @attrs.frozen

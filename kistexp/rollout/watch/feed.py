@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.rollout.journal import (
     CommandRow,
     DecisionRow,
@@ -109,6 +110,7 @@ class JournalRows:
 
 # --- events --------------------------------------------------------------------------------------
 
+@jsonout.shape(inline=("data",))  # a JSON line of `run --json-lines`, a notification: the data as keys of its own
 @attrs.frozen
 class FeedEvent:
     """One line of the feed. ``at`` is the journal's time of what happened (run time: the plan's
@@ -124,10 +126,6 @@ class FeedEvent:
 
     def line(self, fmt: str = "%Y-%m-%d %H:%M") -> str:
         return f"{self.at:{fmt}} {self.text}" if self.at is not None else self.text
-
-    def to_json(self, **extra: object) -> dict:
-        return {"at": self.at, "kind": self.kind, "severity": self.severity, "text": self.text,
-                "notify": self.notify, **dict(self.data), **extra}
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.rollout.journal import (
     CONSENSUS_MISSING,
     CONSENSUS_SIGNED,
@@ -23,6 +24,9 @@ from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.watch.feed import FeedContext
 
 
+@jsonout.shape(omit=("rounds", "fmt"), rename={"outages": "consensus_outages"},
+               derived={"last_round": lambda h: h.last, "down_since": lambda h: h.down_since()},
+               order=("last_round", "down_since"))
 @attrs.frozen
 class HealthSummary:
     """Each round's authority health, the stretches without a majority-signed consensus and each
@@ -66,18 +70,6 @@ class HealthSummary:
                  CONSENSUS_UNCHECKED: "consensus not checked"}
         parts.append(words.get(r.consensus, f"consensus signed by only {len(r.signed)} of {r.n_authorities}"))
         return "authorities, " + "; ".join(parts)
-
-    def to_json(self) -> dict:
-        last = self.last
-        return {
-            "last_round": None if last is None else {
-                "valid_after": last.valid_after, "voted": list(last.voted), "down": list(last.down),
-                "stale": list(last.stale), "signed": list(last.signed), "consensus": last.consensus,
-                "params": dict(last.params) if last.params is not None else None},
-            "down_since": self.down_since(),
-            "consensus_outages": [o.to_json() for o in self.outages],
-            "authority_outages": [o.to_json() for o in self.authority_outages],
-        }
 
 
 def health_of(reader: JournalReader, spec: RolloutSpec | None) -> HealthSummary:
