@@ -55,5 +55,15 @@ class SweepError(KistexpError):
     """A sweep file cannot be used, or its cells cannot be run or stored (cache, Dask scheduler)."""
 
 
+class DispatchError(KistexpError):
+    """Cells cannot be run: ``--workers`` out of bounds, a Dask scheduler that does not answer or whose
+    workers cannot run kistexp, or a cell that failed (``kistexp.population.dispatch``)."""
+
+
 class FidelityHistoryError(KistexpError):
     """A fidelity history CSV cannot be read, recorded to or plotted."""
+
+
+class AnonymityError(KistexpError):
+    """An attack measure cannot be computed from the traces given (``kistexp.anonymity``): too few
+    flows for the false-positive rate asked, traces of different networks paired, no samples."""

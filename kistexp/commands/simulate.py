@@ -127,16 +127,23 @@ def simulate(
     loss: float = typer.Option(0.0, "--loss", help="Packet loss rate on every link, in [0, 0.5)."),
     stored: bool = typer.Option(False, "--stored", help="Print the predictions stored in --dir; run nothing."),
     classes: int = typer.Option(6, "--classes", help="Fine relay classes shown per table."),
+    workers: int = typer.Option(None, "--workers", help="Local worker processes (default: CPU count)."),
+    dask: str = typer.Option(None, "--dask", metavar="ADDRESS",
+                             help="Run on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786."),
+    dask_timeout: float = typer.Option(10.0, "--dask-timeout", help="Seconds to wait for the Dask scheduler."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Run the baseline and every stage (switchback: treatment and control) on the plan's sampled networks;
     print medians with 95 % ranges over networks, per relay class for relay costs, and save the
-    predicted distributions in the experiment directory."""
+    predicted distributions in the experiment directory. Each network x stage is one run, on local worker
+    processes or a Dask cluster as `kistexp sweep` runs its cells."""
     import attrs
 
     from kistexp.expdir import ExperimentDir
     from kistexp.metrics.store import MetricStore
     from kistexp.plan.loader import load_plan
+    from kistexp.population import predict
+    from kistexp.population.dispatch import check_options
     from kistexp.population.predict import (
         check_experiment_dir,
         save_plan_predictions,
@@ -163,13 +170,19 @@ def simulate(
     duration = p.simulation.duration.total_seconds()
     traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=min(10.0, duration / 6))
     traffic.validate()
+    check_options(workers, dask, dask_timeout)  # as `kistexp sweep` checks them
     check_experiment_dir(path)  # nothing is written until every prediction is made
-    with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                      TimeElapsedColumn(), as_json=as_json) as bar:
-        task = bar.add_task("loading the consensus", total=1.0)
-        result = simulate_plan(p.stage_runs(), consensus=consensus, certs=certs, traffic=traffic,
-                               progress=lambda f, what: bar.update(task, completed=f, description=what),
-                               notify=lambda message: _notice(bar, message))
+    backend = predict.plan_backend(workers, dask, dask_timeout)  # a Dask scheduler must answer now
+    try:
+        with progress_bar(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                          TimeElapsedColumn(), as_json=as_json) as bar:
+            task = bar.add_task("loading the consensus", total=1.0)
+            result = simulate_plan(p.stage_runs(), consensus=consensus, certs=certs, traffic=traffic,
+                                   backend=backend,
+                                   progress=lambda f, what: bar.update(task, completed=f, description=what),
+                                   notify=lambda message: _notice(bar, message))
+    finally:
+        backend.close()
     save_plan_predictions(path, plan, result.predictions)
     if as_json:
         out = attrs.asdict(result, filter=lambda a, _v: a.name not in ("predictions", "figures"))
@@ -182,7 +195,7 @@ def simulate(
         f"{result.clients_per_network[0]} client processes, scale "
         f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
         f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
-        f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s; "
+        f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s on {backend.description}; "
         f"{len(result.predictions)} predicted quantiles saved in {path}"))
     _print(p.name, order, result.figures, header, classes)
 

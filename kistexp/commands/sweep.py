@@ -11,9 +11,6 @@ from rich.text import Text
 
 from kistexp.output import add_row, console, emit_json, make_table, plain, print_table, progress_bar, say
 
-# a longer wait for a scheduler and its workers is a hung command, not patience
-MAX_DASK_TIMEOUT_S = 3600.0
-
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f} %"
@@ -47,6 +44,7 @@ def sweep(
     import os
 
     from kistexp.errors import SweepError
+    from kistexp.population.dispatch import check_options
     from kistexp.sweep import CONFIRM_CELLS, load_sweep, run_sweep
     from kistexp.sweep.cache import CellCache, default_cache_dir
     from kistexp.sweep.execute import DaskBackend, LocalBackend
@@ -58,12 +56,7 @@ def sweep(
     if spec.n_cells > CONFIRM_CELLS and not yes:
         raise SweepError(f"{sweep_file}: the grid has {spec.n_cells:,} cells (more than {CONFIRM_CELLS:,}); "
                          "pass --yes to run it")
-    if dask is not None and workers is not None:
-        raise SweepError("--workers and --dask exclude each other (a Dask cluster has its own workers)")
-    # finite and at most an hour: nan or inf would wait for ever (the timeout also bounds the wait for workers)
-    if not 0 < dask_timeout <= MAX_DASK_TIMEOUT_S:
-        raise SweepError(f"--dask-timeout {dask_timeout:g}: must be a number of seconds in (0, "
-                         f"{MAX_DASK_TIMEOUT_S:g}]")
+    check_options(workers, dask, dask_timeout, SweepError)  # the checks `kistexp simulate` makes too
     store = CellCache(cache if cache is not None else default_cache_dir())
     out_dir = out if out is not None else Path("sweeps") / spec.name
     # `--dask ""` is an address too (refused by DaskBackend), not a request for local workers

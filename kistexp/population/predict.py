@@ -20,6 +20,11 @@ compared over the same span of simulated time: traffic is not stationary over a 
 an empty network), so comparing an early window with a late one would mix time into the effect (measured:
 +45 % on 1 MiB downloads between the first and last window of one run at the same 10 ms).
 
+Each run (one network x one transition) is a cell: ``PlanCell`` in, ``run_plan_cell`` (a pure function of
+the cell, which carries the sampled relays and class shares) out, run on local worker processes or the
+workers of a Dask scheduler through ``kistexp.population.dispatch``, the code path of ``kistexp sweep``.
+Each cell builds its network from the seed, so where it runs changes no number.
+
 In every window each catalogue metric the simulator provides is measured (``kistexp.sim.vocabulary``),
 relay metrics per relay with that relay's hardware profile (``kistexp.population.costs``), and stored as
 ``Prediction`` rows: quantiles 0, 0.01, ..., 1 of the samples per stage, metric, relay class and network.
@@ -31,23 +36,26 @@ with 3 networks that range is close to their min-max).
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from pathlib import Path
 
 import attrs
 import numpy as np
 
-from kistexp.errors import PopulationError
+from kistexp.errors import DispatchError, PopulationError
 from kistexp.metrics.series import Prediction
 from kistexp.population import costs
 from kistexp.population.adoption import SwitchSchedule, adoption_times, compress
 from kistexp.population.classes import ClassShares, load_class_shares, load_profiles
+from kistexp.population.dispatch import CellOutcome, DaskBackend, LocalBackend, check_options, execute, source_version
 from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import POSITION_NAMES, SimNetwork, TrafficModel, build_network, relay_class_label
-from kistexp.population.stageruns import StageRuns
+from kistexp.population.stageruns import StageRun, StageRuns
 from kistexp.sim import RunConfig, Simulation, ensure_compiled, numbacache
 from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS, node_cpu_utilization, window_samples
 
@@ -163,17 +171,124 @@ def _layout(duration_s: float, warmup_s: float) -> tuple[float, float, float]:
     return warmup_s, warmup_s + r, warmup_s + 2 * r
 
 
+def _plan_network(pop, *, seed: int, duration_s: float, traffic: TrafficModel, shares: ClassShares,
+                  scale: float, byte_budget: float) -> SimNetwork:
+    """``pop`` built as every run of ``simulate_plan`` builds it: NICs scaled down when the network would
+    offer more than ``byte_budget`` bytes per second."""
+    geoip = load_geoip()  # the bundled table, read once per process
+    sn = build_network(pop, duration_s=duration_s, seed=seed, interval_ms=10, traffic=traffic, shares=shares,
+                       geoip=geoip, scale=scale)
+    if sn.offered_bytes_per_s > byte_budget:
+        tr = attrs.evolve(traffic, bandwidth_scale=traffic.bandwidth_scale * byte_budget / sn.offered_bytes_per_s)
+        sn = build_network(pop, duration_s=duration_s, seed=seed, interval_ms=10, traffic=tr, shares=shares,
+                           geoip=geoip, scale=scale)
+    return sn
+
+
+@attrs.frozen
+class PlanCell:
+    """One run of ``simulate_plan``: the network of one seed through one transition. Everything a worker
+    needs travels with it (the sampled relays and the class shares; no file paths), so it gives the same
+    numbers in this process, a local worker process or a Dask worker (``run_plan_cell``)."""
+
+    index: int  # network * transitions + transition: the order of the predictions and the adoption seed
+    network: int
+    seed: int
+    transition: StageRun
+    duration_s: float
+    scale: float
+    traffic: TrafficModel
+    byte_budget: float
+    population: object = attrs.field(eq=False, repr=False)  # kistexp.population.relays.Population
+    shares: ClassShares = attrs.field(eq=False, repr=False)
+    model: str = ""  # model_version() of the submitting side, checked by the worker
+
+
+@attrs.frozen
+class PlanCellResult:
+    index: int
+    relays: int
+    clients: int
+    bandwidth_scale: float
+    expected_utilisation: float  # offered, from the drawn paths and rates
+    achieved_utilisation: float  # measured in the run's last (stage) window
+    predictions: tuple[Prediction, ...] = attrs.field(repr=False)
+    wall_s: float
+    cpu_s: float  # CPU time of the worker process over the cell
+    host: str
+
+
+# what a run's numbers depend on besides its inputs (kistexp.sweep.cells.MODEL_SOURCES less the sweep)
+MODEL_SOURCES = ("sim/*.py", "population/*.py", "data/*.toml", "params.py", "metrics/catalogue.py")
+
+
+@lru_cache(maxsize=1)
+def model_version() -> str:
+    """What every Dask worker must run for ``simulate --dask`` (``dispatch.source_version``)."""
+    return source_version(MODEL_SOURCES)
+
+
+def run_plan_cell(cell: PlanCell) -> PlanCellResult:
+    """One run (see the module docstring): build the network, start every node on the transition's old
+    values, switch each node at its own time over [a, b), run to the end; predictions of the transition
+    window and of the stage window."""
+    if cell.model and cell.model != model_version():
+        raise PopulationError(f"this worker ({socket.gethostname()}) runs another kistexp model "
+                              f"({model_version()}, the plan was submitted with {cell.model}): install the "
+                              "same kistexp on every worker")
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    duration = cell.duration_s
+    _, a, b = _layout(duration, cell.traffic.warmup_s)
+    pop, seed, t = cell.population, cell.seed, cell.transition
+    sn = _plan_network(pop, seed=seed, duration_s=duration, traffic=cell.traffic, shares=cell.shares,
+                       scale=cell.scale, byte_budget=cell.byte_budget)
+    labels, profiles = _class_labels(sn), load_profiles()
+    # the same network, clients and traffic for every transition: stages differ only by their values
+    sim = Simulation(sn.network, RunConfig(duration_s=duration, seed=seed))
+    sim.apply(list(range(len(sn.network.nodes))), dict(t.from_values))
+    sim.advance_to(a)
+    # per-node switch times over the transition window
+    is_cache = np.array(["V2Dir" in r.flags for r in pop.relays])
+    clients = list(sn.client_nodes) + list(sn.perf_nodes)
+    adopt = adoption_times(is_cache, len(clients), seed * 1000 + cell.index)
+    when = dict(zip(sn.relay_nodes, compress(adopt.relays, adopt.span_s, a, b).tolist(), strict=True))
+    when.update(zip(clients, compress(adopt.clients, adopt.span_s, a, b).tolist(), strict=True))
+    SwitchSchedule.build(when, t.to_values).apply_until(sim, b)
+    sim.advance_to(b)
+    sim.advance_to(duration)
+    rows = _window_predictions(sn, sim.window(a, b), f"transition:{t.to_stage}", cell.network, profiles, labels)
+    stage_window = sim.window(b, duration)
+    rows += _window_predictions(sn, stage_window, t.to_stage, cell.network, profiles, labels)
+    return PlanCellResult(cell.index, len(pop), len(sn.client_nodes) + len(sn.perf_nodes),
+                          sn.traffic.bandwidth_scale, sn.mean_utilisation, achieved_utilisation(sn, stage_window),
+                          tuple(rows), time.perf_counter() - wall0, time.process_time() - cpu0,
+                          f"{socket.gethostname()}:{os.getpid()}")
+
+
+def plan_backend(workers: int | None = None, dask: str | None = None, dask_timeout: float = 10.0):
+    """Where ``simulate_plan``'s cells run, as ``kistexp sweep`` runs its own (``kistexp.population.dispatch``):
+    ``workers`` local spawned processes (default: one per CPU) or the workers of the Dask scheduler at
+    ``dask``; the options are checked as the sweep checks them (``DispatchError``)."""
+    check_options(workers, dask, dask_timeout)
+    if dask is not None:  # `--dask ""` is an address too (refused), not a request for local workers
+        return DaskBackend(dask, run_plan_cell, model=model_version, timeout_s=dask_timeout)
+    return LocalBackend(workers if workers is not None else os.cpu_count() or 1, run_plan_cell)
+
+
 def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs: str | Path | None = None,
                   traffic: TrafficModel | None = None, shares: ClassShares | None = None,
-                  byte_budget: float = DEFAULT_BYTE_BUDGET,
+                  byte_budget: float = DEFAULT_BYTE_BUDGET, backend=None,
                   progress: Callable[[float, str], None] | None = None,
                   notify: Callable[[str], None] | None = None) -> PlanPrediction:
     """Run every transition of ``runs`` (a plan's: ``Plan.stage_runs()``) on each seed's network (see the
     module docstring); ``consensus`` and ``certs`` as ``load_population`` takes them (default: the
-    bundled consensus). ``progress`` is
-    called with the fraction done, never decreasing, and what runs; ``notify`` with a line about a first
-    compile of the simulator (``kistexp.sim.ensure_compiled``), which comes after the inputs are read, so
-    a bad input is reported at once."""
+    bundled consensus). Each network x transition is one cell (``PlanCell``, ``run_plan_cell``) run on
+    ``backend`` (``plan_backend``; default: a local process per CPU, at most one per cell, closed at the
+    end), so a local pool and a Dask cluster give the same numbers. ``progress`` is called with the
+    fraction of runs done, never decreasing, and what finished; ``notify`` with a line about a first
+    compile of the simulator (``kistexp.sim.ensure_compiled``, for cells run on this machine), which
+    comes after the inputs are read, so a bad input is reported at once. A failed run stops the others
+    (``DispatchError`` naming it)."""
     wall0 = time.perf_counter()
     duration = runs.duration.total_seconds()
     traffic = traffic or TrafficModel(warmup_s=min(10.0, duration / 6))
@@ -182,70 +297,59 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
     if len(transitions) < 2:
         raise PopulationError(f"{runs.source}: the plan changes no value: nothing to predict")
     shares = shares or load_class_shares()
-    profiles = load_profiles()
-    geoip = load_geoip()
     full = load_population(consensus, certs=certs)
-    took = ensure_compiled(notify)
-    if took is not None:
-        wall0 += took  # wall_s is the simulation's own time
-        if notify is not None:
-            notify(f"compiled in {took:.0f} s (kept in {numbacache.cache_base()})")
-    rows: list[Prediction] = []
-    relays_n, clients_n, scales, utils, achieved = [], [], [], [], []
     total = len(runs.seeds) * len(transitions)
-    done = 0
-    for net_i, seed in enumerate(runs.seeds):
+    own = backend is None
+    if own:
+        backend = LocalBackend(min(total, os.cpu_count() or 1), run_plan_cell)
+    try:
+        if getattr(backend, "local", True):
+            took = ensure_compiled(notify)
+            if took is not None:
+                wall0 += took  # wall_s is the simulation's own time
+                if notify is not None:
+                    notify(f"compiled in {took:.0f} s (kept in {numbacache.cache_base()})")
         if progress is not None:
-            progress(done / total, f"network {net_i + 1}: sampling and building")
-        pop = sample(full, runs.population_scale, seed)
-        sn = build_network(pop, duration_s=duration, seed=seed, interval_ms=10, traffic=traffic,
-                           shares=shares, geoip=geoip, scale=runs.population_scale)
-        if sn.offered_bytes_per_s > byte_budget:
-            tr = attrs.evolve(traffic, bandwidth_scale=traffic.bandwidth_scale * byte_budget
-                              / sn.offered_bytes_per_s)
-            sn = build_network(pop, duration_s=duration, seed=seed, interval_ms=10, traffic=tr,
-                               shares=shares, geoip=geoip, scale=runs.population_scale)
-        relays_n.append(len(pop))
-        scales.append(sn.traffic.bandwidth_scale)
-        clients_n.append(len(sn.client_nodes) + len(sn.perf_nodes))
-        utils.append(sn.mean_utilisation)
-        labels = _class_labels(sn)
-        # the same network, clients and traffic for every transition: stages differ only by their values
-        for t in transitions:
-            sim = Simulation(sn.network, RunConfig(duration_s=duration, seed=seed))
-            everyone = list(range(len(sn.network.nodes)))
-            sim.apply(everyone, dict(t.from_values))
-            what = f"network {net_i + 1}: {t.from_stage} -> {t.to_stage}"
+            progress(0.0, f"sampling {len(runs.seeds)} network{'s' if len(runs.seeds) > 1 else ''}")
+        cells = [PlanCell(net_i * len(transitions) + t_i, net_i, seed, t, duration, runs.population_scale,
+                          traffic, byte_budget, pop, shares, model_version())
+                 for net_i, (seed, pop) in enumerate((s, sample(full, runs.population_scale, s)) for s in runs.seeds)
+                 for t_i, t in enumerate(transitions)]
+        finished = 0
 
-            def step(frac: float, _done=done, _what=what) -> None:
-                if progress is not None:
-                    progress((_done + frac) / total, _what)
+        def started(n: int, _cached: int) -> None:
+            if progress is not None:
+                progress(0.0, f"{n} runs on {backend.description}")
 
-            sim.advance_to(a, progress=lambda f: step(f * a / duration))
-            # per-node switch times over the transition window
-            is_cache = np.array(["V2Dir" in r.flags for r in pop.relays])
-            clients = list(sn.client_nodes) + list(sn.perf_nodes)
-            adopt = adoption_times(is_cache, len(clients), seed * 1000 + done)
-            when = dict(zip(sn.relay_nodes, compress(adopt.relays, adopt.span_s, a, b).tolist(), strict=True))
-            when.update(zip(clients, compress(adopt.clients, adopt.span_s, a, b).tolist(), strict=True))
-            SwitchSchedule.build(when, t.to_values).apply_until(sim, b)
-            sim.advance_to(b)
-            step(b / duration)
-            sim.advance_to(duration, progress=lambda f: step((b + f * (duration - b)) / duration))
-            rows += _window_predictions(sn, sim.window(a, b), f"transition:{t.to_stage}", net_i, profiles, labels)
-            stage_window = sim.window(b, duration)
-            rows += _window_predictions(sn, stage_window, t.to_stage, net_i, profiles, labels)
-            if t is transitions[0]:
-                achieved.append(achieved_utilisation(sn, stage_window))
-            done += 1
-            if progress is not None:  # the run's end (not step(): its _done is the run's start)
-                progress(done / total, what)
+        def seen(outcome: CellOutcome) -> None:
+            nonlocal finished
+            c: PlanCell = outcome.task
+            what = f"network {c.network + 1}: {c.transition.from_stage} -> {c.transition.to_stage}"
+            if outcome.status == "failed":
+                raise DispatchError(f"{runs.source}: {what} (seed {c.seed}) failed after {outcome.attempts} "
+                                    f"attempt(s): {outcome.error}")
+            finished += 1
+            if progress is not None:
+                progress(finished / total, what)
+
+        outcomes = execute(cells, backend, on_start=started, on_outcome=seen)
+    except BaseException:
+        getattr(backend, "abandon", backend.close)()  # the runs in flight are killed, not waited for
+        raise
+    finally:
+        if own:
+            backend.close()
+    results: list[PlanCellResult] = [o.result for o in outcomes]  # in cell order: network, then transition
+    firsts = results[::len(transitions)]
+    rows = [p for r in results for p in r.predictions]
     stages = [t.to_stage for t in transitions]
     figures = summarize_predictions(rows, stages)
     return PlanPrediction(
-        plan=runs.name, stages=tuple(stages), networks=len(runs.seeds), relays_per_network=tuple(relays_n),
-        clients_per_network=tuple(clients_n), bandwidth_scale=tuple(scales), expected_utilisation=tuple(utils),
-        achieved_utilisation=tuple(achieved),
+        plan=runs.name, stages=tuple(stages), networks=len(runs.seeds),
+        relays_per_network=tuple(r.relays for r in firsts), clients_per_network=tuple(r.clients for r in firsts),
+        bandwidth_scale=tuple(r.bandwidth_scale for r in firsts),
+        expected_utilisation=tuple(r.expected_utilisation for r in firsts),
+        achieved_utilisation=tuple(r.achieved_utilisation for r in firsts),
         duration_s=duration, windows_s=(("warm-up", 0.0, w0), ("from", w0, a), ("transition", a, b),
                                         ("stage", b, duration)),
         predictions=tuple(rows), figures=tuple(figures), wall_s=time.perf_counter() - wall0)

@@ -18,14 +18,12 @@ import os
 import socket
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
-from importlib import metadata
-from pathlib import Path
 
 import attrs
 
+from kistexp.population.dispatch import source_version
 from kistexp.sweep.spec import Sweep, ValueSet
 
-_PKG = Path(__file__).resolve().parent.parent
 # what the numbers of a cell depend on, besides its inputs
 MODEL_SOURCES = ("sim/*.py", "population/*.py", "sweep/cells.py", "data/*.toml", "params.py",
                  "metrics/catalogue.py")
@@ -34,13 +32,7 @@ MODEL_SOURCES = ("sim/*.py", "population/*.py", "sweep/cells.py", "data/*.toml",
 @lru_cache(maxsize=1)
 def model_version() -> str:
     """SHA-256 (16 hex digits) of the model's sources and numba's version."""
-    digest = hashlib.sha256()
-    for pattern in MODEL_SOURCES:
-        for path in sorted(_PKG.glob(pattern)):
-            digest.update(str(path.relative_to(_PKG)).encode())
-            digest.update(path.read_bytes())
-    digest.update(metadata.version("numba").encode())
-    return digest.hexdigest()[:16]
+    return source_version(MODEL_SOURCES)
 
 
 @lru_cache(maxsize=16)
