@@ -3,7 +3,7 @@ value of the consensus its node held when it was measured, with the run's decisi
 
 Run: .venv/bin/python bench/plot_measured_run.py EXP [--metric client_ttlb_1mib_s] [-o docs/img/x.png]
 EXP is the experiment directory of a `kistexp run` with measured metrics (for example the one the
-real-tor end-to-end test tests/test_rollout_measured_realtor.py leaves in its temporary directory).
+real-tor end-to-end test tests/rollout/test_rollout_measured_realtor.py leaves in its temporary directory).
 """
 
 from __future__ import annotations

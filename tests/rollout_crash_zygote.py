@@ -1,4 +1,4 @@
-"""A pre-imported parent that forks live runs for the crash test (tests/test_rollout_crash.py).
+"""A pre-imported parent that forks live runs for the crash test (tests/rollout/test_rollout_crash.py).
 
 Importing numpy, scipy, the judge, httpx and the fake authorities takes a second or two of CPU; paid
 for every restart it would leave the run down most of the time between kills. This process imports

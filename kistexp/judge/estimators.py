@@ -177,7 +177,7 @@ def side_statistic(x: np.ndarray, statistic: str, log_scale: bool) -> tuple[np.n
 # empirical quantiles at p ± z·√(p(1 − p)/n), divided by 2z. At z = 1.5 the judge's 90 % interval
 # of a ratio of two p90s covers 89.6-90.1 % from n = 50 per side (5 samples beyond the quantile) to
 # 1,000, where Maritz–Jarrett's covered 92.0-92.5 % below n = 100 (20,000 seeded log-normal pairs;
-# tests/test_judge_corrections.py, docs/judge.md "Quantiles on few samples"). The weighted
+# tests/judge/test_judge_corrections.py, docs/judge.md "Quantiles on few samples"). The weighted
 # (post-stratified) baseline uses the same interval, so both sides of a comparison agree.
 WOODRUFF_Z = 1.5
 # A quantile needs this many samples beyond it (n·min(p, 1 − p)): with fewer the upper Woodruff
@@ -574,7 +574,7 @@ def design_effect(values: np.ndarray, times: np.ndarray, log_scale: bool, block_
     that far apart. Simulated A/A with AR(1) hour effects (φ 0.8, SD 0.06, 12 samples/h,
     7-day windows, 4,000 seeds): DEFF 1.86 on average where the truth is 2.03; with the t
     quantile at ``df`` the one-sided 5 % test of medians false-alarms 4.0 %, of means 6.0 %
-    (iid z: 9.7 % and 13.1 %; tests/test_judge_corrections.py, docs/judge.md "Correlated hours").
+    (iid z: 9.7 % and 13.1 %; tests/judge/test_judge_corrections.py, docs/judge.md "Correlated hours").
     """
     values, times = np.asarray(values, dtype=float), np.asarray(times, dtype=float)
     if log_scale:

@@ -3,7 +3,7 @@
 Used by bench/judge_error_rates.py (the tables in docs/judge.md) and by the tests that
 check the false-alarm rate under hourly looks. Everything runs along a leading axis of
 replications through the judge's own estimators (kistexp.judge.estimators) and
-boundaries (kistexp.stats.sequential); tests/test_judge_sequential.py checks look by
+boundaries (kistexp.stats.sequential); tests/judge/test_judge_sequential.py checks look by
 look that judge() reaches the same outcomes on the same data.
 """
 

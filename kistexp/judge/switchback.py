@@ -24,7 +24,7 @@ load and its network weather, so the unit of analysis is a *time bucket*, never 
   Lan–DeMets spending and t boundaries as stages.
 
 Simulated coverage of the 90 % interval (14 × 24 h periods, AR(1) hour effects φ 0.8, SD
-0.06; tests/test_switchback_analysis.py) is within 3 points of 90 %, where the per-sample
+0.06; tests/judge/test_switchback_analysis.py) is within 3 points of 90 %, where the per-sample
 interval covers 79 % (§6.3).
 """
 

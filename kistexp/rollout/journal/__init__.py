@@ -5,7 +5,7 @@ observed (votes, consensus), not an API's answer; the status is the journal's la
 Writers use ``BEGIN IMMEDIATE`` on an autocommit connection so a read-then-write never fails
 half way with SQLITE_BUSY (§3.6). The run lock is ``flock`` on a separate ``run.lock`` (§3.7).
 
-Every SQL statement on a ``rollout_*`` table lives in this package (tests/test_rollout_journal_sql.py
+Every SQL statement on a ``rollout_*`` table lives in this package (tests/rollout/test_rollout_journal_sql.py
 holds the rest of kistexp to it): ``Journal`` here is the writer (the engine's, the dry run's and the
 control commands'); ``reader.JournalReader`` is the read-only reader of everything else (status,
 history, the event feed, the exporter, the report); ``rows`` holds the frozen rows they return,
