@@ -966,7 +966,8 @@ def targets_table(cells: list[StageCell]) -> str:
 
 
 HISTORY = ROOT / "bench" / "history" / "judge-error-rates.csv"
-HISTORY_COLUMNS = ["date_utc", "cpu_model", "cores", "commit", "on_inconclusive", "statistic", "baseline_days", "hours", "change",
+HISTORY_COLUMNS = ["date_utc", "cpu_model", "cores", "commit", "on_inconclusive", "statistic", "baseline_days",
+                   "hours", "change",
                    "limit", "stage_h", "stage_source", "max_extension_h", "min_samples", "samples_per_h", "seeds",
                    "p_fail", "fail_lo", "fail_hi", "p_fail_at_decision_by_estimate", "p_fail_by_end", "fail_by_end_lo",
                    "fail_by_end_hi", "p_pass", "pass_lo", "pass_hi", "p_inconclusive_at_end", "inconclusive_lo",
@@ -1025,12 +1026,14 @@ def stages(seeds: int, stage_h: int | None, max_extension: str | None, workers: 
     mism = facts["mismatches"]
     run = (f"Run {date}, commit `{commit or 'unknown'}`, {cpu}, {workers} worker processes: "
            f"{facts['cpu_s']:.0f} CPU-s, {facts['wall_s']:.0f} s wall; {seeds:,} seeds per row (common to the five "
-           f"changes of a row group; the two on_inconclusive policies share the looks). Stage lengths: {lengths}. Extension: {ext}. "
+           f"changes of a row group; the two on_inconclusive policies share the looks). Stage lengths: {lengths}. "
+           f"Extension: {ext}. "
            f"{facts['replays']} stages replayed look by look through `judging.judge_criterion` and "
            f"`machine.step`: {len(mism)} disagreed with the vectorised run.")
     print(f"{run}\n\n{table}\n\n{targets}\n", flush=True)
     for policy, st, b, kind, change, seed, mine, got in mism[:20]:
-        print(f"check: {policy}: {st} {b} d {kind} +{100 * change:.0f} % seed {seed}: vectorised {OUTCOME_NAMES[mine[0]]} at "
+        print(f"check: {policy}: {st} {b} d {kind} +{100 * change:.0f} % seed {seed}: "
+              f"vectorised {OUTCOME_NAMES[mine[0]]} at "
               f"{mine[1]} h (open at the end: {mine[2]}), engine {OUTCOME_NAMES[got[0]]} at {got[1]} h "
               f"(open at the end: {got[2]})", flush=True)
     if history:

@@ -251,7 +251,8 @@ def test_shift_statistic_is_hodges_lehmann_with_mann_whitney():
 
 
 def test_quantiles_need_tail_samples():
-    # five samples beyond the quantile, where its Woodruff interval is calibrated (tests/judge/test_judge_corrections.py)
+    # five samples beyond the quantile, where its Woodruff interval is calibrated
+    # (tests/judge/test_judge_corrections.py)
     v = judge(CriterionSpec("p99", "relative-increase", 0.2, 200), quantile_sample(400), quantile_sample(400))
     assert v.reason == "insufficient_samples" and v.ci_low is None
     assert "p99 cannot be estimated from 400 samples (needs >= 500" in v.detail

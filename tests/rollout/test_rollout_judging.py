@@ -11,8 +11,8 @@ from kistexp.rollout import judging
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.spec import spec_from_plan
 from kistexp.rollout.state import FAIL, INCONCLUSIVE, PASS
-from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 from tests.rollout.test_rollout_engine import SHORT_EFFECTS, SHORT_PLAN, Killed, run_with_restarts
+from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 
 CPU_PLAN = SHORT_PLAN + "\n" + RELAY_CPU_CRITERION
 

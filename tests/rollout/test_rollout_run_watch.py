@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.plan_helpers import short_plan
-from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 from tests.rollout.test_rollout_notify import Receiver
+from tests.rollout_helpers import RELAY_CPU_CRITERION, write_predictions
 
 pytestmark = pytest.mark.slow
 
