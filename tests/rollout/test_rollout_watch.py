@@ -500,8 +500,10 @@ def test_status_watch_piped_prints_a_block_and_ends_quietly_on_ctrl_c(five_down)
     import time
 
     env = dict(os.environ, PYTHONPATH=str(Path.cwd()))
+    # Ctrl-C as at a terminal: a suite started in the background (nohup, &) passes SIGINT down ignored
     proc = subprocess.Popen([sys.executable, "-m", "kistexp", "status", str(five_down), "--watch", "--interval", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = proc.stdout.readline()
         assert first.startswith(f"--- {five_down} at ")
