@@ -9,6 +9,7 @@ import typer
 from rich import box
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from kistexp import jsonout
 from kistexp.errors import FidelityHistoryError, KistexpError
 from kistexp.fidelity import SCENARIOS, STOLEN_RETRIES, Case, Report, parse_cases, run_fidelity
 from kistexp.fidelity import history as fidelity_history
@@ -123,9 +124,9 @@ def _print_history(history: History, current: RunSummary | None, plot: Path | No
 def _history_json(history: History, current: RunSummary | None, plot: Path | None) -> dict:
     return {
         "source": history.source,
-        "runs": [s.as_json() for s in history.summaries()],
+        "runs": jsonout.to_json(history.summaries()),
         "current": None if current is None else {
-            **current.as_json(), "rows": [r.as_json() for r in history.run(current.run_id)]},
+            **jsonout.to_json(current), "rows": jsonout.to_json(history.run(current.run_id))},
         "plot": None if plot is None else str(plot),
     }
 
@@ -224,7 +225,7 @@ def fidelity(
         except KistexpError as exc:
             failed = exc  # the report is printed all the same: the run's minutes are not lost
     if json_out:
-        out = report.as_json()
+        out = jsonout.to_json(report)
         if record is not None:
             out["recorded"] = recorded
         emit_json(out)

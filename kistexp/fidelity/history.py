@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.errors import FidelityHistoryError
 from kistexp.safeio import read_bounded_text, write_atomic
 from kistexp.textsafe import csv_row, visible
@@ -62,6 +63,10 @@ REQUIRED = ("run_id", "measured_utc", "scenario", "scheduler", "interval_ms", "r
             "sim_mbytes_per_s", "sim_over_real", "compared")
 #: Facts of the run, the same on each of its rows.
 RUN_COLUMNS = COLUMNS[:12]
+
+
+def utc_text(when: dt.datetime) -> str:
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ" if when.second else "%Y-%m-%dT%H:%MZ")
 
 
 @attrs.frozen
@@ -120,14 +125,15 @@ class HistoryRow:
             return None
         return abs(self.sim_over_real - 1.0) <= TOLERANCE
 
-    def as_json(self) -> dict[str, Any]:
-        out = attrs.asdict(self)
-        out["measured_utc"] = utc_text(self.measured_utc)
-        out["client_interval_ms"] = self.client_interval
-        out["within_25pct"] = self.within_target
-        return out
+
+# a row in `kistexp fidelity --history --json`: its fields in their order, the time as the file writes it,
+# client_interval_ms the client's interval even where the file leaves it to the relays'; then within_25pct
+jsonout.shape(fields={"measured_utc": utc_text}, omit=("client_interval_ms",),
+              derived={"client_interval_ms": lambda r: r.client_interval, "within_25pct": lambda r: r.within_target},
+              order=tuple(a.name for a in attrs.fields(HistoryRow)))(HistoryRow)
 
 
+@jsonout.shape(fields={"measured_utc": utc_text})  # a run in `kistexp fidelity --history --json`
 @attrs.frozen
 class RunSummary:
     """One run in a line: where and how it was measured, and how close the simulator came."""
@@ -148,12 +154,6 @@ class RunSummary:
     ratio_min: float | None  # over the compared rows
     ratio_max: float | None
     outside: tuple[str, ...]  # labels of the compared rows outside 25 %
-
-    def as_json(self) -> dict[str, Any]:
-        out = attrs.asdict(self)
-        out["measured_utc"] = utc_text(self.measured_utc)
-        out["outside"] = list(self.outside)
-        return out
 
 
 @attrs.frozen
@@ -183,10 +183,6 @@ class History:
         runs = self.summaries()
         complete = [s for s in runs if s.complete]
         return (complete or list(runs) or [None])[-1]
-
-
-def utc_text(when: dt.datetime) -> str:
-    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ" if when.second else "%Y-%m-%dT%H:%MZ")
 
 
 @functools.cache

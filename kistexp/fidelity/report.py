@@ -2,21 +2,23 @@
 side (``RealSide``, ``SimSide``, ``Row``), and the whole run (``Report``) with what it
 concludes: which rows are within issue 4's 25 % target, which are CPU-bound on this machine and
 so not compared, which orders real tor shows clearly and whether the simulator keeps them, and
-what the machine's host did to real tor's timing. ``as_json`` is ``kistexp fidelity --json``;
-``load_real_sides`` and ``load_machine`` read such a report back (``--real-from``). The table
-itself is printed by ``kistexp.commands.fidelity``.
+what the machine's host did to real tor's timing. ``jsonout.to_json(report)`` is ``kistexp
+fidelity --json`` (each class's ``@jsonout.shape`` names its keys); ``load_real_sides`` and
+``load_machine`` read such a report back (``--real-from``). The table itself is printed by
+``kistexp.commands.fidelity``.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.errors import SimConfigError
 from kistexp.fidelity.cases import FIDELITY_SCENARIOS, Case
 from kistexp.localnet import machine
@@ -65,14 +67,6 @@ class RealSide:
     #: every node a core of its own, so a real figure whose tors wait measures the machine too;
     #: empty where the kernel keeps no such account or the report predates it
     core_wait_fractions: tuple[float, ...] = ()
-
-    def as_json(self) -> dict:
-        return {"throughputs_mbytes_per_s": list(self.throughputs_mbytes_per_s),
-                "cpu_busiest_fraction": self.cpu_busiest_fraction,
-                "run_period": self.run_period.as_json() if self.run_period else None,
-                "cpu_total_cores": self.cpu_total_cores, "cpu_seconds_per_mbyte": self.cpu_seconds_per_mbyte,
-                "load_1min": self.load_1min, "stolen_fractions": list(self.stolen_fractions),
-                "remeasured": self.remeasured, "core_wait_fractions": list(self.core_wait_fractions)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RealSide:
@@ -124,6 +118,57 @@ class SimSide:
         return _mean(self.throughputs_mbytes_per_s)
 
 
+def _of_real(value_of: Callable[[RealSide], Any]) -> Callable[[Row], Any]:
+    """A row's key from its real side (null where it has none)."""
+    return lambda row: value_of(row.real) if row.real else None
+
+
+def _of_period(value_of: Callable[[RunStats], Any]) -> Callable[[Row], Any]:
+    """A row's key from real tor's run period (null where it has none)."""
+    return lambda row: value_of(row.real.run_period) if row.real and row.real.run_period else None
+
+
+def _of_sim(value_of: Callable[[SimSide], Any]) -> Callable[[Row], Any]:
+    """A row's key from its simulator side (null where it has none)."""
+    return lambda row: value_of(row.sim) if row.sim else None
+
+
+#: A row of ``kistexp fidelity --json``, key by key (its notes follow).
+_ROW_KEYS: dict[str, Callable[[Row], Any]] = {
+    "scenario": lambda row: row.case.scenario,
+    "scheduler": lambda row: row.case.scheduler,
+    "interval_ms": lambda row: row.case.interval_ms,
+    "client_interval_ms": lambda row: row.case.client_interval_ms,
+    "circuits": lambda row: row.case.spec.circuits,
+    "streams": lambda row: row.case.spec.streams,
+    "cc_alg": lambda row: row.case.spec.cc_alg,
+    "real_throughput_mbytes_per_s": _of_real(lambda real: real.throughputs_mbytes_per_s),
+    "real_mean_mbytes_per_s": _of_real(lambda real: real.mean_mbytes_per_s),
+    "real_stdev_mbytes_per_s": _of_real(lambda real: _stdev(real.throughputs_mbytes_per_s)),
+    "real_run_period_ms_median": _of_period(lambda rp: rp.period_ms_median),
+    "real_run_period_ms_mean": _of_period(lambda rp: rp.period_ms_mean),
+    "real_cells_per_run_median": _of_period(lambda rp: rp.cells_per_run_median),
+    "real_cells_per_run_mean": _of_period(lambda rp: rp.cells_per_run_mean),
+    "real_cpu_busiest_fraction": _of_real(lambda real: real.cpu_busiest_fraction),
+    "real_load_1min": _of_real(lambda real: real.load_1min),
+    "real_stolen_fraction_mean": _of_real(lambda real: real.stolen_mean),
+    "real_core_wait_fraction_mean": _of_real(lambda real: real.core_wait_mean),
+    "real": lambda row: row.real,  # the whole side, as --real-from reads it back
+    "real_cpu_total_cores": _of_real(lambda real: real.cpu_total_cores),
+    "real_cpu_bound": _of_real(lambda real: real.cpu_bound),
+    "real_cpu_seconds_per_mbyte": _of_real(lambda real: real.cpu_seconds_per_mbyte),
+    "sim_needs_cores": lambda row: row.sim_needs_cores,
+    "cpu_bound": lambda row: row.cpu_bound,
+    "sim_throughput_mbytes_per_s": _of_sim(lambda sim: sim.throughputs_mbytes_per_s),
+    "sim_mean_mbytes_per_s": _of_sim(lambda sim: sim.mean_mbytes_per_s),
+    "sim_run_period_ms": _of_sim(lambda sim: sim.run_period_ms),
+    "sim_cells_per_run_median": _of_sim(lambda sim: sim.cells_per_run_median),
+    "sim_over_real": lambda row: row.ratio,
+    "sim_within_25pct": lambda row: row.within_target,
+}
+
+
+@jsonout.shape(omit=("case", "real", "sim"), derived=_ROW_KEYS, order=tuple(_ROW_KEYS))
 @attrs.frozen
 class Row:
     """One case with both sides (either may be missing, its note saying why)."""
@@ -170,46 +215,22 @@ class Row:
         real, sim = self.real.mean_mbytes_per_s, self.sim.mean_mbytes_per_s
         return sim / real if real and sim is not None else None
 
-    def as_json(self) -> dict:
-        real = self.real
-        rp = real.run_period if real else None
-        spec = self.case.spec
-        return {
-            "scenario": self.case.scenario,
-            "scheduler": self.case.scheduler,
-            "interval_ms": self.case.interval_ms,
-            "client_interval_ms": self.case.client_interval_ms,
-            "circuits": spec.circuits,
-            "streams": spec.streams,
-            "cc_alg": spec.cc_alg,
-            "real_throughput_mbytes_per_s": list(real.throughputs_mbytes_per_s) if real else None,
-            "real_mean_mbytes_per_s": real.mean_mbytes_per_s if real else None,
-            "real_stdev_mbytes_per_s": _stdev(real.throughputs_mbytes_per_s) if real else None,
-            "real_run_period_ms_median": rp.period_ms_median if rp else None,
-            "real_run_period_ms_mean": rp.period_ms_mean if rp else None,
-            "real_cells_per_run_median": rp.cells_per_run_median if rp else None,
-            "real_cells_per_run_mean": rp.cells_per_run_mean if rp else None,
-            "real_cpu_busiest_fraction": real.cpu_busiest_fraction if real else None,
-            "real_load_1min": real.load_1min if real else None,
-            "real_stolen_fraction_mean": real.stolen_mean if real else None,
-            "real_core_wait_fraction_mean": real.core_wait_mean if real else None,
-            "real": real.as_json() if real else None,
-            "real_cpu_total_cores": real.cpu_total_cores if real else None,
-            "real_cpu_bound": real.cpu_bound if real else None,
-            "real_cpu_seconds_per_mbyte": real.cpu_seconds_per_mbyte if real else None,
-            "sim_needs_cores": self.sim_needs_cores,
-            "cpu_bound": self.cpu_bound,
-            "sim_throughput_mbytes_per_s": list(self.sim.throughputs_mbytes_per_s) if self.sim else None,
-            "sim_mean_mbytes_per_s": self.sim.mean_mbytes_per_s if self.sim else None,
-            "sim_run_period_ms": self.sim.run_period_ms if self.sim else None,
-            "sim_cells_per_run_median": self.sim.cells_per_run_median if self.sim else None,
-            "sim_over_real": self.ratio,
-            "sim_within_25pct": self.within_target,
-            "real_note": self.real_note,
-            "sim_note": self.sim_note,
-        }
+
+def _stolen_mean(report: Report) -> float | None:
+    stolen = report.stolen_range()
+    return stolen[1] if stolen else None
 
 
+@jsonout.shape(
+    omit=("seeds",), rename={"timers": "machine"},
+    derived={"real_repetitions": lambda r: r.real_runs(), "seeds": lambda r: r.sim_seeds,
+             "ordering_disagreements": lambda r: r.ordering_disagreements(),
+             "clearly_ordered_pairs": lambda r: len(r.clear_pairs()),
+             "sim_within_25pct_count": lambda r: r.within_target_count()[0],
+             "compared_count": lambda r: r.within_target_count()[1], "real_stolen_fraction_mean": _stolen_mean},
+    order=("repetitions", "real_repetitions", "seeds", "size_mb", "real_skipped", "sim_skipped", "rows",
+           "ordering_disagreements", "clearly_ordered_pairs", "sim_within_25pct_count", "compared_count", "machine",
+           "real_stolen_fraction_mean"))
 @attrs.frozen
 class Report:
     """A whole ``kistexp fidelity`` run: its rows and what they conclude."""
@@ -314,23 +335,6 @@ class Report:
                          "cores of its own, most on the latency-bound rows (KIST, KISTLite at 2 ms), while the "
                          "simulator gives every node a core that nothing holds off (docs/fidelity.md)")
         return lines
-
-    def as_json(self) -> dict:
-        return {
-            "repetitions": self.repetitions,
-            "real_repetitions": list(self.real_runs()),
-            "seeds": self.sim_seeds,
-            "size_mb": self.size_mb,
-            "real_skipped": self.real_skipped,
-            "sim_skipped": self.sim_skipped,
-            "rows": [r.as_json() for r in self.rows],
-            "ordering_disagreements": self.ordering_disagreements(),
-            "clearly_ordered_pairs": len(self.clear_pairs()),
-            "sim_within_25pct_count": self.within_target_count()[0],
-            "compared_count": self.within_target_count()[1],
-            "machine": self.timers.as_json() if self.timers else None,
-            "real_stolen_fraction_mean": stolen[1] if (stolen := self.stolen_range()) else None,
-        }
 
 
 # ---- a report read back (--real-from) ------------------------------------------------------

@@ -20,7 +20,7 @@ Public API (stable):
 * Windows with times on both sides: the baseline is re-weighted to the stage's hours of day.
 * Verdict (frozen): outcome, reason, effect, ci_low, ci_high, bound, n_baseline, n_stage,
   rule, detail, statistic, comparison, threshold, method, sequential, look, information,
-  c_fail, c_pass, excluded, warnings, state, criterion; ``to_dict()`` for JSON.
+  c_fail, c_pass, excluded, warnings, state, criterion; ``jsonout.to_json(verdict)`` for JSON.
 
     judge_switchback(criterion, periods, *, washout=0.0, burnout=0.0, planned_cycles=None,
                      sequential_state=None, alpha_fail=0.05, alpha_pass=0.05, final=False,

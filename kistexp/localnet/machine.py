@@ -96,9 +96,6 @@ class TimerLateness:
     late_fraction: float  # woke more than LATE_MS late
     stolen_fraction: float | None  # of all cores' time, over the probe
 
-    def as_json(self) -> dict:
-        return attrs.asdict(self)
-
     @classmethod
     def from_json(cls, data: object) -> TimerLateness | None:
         """The record of an earlier report, or None where it has none or not this shape."""

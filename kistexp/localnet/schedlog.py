@@ -61,9 +61,6 @@ class RunStats:
     cells_per_run_mean: float | None
     cells_total: int
 
-    def as_json(self) -> dict:
-        return attrs.asdict(self)
-
 
 def _stamp_ms(m: re.Match[str], year: int) -> float:
     month = _MONTHS.get(m.group(1), 1)

@@ -11,25 +11,35 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from kistexp import jsonout
+
+_GUARD_TIMES = ("new_ts", "up_ts", "down_ts", "dropped_ts")
 
 
+def _guard_time(key: str) -> Callable[[_Guard], Any]:
+    """A guard's time to the microsecond, as OnionPerf writes it; no key while it has none."""
+    def value(g: _Guard) -> Any:
+        t = getattr(g, key)
+        return jsonout.OMIT if t is None else round(t, 6)
+    return value
+
+
+# OnionPerf's guard record (``tor.guards``, ``current_guards``): the times it has, each rounded
+@jsonout.shape(omit=_GUARD_TIMES, derived={key: _guard_time(key) for key in _GUARD_TIMES})
+@attrs.define(eq=False)  # mutable as GUARD events arrive; a guard is itself, not its fields
 class _Guard:
     """One entry guard as OnionPerf tracks it from GUARD events."""
 
-    def __init__(self, fingerprint: str, nickname: str) -> None:
-        self.fingerprint, self.nickname = fingerprint, nickname
-        self.new_ts: float | None = None
-        self.up_ts: float | None = None
-        self.down_ts: float | None = None
-        self.dropped_ts: float | None = None
-
-    def as_json(self) -> dict:
-        out: dict = {"fingerprint": self.fingerprint, "nickname": self.nickname}
-        for key in ("new_ts", "up_ts", "down_ts", "dropped_ts"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = round(value, 6)
-        return out
+    fingerprint: str
+    nickname: str
+    new_ts: float | None = None
+    up_ts: float | None = None
+    down_ts: float | None = None
+    dropped_ts: float | None = None
 
     def current_at(self, t: float) -> bool:
         # OnionPerf: up before the circuit launched, and neither dropped nor down since
@@ -76,7 +86,7 @@ class _Circuit:
             out["build_timeout"] = self.build_timeout
         if self.build_quantile is not None:
             out["build_quantile"] = self.build_quantile
-        current = [g.as_json() for g in guards if g.current_at(s)]
+        current = [jsonout.to_json(g) for g in guards if g.current_at(s)]
         if current:
             out["current_guards"] = current
         if self.failure_local:
@@ -184,7 +194,7 @@ class TorEvents:
 
     def guards_json(self) -> list[dict]:
         with self.lock:
-            return [g.as_json() for g in self.guards]
+            return [jsonout.to_json(g) for g in self.guards]
 
     def _guard(self, fingerprint: str, nickname: str) -> _Guard:
         for g in reversed(self.guards):

@@ -331,10 +331,10 @@ def _criteria(root: Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE,
     return tuple(out)
 
 
-def _simulation(root: Table) -> model.Simulation:
+def _simulation(root: Table) -> model.SimulationSettings:
     t = root.table("simulation", required=False)
     if t is None:
-        return model.Simulation()
+        return model.SimulationSettings()
     t.check_keys(("population_scale", "seeds", "duration"))
     scale = t.number("population_scale", required=False, default=0.01)
     if not 0 < scale <= 1:
@@ -346,6 +346,6 @@ def _simulation(root: Table) -> model.Simulation:
             raise root.src.error(f"{t.key('seeds')}[{i}]", "expected a non-negative integer seed")
         seeds.append(seed)
     duration = t.duration("duration", required=False, default="60s")
-    return model.Simulation(population_scale=scale, seeds=tuple(seeds), duration=duration, declared=True)
+    return model.SimulationSettings(population_scale=scale, seeds=tuple(seeds), duration=duration, declared=True)
 
 

@@ -96,7 +96,9 @@ class AuthoritySet:
 
 
 @attrs.frozen
-class Simulation:
+class SimulationSettings:
+    """The plan's ``[simulation]`` table: how its rollout is predicted and rehearsed in the simulator."""
+
     population_scale: float = 0.01
     seeds: tuple[int, ...] = (1,)
     duration: dt.timedelta = dt.timedelta(seconds=60)
@@ -135,7 +137,7 @@ class Plan:
     baseline: Baseline
     authorities: AuthoritySet
     criteria: tuple[Criterion, ...]
-    simulation: Simulation
+    simulation: SimulationSettings
     switchback: Switchback | None = None
     correction: str = DEFAULT_CORRECTION  # how a stage's criteria share the FAIL error
 

@@ -13,6 +13,7 @@ import kistexp.fidelity as fidelity
 import kistexp.fidelity.realtor as realtor
 import kistexp.fidelity.report as fidelity_report
 import kistexp.fidelity.run as fidelity_run
+from kistexp import jsonout
 from kistexp.cli import app
 from kistexp.errors import LocalNetError, SimConfigError
 from kistexp.fidelity import Case, RealSide, Row, SimSide, parse_cases, run_fidelity, simulate
@@ -107,7 +108,7 @@ def test_real_figures_reload_from_a_json_report(recorded_runs: list[tuple], tmp_
     real = RealSide((3.0, 3.2), 0.2, stats, 0.4, 0.03, load_1min=0.5)
     report = fidelity.Report((Row(Case("circuit", "kist", 10), real, None),), 2, 20.0)
     path = tmp_path / "real.json"
-    path.write_text(json.dumps(report.as_json()))
+    path.write_text(json.dumps(jsonout.to_json(report)))
     loaded = fidelity.load_real_sides(path)
     assert loaded == {Case("circuit", "kist", 10): real}
     again = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path, seeds=2)
@@ -115,8 +116,8 @@ def test_real_figures_reload_from_a_json_report(recorded_runs: list[tuple], tmp_
     assert row.real == real and row.ratio == pytest.approx(3.015 / 3.1)
     # the real run's repetitions are its own, not the simulator's seeds
     three = run_fidelity(parse_cases("circuit", "kist", "10"), size_mb=1, real_from=path, seeds=3)
-    assert three.real_runs() == (2,) and three.as_json()["real_repetitions"] == [2]
-    assert three.as_json()["seeds"] == 3
+    assert three.real_runs() == (2,) and jsonout.to_json(three)["real_repetitions"] == [2]
+    assert jsonout.to_json(three)["seeds"] == 3
     assert three.means_over() == "real tor: mean of 2 runs; simulator: mean of 3 seeds"
     # without --seeds the simulator runs DEFAULT_SEEDS seeds, whatever the real run's repetitions
     n = len(recorded_runs)
@@ -141,7 +142,7 @@ def test_ratio_and_cpu_bound_note() -> None:
     real = RealSide((2.0, 3.0), cpu_busiest_fraction=0.2, run_period=stats)
     row = Row(Case("ceiling", "kistlite", 10), real, SimSide((2.25, 2.75)))
     assert row.ratio == pytest.approx(1.0)
-    out = row.as_json()
+    out = jsonout.to_json(row)
     assert out["real_mean_mbytes_per_s"] == 2.5 and out["real_run_period_ms_median"] == 12.0
     assert out["real_cells_per_run_median"] == 64 and out["sim_over_real"] == pytest.approx(1.0)
     assert not real.cpu_bound and RealSide((30.0,), 0.97, None).cpu_bound
@@ -163,7 +164,7 @@ def test_machine_stalls_are_reported_beside_real_tor(tmp_path) -> None:
     assert any(line.startswith("machine: 100 sleeps of 1 ms") and "7.0 % more than 1 ms late" in line
                for line in lines)
     assert any(line.startswith("warning: this machine's cores are held off") for line in lines)
-    out = report.as_json()
+    out = jsonout.to_json(report)
     assert out["real_stolen_fraction_mean"] == pytest.approx(0.035) and out["machine"]["late_fraction"] == 0.07
     assert out["rows"][0]["real_stolen_fraction_mean"] == pytest.approx(0.06)
     path = tmp_path / "real.json"
@@ -201,7 +202,7 @@ def test_how_long_the_tors_waited_for_a_core_reaches_the_report(monkeypatch, tmp
     assert rep.core_wait == pytest.approx(0.25)  # the guard: 0.5 s of 2 s
     side = realtor._real_side([rep, attrs.evolve(rep, core_wait=0.15)], None)
     assert side.core_wait_fractions == pytest.approx((0.25, 0.15))
-    out = Row(Case("circuit", "vanilla", 2), side, SimSide((9.0,))).as_json()
+    out = jsonout.to_json(Row(Case("circuit", "vanilla", 2), side, SimSide((9.0,))))
     assert out["real_core_wait_fraction_mean"] == pytest.approx(0.20)
     assert RealSide.from_json(out["real"], "x") == side
     del out["real"]["core_wait_fractions"]
@@ -242,7 +243,7 @@ def test_a_repetition_the_host_held_off_is_measured_again(monkeypatch, tmp_path)
     report = fidelity.Report((Row(case, side, None),), 2, 20.0)
     assert "1 repetition(s) measured again because the host took more than --max-stolen during them" in (
         report.summary_lines())
-    assert RealSide.from_json(side.as_json(), "here") == side
+    assert RealSide.from_json(jsonout.to_json(side), "here") == side
     rt.max_stolen = None  # without the bound nothing is measured twice
     shares[:] = [0.5]
     assert rt._calm_repetition(case, 1000, "r2").remeasured == 0
@@ -316,8 +317,8 @@ def test_target_and_ordering_checks() -> None:
     lines = report.summary_lines()
     assert lines[0] == "simulator within 25 % of real tor: 2 of 5 compared cases"
     assert lines[1] == "ordering: 5 of 8 pairs that real tor orders clearly are ordered the same way by the simulator"
-    assert report.as_json()["rows"][1]["sim_within_25pct"] is True
-    assert report.as_json()["clearly_ordered_pairs"] == 8
+    assert jsonout.to_json(report)["rows"][1]["sim_within_25pct"] is True
+    assert jsonout.to_json(report)["clearly_ordered_pairs"] == 8
     assert Row(Case("circuit", "kist", 2), None, SimSide((1.0,))).within_target is None
     # apart, but within real tor's run-to-run noise: not an order the simulator must follow
     close = Report((row("ceiling", "kistlite", 2, (7.41, 7.53, 7.63), 7.8),
@@ -335,7 +336,8 @@ def test_sim_figure_beyond_this_machine_is_cpu_bound_not_compared(monkeypatch) -
     assert not real.cpu_bound and vanilla.cpu_bound and vanilla.within_target is None
     kist = Row(Case("circuit", "kist", 10), RealSide((3.0,), 0.06, None, 0.2, 0.06), SimSide((2.9,)))
     assert not kist.cpu_bound and kist.within_target is True
-    assert vanilla.as_json()["cpu_bound"] is True and vanilla.as_json()["sim_needs_cores"] == pytest.approx(7.887)
+    out = jsonout.to_json(vanilla)
+    assert out["cpu_bound"] is True and out["sim_needs_cores"] == pytest.approx(7.887)
 
 
 def test_real_cases_are_measured_in_rounds_and_a_failing_case_is_dropped(monkeypatch, tmp_path) -> None:

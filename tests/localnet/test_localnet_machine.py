@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kistexp import jsonout
 from kistexp.localnet import machine
 from kistexp.localnet.machine import CpuTicks, TimerLateness
 
@@ -42,7 +43,7 @@ def test_lateness_summary() -> None:
     assert machine.lateness_of([-0.05], 1.0).median_ms == 0.0  # early wake-ups count as on time
     with pytest.raises(ValueError):
         machine.lateness_of([], 1.0)
-    assert TimerLateness.from_json(t.as_json()) == t
+    assert TimerLateness.from_json(jsonout.to_json(t)) == t
     assert TimerLateness.from_json(None) is None and TimerLateness.from_json({"sleeps": 3}) is None
     text = machine.describe(t)
     assert "10.0 % more than 1 ms late" in text and "99th percentile 2.0 ms" in text and "6.0 %" in text
