@@ -111,7 +111,7 @@ def test_simulate(tmp_path):
 
 @pytest.mark.slow
 def test_sweep(tmp_path):
-    from test_sweep import TINY
+    from tests.sweep.test_sweep import TINY
 
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(TINY)

@@ -617,7 +617,7 @@ def test_authority_spec_with_identity():
 
 
 def test_served_certificate_with_an_oversized_key_is_refused(server, keys):
-    from test_documents import _with_key
+    from tests.dirauth.test_documents import _with_key
 
     big = _with_key(keys[0].certificate_text, "dir-signing-key", (1 << 16383) | 1, 65537)
     srv = server(reply(big.encode()))

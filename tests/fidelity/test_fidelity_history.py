@@ -137,7 +137,7 @@ def test_history_json_without_tor(bundled):
 
 
 def test_history_fits_80_columns():
-    from test_cli_80_columns import check_80
+    from tests.cli.test_cli_80_columns import check_80
 
     proc = _run("fidelity", "--history", env=dict(os.environ, COLUMNS="80"))
     assert proc.returncode == 0, proc.stderr

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import attrs
 import pytest
 from conftest import free_port, have_real_tor
-from test_localnet_traffic import Socks5Relay
+from tests.localnet.test_localnet_traffic import Socks5Relay
 
 from kistexp.errors import LocalNetError
 from kistexp.localnet.heldconsensus import (
