@@ -23,7 +23,6 @@ from types import SimpleNamespace
 import attrs
 import pytest
 from conftest import free_port, have_real_tor
-from tests.localnet.test_localnet_traffic import Socks5Relay
 
 from kistexp.errors import LocalNetError
 from kistexp.localnet.heldconsensus import (
@@ -48,6 +47,7 @@ from kistexp.localnet.measure import (
 from kistexp.localnet.spec import SERVICE_ADDRESS
 from kistexp.localnet.traffic import BulkServer, socks_connect
 from kistexp.metrics.collectors import onionperf
+from tests.localnet.test_localnet_traffic import Socks5Relay
 
 # OnionPerf 3.1 schema (metrics-sources.md §1.4): both tor object kinds have additionalProperties false
 CIRCUIT_KEYS = {"build_quantile", "build_timeout", "cbt_set", "current_guards", "buildtime_seconds", "circuit_id",
