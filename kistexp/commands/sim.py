@@ -7,6 +7,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+from kistexp import jsonout
 from kistexp.output import add_row, emit_json, make_table, print_table, progress_bar
 
 sim_app = typer.Typer(
@@ -55,7 +56,7 @@ def experiment(
     )
     if as_json:
         result = experiments.run_experiment(name, **kwargs)
-        emit_json(result.to_dict())
+        emit_json(jsonout.to_json(result))
         return
     # Validate first so a bad argument never flashes an empty progress bar.
     experiments.check_experiment_args(name, **kwargs)
@@ -71,7 +72,7 @@ def experiment(
             bar.update(task, completed=done, total=total)
 
         result = experiments.run_experiment(name, progress=progress, **kwargs)
-    _print_result(name, result.to_dict())
+    _print_result(name, jsonout.to_json(result))
 
 
 def _fmt(value: Any) -> str:

@@ -91,6 +91,7 @@ class SimNetwork:
     mean_utilisation: float  # expected, from the drawn paths and rates
     offered_bytes_per_s: float  # client bytes per second asked for
     traffic: TrafficModel
+    client_countries: tuple[str, ...] = ()  # of client_nodes then perf_nodes (latency leakage, kistexp.anonymity)
 
 
 def _poisson_starts(rng: np.random.Generator, rate: float, t0: float, t1: float) -> np.ndarray:
@@ -212,7 +213,8 @@ def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms:
         net.add_transfers(circ, np.full(len(starts), REQUEST_BYTES), sizes, starts)
     mean_util = float(np.mean((relay_bytes - 0) / (2 * cap))) * factor  # perf part scaled too (small)
     return SimNetwork(net, pop, tuple(relay_nodes), tuple(classes), tuple(str(c) for c in pop.classes),
-                      tuple(countries), tuple(client_nodes), tuple(perf_nodes), mean_util, offered, traffic)
+                      tuple(countries), tuple(client_nodes), tuple(perf_nodes), mean_util, offered, traffic,
+                      client_countries=tuple(str(c) for c in client_cc))
 
 
 def bandwidth_band(capacity_bytes_per_s: float) -> str:

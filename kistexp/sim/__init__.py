@@ -69,8 +69,8 @@ Steppable run (``kistexp.sim.simulation``; ``run()`` is its one-call form, ident
         # default; clamped per node tor_version; 0 before 0.4.8.2 switches to the next scheduler.
         # AppliedConsensus(node, name, scheduler, values: dict, clamped: tuple[str, ...])
     sim.node_scheduler(node) -> str; sim.node_interval_ms(node) -> int
-    sim.window(t0_s, t1_s) -> Window           # [t0, t1): bounds 0, sample times or advance_to times
-        Window: t0_s, t1_s, duration_s, node_names, node_roles, node_schedulers, labels,
+    sim.window(t0_s, t1_s) -> RunWindow        # [t0, t1): bounds 0, sample times or advance_to times
+        RunWindow: t0_s, t1_s, duration_s, node_names, node_roles, node_schedulers, labels,
         node_counters[name][node] (scheduler_runs, socket_info_syscalls, kernel_writes, cells_sent,
         cells_received, crypto_layers, digests, bytes_written), node_counts(node) (cost-model inputs),
         node_peaks[peak_app_bytes|peak_kernel_bytes|peak_queued_bytes][node],
@@ -80,6 +80,22 @@ Steppable run (``kistexp.sim.simulation``; ``run()`` is its one-call form, ident
         transfer_response_bytes / transfer_start_s / transfer_ttfb_s / transfer_ttlb_s
         (transfers whose last byte arrived in the window)
     sim.result() -> SimResult
+    sim.circuit_trace(t0_s, t1_s) -> CircuitTrace   # RunConfig(circuit_trace=CircuitTraceConfig(...))
+
+Circuit trace (``kistexp.sim.circuittrace``; opt-in, nothing recorded and nothing changed without it)::
+
+    CircuitTraceConfig(circuits=() (ids; () = all), window_ms=100.0, block_s=1.0,
+                       start_s=0.0 (windows from then; cells recorded from a second before))
+    CircuitTrace (frozen): t0_s, t1_s, window_s, block_s, circuits [i], labels, paths, node_names,
+        guard_in[i, dir, window] (cells entering the guard: 0 from the client, 1 from the middle),
+        exit_out[i, dir, window] (cells leaving the exit: 0 to the server, 1 toward the middle),
+        client_in[i, window] (cells reaching the client), series(name), rebinned(name, seconds),
+        rtt_count / rtt_sum_ms / rtt_sumsq_ms / rtt_min_ms [i, block] (the exit's RTT samples: a cell's
+        packaging to the circuit SENDME for it, Vegas' samples or every circ_increment-th cell),
+        exit_nodes[slot], circuit_exit_slot[i], gap_hist[slot, bin] (gaps between a circuit's cells
+        leaving its exit), gap_bin_edges_s, exit_scheduler / exit_interval_ms / exit_tick_ms [slot],
+        transfer_trace_index / transfer_start_s / transfer_ttfb_s (first byte in the window),
+        client_nodes, guard_nodes, exit_node_of [i]
 
 Metric vocabulary (``kistexp.sim.vocabulary``)::
 
@@ -118,7 +134,7 @@ Result (``kistexp.sim.result.SimResult``)::
     circuit_final_cwnd_cells, circuit_final_bdp_cells [circuit, dir] (Vegas cwnd and BDP estimate);
     chan_final_cwnd; chan_losses; cells_scheduled; events;
     queue_cap_exceeded; wall_s
-    to_dict()   (keys carry units)
+    jsonout.to_json(result)   (keys carry units)
 
 Speed: the event loop is compiled with numba (``cache=True``): the first run on a machine compiles
 for one to two minutes, later processes load the cache in about a second.  The cache lives in a
@@ -140,9 +156,11 @@ from kistexp.sim.numbacache import use_keyed_cache
 
 use_keyed_cache()
 
+from kistexp.sim.circuittrace import CircuitTrace  # noqa: E402
 from kistexp.sim.config import (  # noqa: E402
     DEFAULT_MSS,
     LOOPBACK_MSS,
+    CircuitTraceConfig,
     EwmaConfig,
     FlowControlConfig,
     LinkConfig,
@@ -153,8 +171,8 @@ from kistexp.sim.network import InteractiveFlow, IntervalChange, Network, Transf
 from kistexp.sim.result import SimResult  # noqa: E402
 from kistexp.sim.simulation import (  # noqa: E402
     AppliedConsensus,
+    RunWindow,
     Simulation,
-    Window,
     ensure_compiled,
     run,
     warm_up,
@@ -162,8 +180,10 @@ from kistexp.sim.simulation import (  # noqa: E402
 
 __all__ = [
     "AppliedConsensus",
+    "CircuitTrace",
+    "CircuitTraceConfig",
     "Simulation",
-    "Window",
+    "RunWindow",
     "DEFAULT_MSS",
     "LOOPBACK_MSS",
     "EwmaConfig",

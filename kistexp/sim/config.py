@@ -7,6 +7,7 @@ offending key. Defaults and bounds come from ``kist-ewma.md`` (cited as §N).
 from __future__ import annotations
 
 import math
+import numbers
 
 import attrs
 
@@ -307,6 +308,36 @@ class FlowControlConfig:
 
 
 @attrs.frozen
+class CircuitTraceConfig:
+    """An opt-in trace of what an observer at each circuit's guard and exit sees
+    (``Simulation.circuit_trace``, ``kistexp.sim.circuittrace``): cells per ``window_ms`` window
+    entering the guard and leaving the exit (each direction) and reaching the client; the gaps
+    between a circuit's cells leaving its exit, as log-spaced histograms per exit and per
+    ``block_s``; the exit's RTT samples of the circuit (a cell's packaging to the circuit SENDME
+    for it), per circuit and block.  ``circuits``: the circuit ids to trace, () = all.  ``start_s``:
+    cells are recorded from one second before it (what is in flight then arrives after it), so a trace
+    window may start at ``start_s`` or later; a run spends nothing on recording cells before (a warm-up)."""
+
+    circuits: tuple[int, ...] = attrs.field(default=(), converter=lambda xs: tuple(
+        int(x) if isinstance(x, numbers.Integral) and not isinstance(x, bool) else x for x in xs))
+    window_ms: float = 100.0
+    block_s: float = 1.0
+    start_s: float = 0.0
+
+    def validate(self, where: str = "run.circuit_trace") -> None:
+        _finite(where, "window_ms", self.window_ms, minimum=1.0)
+        _finite(where, "start_s", self.start_s, minimum=0.0)
+        _finite(where, "block_s", self.block_s, minimum=self.window_ms / 1000.0)
+        ratio = self.block_s * 1000.0 / self.window_ms
+        if abs(ratio - round(ratio)) > 1e-9:
+            _fail(where, "block_s", self.block_s, f"must be a whole number of windows of {self.window_ms:g} ms")
+        for c in self.circuits:
+            _int(where, "circuits[]", c, 0)
+        if len(set(self.circuits)) != len(self.circuits):
+            _fail(where, "circuits", self.circuits, "names a circuit twice")
+
+
+@attrs.frozen
 class RunConfig:
     """One run: simulated duration, seed, and the per-run model choices.
 
@@ -317,7 +348,9 @@ class RunConfig:
     ``run_log_chan`` >= 0, the cells each run moved onto that directed channel (what the fidelity
     harness counts on real tor's busiest channel, ``localnet.schedlog``).  ``trace_chan`` >= 0
     traces one directed channel (outbuf, kernel unsent and unacked bytes at every change, up to
-    ``trace_max`` points).
+    ``trace_max`` points).  ``circuit_trace`` (a :class:`CircuitTraceConfig`) records what an
+    observer at circuits' guards and exits sees; None (the default) records nothing and costs
+    nothing.
     """
 
     duration_s: float = 10.0
@@ -345,6 +378,7 @@ class RunConfig:
     deadline (``event_base_loop``: ``timeout_next`` before ``clear_time_cache``), and a wake-up
     once the coarse clock has reached the deadline runs it in that pass.  False: the run's phase
     is the pass that armed the timer's (docs/simulator.md, "Design choices")."""
+    circuit_trace: CircuitTraceConfig | None = None
 
     def validate(self, where: str = "run") -> None:
         _finite(where, "duration_s", self.duration_s, minimum=0.0, strict=True)
@@ -363,3 +397,7 @@ class RunConfig:
                 _fail(where, key, getattr(self, key), "must be true or false")
         self.flow_control.validate(f"{where}.flow_control")
         self.ewma.validate(f"{where}.ewma")
+        if self.circuit_trace is not None:
+            if not isinstance(self.circuit_trace, CircuitTraceConfig):
+                _fail(where, "circuit_trace", self.circuit_trace, "must be a CircuitTraceConfig or None")
+            self.circuit_trace.validate(f"{where}.circuit_trace")

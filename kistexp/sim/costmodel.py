@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kistexp import jsonout
 from kistexp.errors import SimConfigError
 
 if TYPE_CHECKING:
@@ -131,6 +132,9 @@ class NodeWork:
     bytes_written: int
 
 
+@jsonout.shape(omit=("duration_s",),
+               derived={"cpu_s": lambda e: e.total_s, "cpu_core_fraction": lambda e: e.core_fraction},
+               order=("node", "cpu_s", "cpu_core_fraction"))
 @attrs.frozen
 class NodeCpuEstimate:
     """Estimated CPU seconds of one node over a run, split by cause."""
@@ -155,19 +159,6 @@ class NodeCpuEstimate:
     def core_fraction(self) -> float:
         """Share of one core the node needs (CPU seconds per simulated second)."""
         return self.total_s / self.duration_s if self.duration_s > 0 else 0.0
-
-    def to_dict(self) -> dict[str, float | str]:
-        return {
-            "node": self.node,
-            "cpu_s": self.total_s,
-            "cpu_core_fraction": self.core_fraction,
-            "tls_s": self.tls_s,
-            "relay_crypto_s": self.relay_crypto_s,
-            "cell_handling_s": self.cell_handling_s,
-            "scheduler_s": self.scheduler_s,
-            "syscalls_s": self.syscalls_s,
-            "writes_s": self.writes_s,
-        }
 
 
 def estimate_node_cpu(

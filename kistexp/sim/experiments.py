@@ -1,8 +1,9 @@
 """The simulator's experiments (issue 4, point 6), as plain functions with keyword arguments.
 
-Each returns a frozen attrs result with ``to_dict()`` (keys carry their units). Every function
-validates its arguments through the core's configuration objects before anything runs, so a bad
-argument raises :class:`~kistexp.errors.SimConfigError` at once.
+Each returns a frozen attrs result, whose JSON is ``jsonout.to_json(result)``: keys carry their
+units, and a figure with no sample (NaN) is null. Every function validates its arguments through
+the core's configuration objects before anything runs, so a bad argument raises
+:class:`~kistexp.errors.SimConfigError` at once.
 
 * :func:`ceiling` - KISTLite's 64-cell budget per channel per run over the real run period
   (kist-ewma.md §6, §12.2, §5.2); Vanilla and loopback KIST are not bound by it.
@@ -30,6 +31,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from kistexp import jsonout
 from kistexp.errors import SimConfigError
 from kistexp.sim import scenarios
 from kistexp.sim import workloads as wl
@@ -127,17 +129,6 @@ def _find(points: Sequence[Any], **match: Any) -> Any:
     raise KeyError(f"no point with {match}")
 
 
-def _json_safe(obj: Any) -> Any:
-    """NaN (no sample) becomes None so that --json output stays valid JSON."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
 def _nan_none(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
@@ -171,6 +162,7 @@ def _relay_delay_ms(res: SimResult, label: str, relay: int, q: float | None) -> 
 # -- ceiling -------------------------------------------------------------------------------------
 
 
+@jsonout.shape(nan_as_null=True)
 @attrs.frozen
 class CeilingResult:
     scheduler: str
@@ -187,9 +179,6 @@ class CeilingResult:
     runs_per_s: float
     budget_throughput_mbytes_per_s: float | None
     """cells_per_run_mode * 514 B / run_period_ms: what the per-run budget allows."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return _json_safe(attrs.asdict(self))
 
 
 def ceiling(*, scheduler: str = "kistlite", interval_ms: int = 10, circuits: int = 8,
@@ -240,6 +229,7 @@ def _bulk_bytes(duration_s: float, rate_bytes_per_s: float) -> int:
 # -- one circuit ---------------------------------------------------------------------------------
 
 
+@jsonout.shape(nan_as_null=True)
 @attrs.frozen
 class CircuitResult:
     scheduler: str
@@ -261,9 +251,6 @@ class CircuitResult:
     """Median cells the middle relay moved per run that moved any."""
     streams: int = 1
     cc_alg: int = 2
-
-    def to_dict(self) -> dict[str, Any]:
-        return _json_safe(attrs.asdict(self))
 
 
 def _path_run(name: str, scenario: PathScenario, runs: _Runs) -> tuple[PathFigures, SimResult, wl.Topology]:
@@ -324,6 +311,7 @@ def circuit(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_m
 # -- the channel ceiling on a real path ------------------------------------------------------------
 
 
+@jsonout.shape(nan_as_null=True)
 @attrs.frozen
 class PathCeilingResult:
     scheduler: str
@@ -343,9 +331,6 @@ class PathCeilingResult:
     cells_per_run_median: float | None
     """Median cells the middle relay moved per run that moved any."""
     cc_alg: int = 2
-
-    def to_dict(self) -> dict[str, Any]:
-        return _json_safe(attrs.asdict(self))
 
 
 def ceiling_path(*, scheduler: str = "kist", interval_ms: int = 10, client_interval_ms: int | None = None,
@@ -386,9 +371,6 @@ class CircuitSweepResult:
     def throughput(self, scheduler: str, interval_ms: int) -> float:
         return _find(self.points, scheduler=scheduler, interval_ms=interval_ms).throughput_mbytes_per_s
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"points": [p.to_dict() for p in self.points]}  # each point is already JSON-safe
-
 
 def circuit_sweep(*, cases: Sequence[tuple[str, int]] = CIRCUIT_SWEEP, client_interval_ms: int | None = None,
                   transfer_bytes: int = 20 * wl.MIB, streams: int = 1, cc_alg: int | None = None, seed: int = 1,
@@ -410,9 +392,6 @@ class FirstRunResult:
     initial_cwnd_segments: int
     first_run_cells: int
     next_runs_cells: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return _json_safe(attrs.asdict(self))
 
 
 def kist_first_run(*, mss: int = 1448, initial_cwnd: int = 10, interval_ms: int = 10, rtt_ms: float = 50.0,
@@ -442,6 +421,7 @@ def kist_first_run(*, mss: int = 1448, initial_cwnd: int = 10, interval_ms: int 
 # -- EWMA: interactive vs bulk --------------------------------------------------------------------
 
 
+@jsonout.shape(derived={"bulk_over_interactive_delay_ratio": lambda p: p.advantage}, nan_as_null=True)
 @attrs.frozen
 class EwmaPoint:
     """Time a cell spends at the relay (circuit queue + kernel) at one interval. The ``_p50``
@@ -463,6 +443,7 @@ class EwmaPoint:
         return self.bulk_delay_ms_mean / self.interactive_delay_ms_mean
 
 
+@jsonout.shape(nan_as_null=True)
 @attrs.frozen
 class EwmaResult:
     scheduler: str
@@ -474,11 +455,6 @@ class EwmaResult:
 
     def point(self, interval_ms: int) -> EwmaPoint:
         return _find(self.points, interval_ms=interval_ms)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = attrs.asdict(self, recurse=False)
-        d["points"] = [dict(attrs.asdict(p), bulk_over_interactive_delay_ratio=p.advantage) for p in self.points]
-        return _json_safe(d)
 
 
 EWMA_INTERVALS_MS = (1, 2, 5, 10, 20)
@@ -543,6 +519,7 @@ def _shared_channel(scheduler: str, interval_ms: int, client_interval_ms: int, b
 # -- kernel queue vs application queue ------------------------------------------------------------
 
 
+@jsonout.shape(nan_as_null=True)
 @attrs.frozen
 class QueuePlacement:
     scheduler: str
@@ -560,6 +537,7 @@ class QueuePlacement:
     throughput_mbytes_per_s: float
 
 
+@jsonout.shape(nan_as_null=True)
 @attrs.frozen
 class KernelQueueResult:
     channels: int
@@ -569,10 +547,6 @@ class KernelQueueResult:
 
     def point(self, scheduler: str) -> QueuePlacement:
         return _find(self.points, scheduler=scheduler)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _json_safe({"channels": self.channels, "circuits": self.circuits, "duration_s": self.duration_s,
-                           "points": [attrs.asdict(p) for p in self.points]})
 
 
 def kernel_queue(*, schedulers: Sequence[str] = ("kist", "vanilla"), interval_ms: int = 10, channels: int = 4,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from numba import njit
 
 from kistexp.sim import layout as L
+from kistexp.sim.ctrace import trace_rtt, trace_sendme_acked, trace_sendme_cell, tracing
 
 FC_SENDME = 0
 FC_VEGAS = 1
@@ -63,6 +64,8 @@ def on_package(S, cd, s, t):
     if S.di[L.DI_FC, cd] == FC_SENDME:
         S.di[L.DI_PKG_WIN, cd] -= 1
         S.si[s].pkg_win -= 1
+        if tracing(S):
+            trace_sendme_cell(S, cd, t)
     else:
         infl = S.di[L.DI_INFLIGHT, cd]
         if (infl + 1) % S.dcc[cd, L.C_SENDME_INC] == 0:
@@ -122,6 +125,8 @@ def on_sendme(S, cd, kind, s, t):
     if S.di[L.DI_FC, cd] == FC_SENDME:
         if kind == L.K_SENDME_CIRC:
             S.di[L.DI_PKG_WIN, cd] += S.pi[L.P_CIRC_INC]
+            if tracing(S):
+                trace_sendme_acked(S, cd, t)
         else:
             S.si[s].pkg_win += S.pi[L.P_STREAM_INC]
     else:
@@ -159,6 +164,8 @@ def vegas_process_sendme(S, cd, t):
         S.di[L.DI_TS_N, cd] -= 1
         rtt = float(t - sent)
         if rtt > 0:
+            if tracing(S):
+                trace_rtt(S, cd, t, rtt)
             if ss:
                 n = P[cd, L.C_EWMA_SS]
             else:

@@ -92,6 +92,34 @@ EV_ACK_REP = 12
 EV_ACK_NOW = 13
 EV_EDGE_WRITE = 14  # a = stream: its sink edge connection's write callback (outbuf -> application)
 
+# circuit trace (``RunConfig.circuit_trace``, ``ctrace.py``): what an observer at a circuit's guard
+# and at its exit sees.  Series of ``S.ctcnt[series, window, traced circuit]`` (a window's counters
+# together: a flight's cells fall in one window, each of another circuit):
+CT_GUARD_IN_UP = 0      # cells reaching the guard from the client (arrival at the guard)
+CT_GUARD_IN_DOWN = 1    # cells reaching the guard from the middle (arrival at the guard)
+CT_EXIT_OUT_UP = 2      # cells reaching the exit from the middle, handed to the server (arrival)
+CT_EXIT_OUT_DOWN = 3    # cells leaving the exit toward the middle (departure from its NIC)
+CT_CLIENT_IN_DOWN = 4   # cells reaching the client from the guard (arrival at the client)
+CT_SERIES = 5
+# ``S.ctq[q]`` of a traced circuit's queue q: (traced index + 1) << CT_IDX_SHIFT | what its cells
+# count for when they leave the queue's node (bit 1 << series; CT_GAP: also the exit's inter-cell gaps)
+CT_GAP = 1 << CT_SERIES
+CT_IDX_SHIFT = 8
+# ``S.ctcirc[field, traced circuit]``: the exit slot of its gap histogram, its last departure at the exit,
+# and the ring ``S.ctts[traced circuit]`` of the exit's send times of cells a circuit SENDME will
+# acknowledge (fixed SENDME windows: the exit's RTT measurement, as Vegas' timestamps are): head, length
+CT_C_SLOT = 0
+CT_C_LAST = 1
+CT_C_TS_HEAD = 2
+CT_C_TS_N = 3
+CT_C_FIELDS = 4
+# ``S.ctrtt[field, traced circuit, block]``: RTT samples the exit's congestion control took (Vegas)
+CT_R_N = 0
+CT_R_SUM_MS = 1
+CT_R_SUMSQ_MS = 2
+CT_R_MIN_MS = 3
+CT_R_FIELDS = 4
+
 # kernel-queue rings (tcp.kq_push): one event moves at most every cell of the pool into rings that
 # double when full, which takes at most 4 slots per cell at the end of S.kq
 KQ_SLOTS_PER_CELL = 4
@@ -107,8 +135,8 @@ RS_GROW_STREAMS = 4
 
 # Field numbers: each table's fields are numbered 0, 1, ... in the order written, and the table's
 # count (N_*) follows its last field.  Written out, not made in a loop, so that linters and editors
-# see every name; tests/test_sim_layout_fields.py checks the numbering, and
-# `.venv/bin/python tests/test_sim_layout_fields.py --write` renumbers the block after a field is
+# see every name; tests/sim/test_sim_layout_fields.py checks the numbering, and
+# `.venv/bin/python tests/sim/test_sim_layout_fields.py --write` renumbers the block after a field is
 # added, removed or moved.
 # -- begin field numbers
 # globals (int64 array g)
@@ -535,6 +563,22 @@ FIELDS = (
     ("pfree", np.int64, 1),
     ("fl", np.int64, 2, ENTITY_MAJOR),
     ("flheap", np.int64, 1),
+    # circuit trace (empty when not asked for): per circuit queue, counts per window, per traced
+    # circuit, the exits' gap histograms per block, RTT samples per block (see CT_* above)
+    ("ctq", np.int64, 1),
+    ("ctcnt", np.int32, 3),
+    ("ctcirc", np.int64, 2),
+    ("ctgap", np.int64, 3),
+    ("ctrtt", np.float64, 3),
+    ("ctts", np.int64, 2),
+    # the trace's window and block lengths (ns), the bin of the last gap recorded (ctrace._gap_bin),
+    # when recording cells starts (ns: CircuitTraceConfig.start_s less a second), and the windows and
+    # block the last flight fell in (ctrace._slot_of); per node, ns a byte takes on its NIC (0: unlimited)
+    ("ctdt", np.int64, 1),
+    ("ctnspb", np.float64, 1),
+    # beside each slot of ``kq``, ``ctq`` of its cell's queue, written when the cell enters the kernel
+    # (tcp.kq_push), its record in the cache then: the trace reads it instead of the cell's record
+    ("ctkq", np.int32, 1),
 )
 
 State = namedtuple("State", [f[0] for f in FIELDS])
@@ -554,8 +598,8 @@ class StateType(types.Type):
     field read (``S.ci``) is a ``numba.carray`` view made from the address and shape in the
     descriptor (two or three loads from one cache line, marked invariant so that LLVM keeps them
     in registers, ``_invariant_load``; the view has no owner to count either).
-    ``lean``: the run keeps no raw delay samples and no chan trace, and code compiled for it leaves
-    that bookkeeping out (``keeps_records`` is the constant False)."""
+    ``lean``: the run keeps no raw delay samples, no chan trace and no circuit trace, and code
+    compiled for it leaves that bookkeeping out (``keeps_records`` is the constant False)."""
 
     def __init__(self, lean: bool):
         self.lean = lean
@@ -658,8 +702,9 @@ _FFI = cffi.FFI()
 
 
 def keeps_records(S) -> bool:
-    """In compiled code: whether the run keeps raw per-cell delays and a chan trace, known when
-    the code is compiled (from the type of ``S``), so the lean kernel has no branch for them."""
+    """In compiled code: whether the run keeps raw per-cell delays, a chan trace or a circuit trace,
+    known when the code is compiled (from the type of ``S``), so the lean kernel has no branch for
+    them."""
     raise NotImplementedError("only in compiled code")
 
 
@@ -671,7 +716,7 @@ def _keeps_records(S):
 
 def is_lean(S: State) -> bool:
     """The run keeps neither raw delays nor a trace: ``engine.run_kernel_lean`` runs it."""
-    return S.raw.shape[1] == 0 and S.trace.shape[1] == 0
+    return S.raw.shape[1] == 0 and S.trace.shape[1] == 0 and S.ctq.shape[0] == 0
 
 
 def descriptor(S: State) -> np.ndarray:

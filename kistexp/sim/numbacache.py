@@ -30,7 +30,8 @@ from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 _active: Path | None = None  # the keyed directory use_keyed_cache chose
-COMPILED_MODULES = ("layout", "events", "pqueue", "chanheap", "cmux_ewma", "channel", "tcp", "kistlite", "kist",
+COMPILED_MODULES = ("layout", "ctrace", "events", "pqueue", "chanheap", "cmux_ewma", "channel", "tcp", "kistlite",
+                    "kist",
                     "vanilla", "scheduler", "flowcontrol", "engine")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from kistexp import jsonout
 from kistexp.sim import layout as L
 
 #: gaps between busy runs longer than this are idle spells, not a period (the rule of the real
@@ -240,43 +241,49 @@ class SimResult:
         i = self.node_index(node)
         return (self.run_chan_cells if on_logged_chan else self.run_cells)[self.run_node == i]
 
-    def to_dict(self) -> dict[str, Any]:
-        done = ~np.isnan(self.transfer_ttlb_s)
 
-        def pct(a: np.ndarray, q: float) -> float | None:
-            return float(np.percentile(a, q)) if len(a) else None
+def _percentile(a: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(a, q)) if len(a) else None
 
-        per_label = {}
-        for lbl in self.labels:
-            per_label[lbl] = {
-                "app_delay_ms_p50": self.delay_percentile_ms("app", 50, lbl),
-                "app_delay_ms_p99": self.delay_percentile_ms("app", 99, lbl),
-                "kernel_delay_ms_p50": self.delay_percentile_ms("kernel", 50, lbl),
-                "kernel_delay_ms_p99": self.delay_percentile_ms("kernel", 99, lbl),
-                "app_delay_ms_mean": self.delay_mean_ms("app", lbl),
-                "kernel_delay_ms_mean": self.delay_mean_ms("kernel", lbl),
-            }
-        nodes = []
-        for i, name in enumerate(self.node_names):
-            d = {"name": name, "role": self.node_roles[i], "scheduler": self.node_schedulers[i]}
-            for k, v in self.node_counters.items():
-                d[k if k.endswith("_bytes") else f"{k}_count"] = int(v[i])
-            d["scheduler_runs_per_s"] = float(self.node_counters["scheduler_runs"][i] / self.duration_s)
-            d["socket_info_syscalls_per_s"] = float(
-                self.node_counters["socket_info_syscalls"][i] / self.duration_s)
-            nodes.append(d)
-        return {
-            "duration_s": self.duration_s,
-            "seed": self.seed,
-            "wall_s": self.wall_s,
-            "cells_scheduled_count": self.cells_scheduled,
-            "events_count": self.events,
-            "queue_cap_exceeded_count": self.queue_cap_exceeded,
-            "transfers_count": int(len(self.transfer_circuit)),
-            "transfers_finished_count": int(done.sum()),
-            "transfer_ttfb_s_p50": pct(self.transfer_ttfb_s[~np.isnan(self.transfer_ttfb_s)], 50),
-            "transfer_ttlb_s_p50": pct(self.transfer_ttlb_s[done], 50),
-            "transfer_ttlb_s_p90": pct(self.transfer_ttlb_s[done], 90),
-            "delays_by_label": per_label,
-            "nodes": nodes,
-        }
+
+def _finished(r: SimResult) -> np.ndarray:
+    return r.transfer_ttlb_s[~np.isnan(r.transfer_ttlb_s)]
+
+
+def _delays_by_label(r: SimResult) -> dict[str, dict[str, float]]:
+    return {lbl: {
+        "app_delay_ms_p50": r.delay_percentile_ms("app", 50, lbl),
+        "app_delay_ms_p99": r.delay_percentile_ms("app", 99, lbl),
+        "kernel_delay_ms_p50": r.delay_percentile_ms("kernel", 50, lbl),
+        "kernel_delay_ms_p99": r.delay_percentile_ms("kernel", 99, lbl),
+        "app_delay_ms_mean": r.delay_mean_ms("app", lbl),
+        "kernel_delay_ms_mean": r.delay_mean_ms("kernel", lbl),
+    } for lbl in r.labels}
+
+
+def _nodes(r: SimResult) -> list[dict[str, Any]]:
+    nodes = []
+    for i, name in enumerate(r.node_names):
+        d: dict[str, Any] = {"name": name, "role": r.node_roles[i], "scheduler": r.node_schedulers[i]}
+        for k, v in r.node_counters.items():
+            d[k if k.endswith("_bytes") else f"{k}_count"] = int(v[i])
+        d["scheduler_runs_per_s"] = float(r.node_counters["scheduler_runs"][i] / r.duration_s)
+        d["socket_info_syscalls_per_s"] = float(r.node_counters["socket_info_syscalls"][i] / r.duration_s)
+        nodes.append(d)
+    return nodes
+
+
+#: A run's JSON (units in the keys): these fields, then what the arrays sum up to; NaN (no sample) stays NaN.
+_JSON_FIELDS = {"duration_s": "duration_s", "seed": "seed", "wall_s": "wall_s",
+                "cells_scheduled": "cells_scheduled_count", "events": "events_count",
+                "queue_cap_exceeded": "queue_cap_exceeded_count"}
+jsonout.shape(
+    omit=tuple(a.name for a in attrs.fields(SimResult) if a.name not in _JSON_FIELDS),
+    rename={a: key for a, key in _JSON_FIELDS.items() if a != key},
+    derived={"transfers_count": lambda r: int(len(r.transfer_circuit)),
+             "transfers_finished_count": lambda r: int((~np.isnan(r.transfer_ttlb_s)).sum()),
+             "transfer_ttfb_s_p50": lambda r: _percentile(r.transfer_ttfb_s[~np.isnan(r.transfer_ttfb_s)], 50),
+             "transfer_ttlb_s_p50": lambda r: _percentile(_finished(r), 50),
+             "transfer_ttlb_s_p90": lambda r: _percentile(_finished(r), 90),
+             "delays_by_label": _delays_by_label, "nodes": _nodes},
+    order=tuple(_JSON_FIELDS.values()))(SimResult)

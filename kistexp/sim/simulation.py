@@ -30,9 +30,9 @@ import numpy as np
 
 from kistexp import params as tor_params
 from kistexp.errors import SimConfigError
+from kistexp.sim import circuittrace, numbacache
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
-from kistexp.sim import numbacache
 from kistexp.sim.cmux_ewma import ewma_set_options, ln_scale_factor
 from kistexp.sim.config import NodeConfig, RunConfig
 from kistexp.sim.engine import run_kernel, run_kernel_lean
@@ -101,7 +101,7 @@ class _Snapshot:
 
 
 @attrs.frozen(eq=False)
-class Window:
+class RunWindow:
     """Measurements of ``[t0_s, t1_s)`` of one run (frozen copies).
 
     Counters count the events after the snapshot at ``t0_s`` up to the one at ``t1_s``; a
@@ -400,7 +400,7 @@ class Simulation:
                              f"sample_interval_s={self.run_config.sample_interval_s!r}) nor a time the run "
                              "was advanced to")
 
-    def window(self, t0_s: float, t1_s: float) -> Window:
+    def window(self, t0_s: float, t1_s: float) -> RunWindow:
         """Measurements of ``[t0_s, t1_s)``; both bounds within ``[0, now_s]``, each a sample time,
         0 or a time the run was advanced to."""
         t0 = self._time_ns(t0_s, "window t0_s")
@@ -430,7 +430,7 @@ class Simulation:
         start = S.ti[L.TI_START][done]
         circ = self._meta["t_circ"][done]
         labels = tuple(lbl for _, lbl in net.circuits)
-        return Window(
+        return RunWindow(
             t0_s=t0 / 1e9, t1_s=t1 / 1e9, node_names=tuple(net.node_names),
             node_roles=tuple(n.role for n in net.nodes),
             node_schedulers=tuple(self._kind_names[int(k)] for k in S.ni[L.NI_SCHED]),
@@ -447,13 +447,26 @@ class Simulation:
             transfer_ttlb_s=(ttlb[done] - start) / 1e9,
         )
 
+    def circuit_trace(self, t0_s: float, t1_s: float) -> circuittrace.CircuitTrace:
+        """What observers at the traced circuits' guards and exits saw in ``[t0_s, t1_s)``
+        (``RunConfig.circuit_trace``; ``kistexp.sim.circuittrace``): both bounds multiples of the
+        trace's ``block_s`` within ``[0, now_s]``."""
+        t0 = self._time_ns(t0_s, "circuit_trace t0_s")
+        t1 = self._time_ns(t1_s, "circuit_trace t1_s")
+        lay = self._meta["trace_layout"]
+        circuittrace.check_bounds(lay, t0, t1)
+        if t0 < 0 or t1 > self._now_ns:
+            raise SimConfigError(f"circuit_trace [{t0_s!r}, {t1_s!r}): the run has only reached {self.now_s:g} s")
+        return circuittrace.extract(self._S, lay, self.network, self._meta, t0, t1)
+
     def _drop_run_arrays(self) -> None:
         """Free what only running needs (cell pool, kernel queues, events, streams): the one-call
         ``run()`` makes its result and discards the simulation, and on a large network these
         arrays are a third of its memory at the moment the result is made."""
         S = self._S
         self._S = S._replace(**{name: np.empty((0,) + getattr(S, name).shape[1:], getattr(S, name).dtype)
-                                for name in ("cells", "free", "kq", "ev", "nq", "evq", "eqfree", "si", "pair_tr",
+                                for name in ("cells", "free", "kq", "ctkq", "ev", "nq", "evq", "eqfree", "si",
+                                             "pair_tr",
                                              "pfree")})
 
     def result(self) -> SimResult:

@@ -18,6 +18,7 @@ import numpy as np
 
 from kistexp import params
 from kistexp.errors import SimConfigError
+from kistexp.sim import circuittrace
 from kistexp.sim import flowcontrol as fc
 from kistexp.sim import layout as L
 from kistexp.sim.cmux_ewma import ln_scale_factor
@@ -309,6 +310,9 @@ def build_state(net: Network, rc: RunConfig):
                    + 4 * rc.run_log_max + (4 * rc.trace_max if rc.trace_chan >= 0 else 0)
                    + n_samples * 2 * max(len(labels), 1) * L.HIST_BINS + n_cd * L.N_CC)
     described = sum(a.nbytes for a in (ni, nf, ci, cf, qi, qf, di, df, si, ti, tr_order, pair_tr, pfree, fl))
+    trace_layout = circuittrace.plan(net, rc)
+    if trace_layout is not None:
+        planned += trace_layout.nbytes + 8 * n_cq + 4 * (kq_len + _kq_reserve(cell_cap))
     if planned + described > rc.memory_limit_bytes:
         raise SimConfigError(
             f"run.memory_limit_bytes={rc.memory_limit_bytes}: the network needs "
@@ -362,9 +366,11 @@ def build_state(net: Network, rc: RunConfig):
         ser_hist=np.zeros((n_samples, 2, max(len(labels), 1), L.HIST_BINS), np.int64),
         tq=np.zeros(max(n_nodes, 1), np.int64),
         pair_tr=pair_tr, pfree=np.concatenate((pfree, np.zeros(max(0, 1 - pool), np.int64))), fl=fl,
-        flheap=flheap,
+        flheap=flheap, **circuittrace.build_arrays(net, trace_layout, n_cq),
+        ctkq=np.zeros(kq_len + _kq_reserve(cell_cap) if trace_layout is not None else 0, np.int32),
     )
-    meta = _Meta(net, n_tr, labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples)
+    meta = _Meta(net, n_tr, labels=list(labels), chan_nodes=chan_nodes, n_samples=n_samples,
+                 trace_layout=trace_layout)
     return S, meta
 
 
@@ -473,16 +479,21 @@ def grow_kq(S):
     cap, n, pos, base = ci[L.CI_KQ_CAP], ci[L.CI_KQ_N], ci[L.CI_KQ_POS], ci[L.CI_KQ_BASE]
     live = int(cap.sum())
     new = np.zeros(2 * live + _kq_reserve(S.free.shape[0]), np.int32)
+    traced = S.ctkq.shape[0] > 0  # the circuit trace's copy beside each slot moves with it
+    new_ct = np.zeros(new.shape[0] if traced else 0, np.int32)
     new_base = np.concatenate(([0], np.cumsum(cap)[:-1])) if len(cap) else cap
     total = int(n.sum())
     if total:
         owner = np.repeat(np.arange(len(n)), n)
         i = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-        new[new_base[owner] + i] = S.kq[base[owner] + (pos[owner] + i) % cap[owner]]
+        old = base[owner] + (pos[owner] + i) % cap[owner]
+        new[new_base[owner] + i] = S.kq[old]
+        if traced:
+            new_ct[new_base[owner] + i] = S.ctkq[old]
     ci[L.CI_KQ_BASE] = new_base
     ci[L.CI_KQ_POS] = 0
     S.g[L.G_KQ_END] = live
-    return S._replace(kq=new)
+    return S._replace(kq=new, ctkq=new_ct)
 
 
 def seed_events(S) -> None:

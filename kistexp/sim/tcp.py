@@ -47,6 +47,7 @@ from __future__ import annotations
 from numba import njit
 
 from kistexp.sim import layout as L
+from kistexp.sim.ctrace import trace_flight, tracing
 from kistexp.sim.events import cell_list_pop, ev_push, ev_push_chan, rng_uniform, trace_chan
 
 RTO_MIN_NS = 200 * L.MS
@@ -92,6 +93,8 @@ def kq_push(S, c, k):
             if j >= cap:
                 j -= cap
             S.kq[base + i] = S.kq[old + j]
+            if tracing(S):
+                S.ctkq[base + i] = S.ctkq[old + j]
         pos = 0
         cap *= 2
         S.ci[L.CI_KQ_BASE, c] = base
@@ -102,6 +105,8 @@ def kq_push(S, c, k):
     if j >= cap:
         j -= cap
     S.kq[S.ci[L.CI_KQ_BASE, c] + j] = k
+    if tracing(S):
+        S.ctkq[S.ci[L.CI_KQ_BASE, c] + j] = S.ctq[S.cells[k].cq]
     S.ci[L.CI_KQ_N, c] = n + 1
 
 
@@ -177,6 +182,8 @@ def tcp_send_upto(S, c, t, upto):
         arr = S.ci[L.CI_LAST_ARRIVAL, c]
     S.ci[L.CI_LAST_ARRIVAL, c] = arr
     S.ci[L.CI_BYTES_SENT, c] += nbytes
+    if tracing(S) and t >= S.ctdt[3]:
+        trace_flight(S, c, S.ci[L.CI_SND_NXT, c] - nbytes, S.ci[L.CI_SND_NXT, c], leave, arr)
     ev_push_chan(S, arr, False, c, S.ci[L.CI_SND_NXT, c], leave)
     if not nagle:
         ev_push_chan(S, arr + owd, True, c, segs, -nbytes if lost else nbytes)

@@ -1,6 +1,6 @@
 """The simulator's measurements in the metric vocabulary of ``kistexp/metrics/catalogue.py``.
 
-``window_samples(window)`` turns a :class:`~kistexp.sim.simulation.Window` into
+``window_samples(window)`` turns a :class:`~kistexp.sim.simulation.RunWindow` into
 ``{metric name: numpy array of samples}`` for every catalogue metric the simulator provides, so a
 stage window and a baseline window of the same run are judged with the names plans use;
 ``relay_values(window)`` gives the relay metrics per node.  What each metric is made of:
@@ -31,7 +31,7 @@ import numpy as np
 from kistexp.metrics import catalogue
 from kistexp.sim.costmodel import DEFAULT_COST_MODEL, CostModel, NodeWork, estimate_node_cpu
 from kistexp.sim.result import _bin_edges_ns
-from kistexp.sim.simulation import Window
+from kistexp.sim.simulation import RunWindow
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -66,17 +66,17 @@ def histogram_samples(counts: np.ndarray, n: int = DEFAULT_DELAY_SAMPLES) -> np.
     return np.where(b == 0, hi * inside, geo)
 
 
-def relay_nodes(window: Window) -> list[int]:
+def relay_nodes(window: RunWindow) -> list[int]:
     return [i for i, r in enumerate(window.node_roles) if r != "client"]
 
 
-def node_cpu_utilization(window: Window, node: int | str, model: CostModel = DEFAULT_COST_MODEL) -> float:
+def node_cpu_utilization(window: RunWindow, node: int | str, model: CostModel = DEFAULT_COST_MODEL) -> float:
     counts = window.node_counts(node)
     work = NodeWork(node=window.node_names[window.node_index(node)], **counts)
     return estimate_node_cpu(work, window.duration_s, model).core_fraction
 
 
-def relay_values(window: Window, model: CostModel = DEFAULT_COST_MODEL) -> dict[str, dict[str, float]]:
+def relay_values(window: RunWindow, model: CostModel = DEFAULT_COST_MODEL) -> dict[str, dict[str, float]]:
     """Each relay metric per relay: ``{metric: {node name: value}}``."""
     out: dict[str, dict[str, float]] = {m: {} for m in RELAY_METRICS}
     kern = window.node_levels["kernel_bytes"]
@@ -89,7 +89,7 @@ def relay_values(window: Window, model: CostModel = DEFAULT_COST_MODEL) -> dict[
     return out
 
 
-def window_samples(window: Window, *, quiet_labels: Sequence[str] = DEFAULT_QUIET_LABELS,
+def window_samples(window: RunWindow, *, quiet_labels: Sequence[str] = DEFAULT_QUIET_LABELS,
                    delay_samples: int = DEFAULT_DELAY_SAMPLES,
                    model: CostModel = DEFAULT_COST_MODEL) -> dict[str, np.ndarray]:
     """``{metric name: samples}`` of the window (see the module docstring); relay metrics have one

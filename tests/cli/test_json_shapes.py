@@ -4,12 +4,14 @@ JSON is made (hand-written serialisers -> kistexp/jsonout.py) must not move, ren
 Each command runs through typer's CliRunner (or, for the run's event feed, the function ``kistexp run
 --json-lines`` prints with) on small inputs. A document's shape is the set of its key paths: ``a.b`` for a
 key in an object, ``a[].c`` for a key of a list's first element. Also pinned: the judge's record the journal
-keeps per verdict, the held-consensus watch's lines and the fake authorities' fault list (JSON written to
-files and served, not printed).
+keeps per verdict, the held-consensus watch's lines, the measuring client's OnionPerf guard records and the
+fake authorities' fault list (JSON written to files and served, not printed).
 
-Not run here (each takes minutes, real tor or a long-lived server; none of them prints JSON that the
-serialisers of this issue make): ``simulate``, ``sim experiment``, ``sweep`` (a run; ``--check`` is here),
-``run``, ``localnet up``/``wait``, ``authorities serve``.
+``sim experiment NAME --json`` runs through the CLI with its result given (a run would first compile the
+simulator, minutes on a fresh machine); ``fidelity`` reads real tor's side back (``--real-from``) and runs
+neither tor nor the simulator. Not run here (each takes minutes, real tor or a long-lived server; none of
+them prints JSON that the serialisers of this issue make): ``simulate``, ``sweep`` (a run; ``--check`` is
+here), ``run``, ``localnet up``/``wait``, ``authorities serve``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import sys
@@ -137,6 +140,52 @@ def _fake_authorities(tmp: Path, docs: dict) -> None:
         net.stop()
 
 
+#: real tor's side of a fidelity report as ``--real-from`` reads it (a report of ``fidelity --json``)
+REAL_REPORT = {
+    "rows": [{"scenario": "circuit", "scheduler": "kist", "interval_ms": 10, "real": {
+        "throughputs_mbytes_per_s": [3.0, 3.2], "cpu_busiest_fraction": 0.2,
+        "run_period": {"runs": 100, "busy_channel": 8, "busy_runs": 90, "period_ms_median": 12.0,
+                       "period_ms_mean": 12.1, "cells_per_run_median": 64, "cells_per_run_mean": 63.5,
+                       "cells_total": 5760},
+        "cpu_total_cores": 0.4, "cpu_seconds_per_mbyte": 0.03, "load_1min": 0.5, "stolen_fractions": [0.08, 0.04],
+        "remeasured": 1, "core_wait_fractions": [0.25, 0.15]}}],
+    "machine": {"sleep_ms": 1.0, "sleeps": 100, "median_ms": 0.1, "p99_ms": 3.0, "max_ms": 3.0, "late_fraction": 0.07,
+                "stolen_fraction": None},
+}
+
+
+def _sim_experiments(docs: dict) -> None:
+    """`sim experiment NAME --json` for each kind of result, the result given instead of run."""
+    from unittest import mock
+
+    from kistexp.sim import experiments as E
+
+    nan = float("nan")
+    circuit = E.CircuitResult("kistlite", 2, 10, "sendme", 400_000, True, 12.5, nan, 1.0, 60, 0.3, None, 64.0, 4, 0)
+    results = {
+        "ceiling": E.CeilingResult("kistlite", 2, 4, 4.0, 65536, 2.0, 8.22, 4.0, 64, 64.0, 250.0, nan),
+        "ceiling-path": E.PathCeilingResult("kistlite", 10, 10, 2, "sendme", 400_000, True, 2.7, 300, 12.0, 64.0, 0),
+        "circuit": circuit,
+        "circuit sweep": E.CircuitSweepResult((circuit, circuit)),
+        "kist-first-run": E.FirstRunResult(1448, 10, 53, (32, 32, 30)),
+        "ewma": E.EwmaResult("kist", 4, 4, 2, 10.0, (E.EwmaPoint(10, 1.0, 20.0, 1.5, 30.0, 0.5, 10.0, 2.5),)),
+        "kernel-queue": E.KernelQueueResult(4, 16, 5.0, (
+            E.QueuePlacement("kist", 10, 1.0, 0.1, 1.2, nan, 0.1, 10_000, 20_000, 5000.0, 6000.0, 3.0),)),
+    }
+    for name, result in results.items():
+        with mock.patch.object(E, "run_experiment", lambda *_a, result=result, **_k: result):
+            docs[f"sim experiment {name}"] = _json("sim", "experiment", name.split()[0], "--json")
+
+
+def _onionperf_guards() -> list[dict]:
+    """The entry guards of the measuring client's OnionPerf analysis (``tor.guards``)."""
+    from kistexp.localnet.torevents import TorEvents
+
+    events = TorEvents(lambda *record: None, clock=lambda: 1700000000.0)
+    events.seed_guards(f"${'A' * 40}~relay003 up\n${'B' * 40}~relay004 never-connected\n", at=1700000000.1234567)
+    return events.guards_json()
+
+
 def collect(tmp: Path, shared: Path) -> dict[str, object]:
     """Every document this module pins, by name."""
     from kistexp.localnet import LocalNetwork, NetworkSpec
@@ -173,6 +222,11 @@ def collect(tmp: Path, shared: Path) -> dict[str, object]:
     docs["localnet params"] = _json("localnet", "params", saved, "auth000", f"{KIST}=3", "--json")
     docs["localnet down"] = _json("localnet", "down", saved, "--json")
     docs["fidelity"] = _json("fidelity", "--no-real", "--no-sim", "--json")
+    (tmp / "real.json").write_text(json.dumps(REAL_REPORT))
+    docs["fidelity --real-from"] = _json("fidelity", "--scenarios", "circuit", "--schedulers", "kist", "--intervals",
+                                         "10", "--real-from", tmp / "real.json", "--no-sim", "--json")
+    docs["fidelity --history"] = _json("fidelity", "--history", "--json")
+    _sim_experiments(docs)
 
     # metrics and the judge
     mexp = tmp / "metrics"
@@ -233,6 +287,7 @@ def collect(tmp: Path, shared: Path) -> dict[str, object]:
                                      "--json")
 
     docs["held-consensus lines"] = _held_consensus_lines(tmp / "held")
+    docs["onionperf guards"] = _onionperf_guards()
     return docs
 
 
@@ -437,6 +492,46 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'rows[].sim_throughput_mbytes_per_s', 'rows[].sim_within_25pct', 'rows[].streams', 'seeds', 'sim_skipped',
         'sim_within_25pct_count', 'size_mb',
     ),
+    'fidelity --history': (
+        'current', 'current.cases', 'current.compared', 'current.complete', 'current.cores', 'current.cpu_model',
+        'current.machine', 'current.measured_utc', 'current.outside', 'current.ratio_max', 'current.ratio_min',
+        'current.repetitions', 'current.rows', 'current.rows[].client_interval_ms', 'current.rows[].compared',
+        'current.rows[].core_wait_pct', 'current.rows[].cores', 'current.rows[].cpu_model',
+        'current.rows[].interval_ms', 'current.rows[].load_1min', 'current.rows[].machine',
+        'current.rows[].measured_utc', 'current.rows[].mode', 'current.rows[].note',
+        'current.rows[].real_cells_per_run', 'current.rows[].real_max_mbytes_per_s', 'current.rows[].real_mbytes_per_s',
+        'current.rows[].real_min_mbytes_per_s', 'current.rows[].real_run_period_ms', 'current.rows[].repetitions',
+        'current.rows[].run_id', 'current.rows[].run_note', 'current.rows[].scenario', 'current.rows[].scheduler',
+        'current.rows[].seeds', 'current.rows[].sim_cells_per_run', 'current.rows[].sim_mbytes_per_s',
+        'current.rows[].sim_model', 'current.rows[].sim_over_real', 'current.rows[].sim_run_period_ms',
+        'current.rows[].size_mb', 'current.rows[].stolen_pct', 'current.rows[].tor_version',
+        'current.rows[].within_25pct', 'current.run_id', 'current.seeds', 'current.sim_model', 'current.tor_version',
+        'current.within', 'plot', 'runs', 'runs[].cases', 'runs[].compared', 'runs[].complete', 'runs[].cores',
+        'runs[].cpu_model', 'runs[].machine', 'runs[].measured_utc', 'runs[].outside', 'runs[].ratio_max',
+        'runs[].ratio_min', 'runs[].repetitions', 'runs[].run_id', 'runs[].seeds', 'runs[].sim_model',
+        'runs[].tor_version', 'runs[].within', 'source',
+    ),
+    'fidelity --real-from': (
+        'clearly_ordered_pairs', 'compared_count', 'machine', 'machine.late_fraction', 'machine.max_ms',
+        'machine.median_ms', 'machine.p99_ms', 'machine.sleep_ms', 'machine.sleeps', 'machine.stolen_fraction',
+        'ordering_disagreements', 'real_repetitions', 'real_skipped', 'real_stolen_fraction_mean', 'repetitions',
+        'rows', 'rows[].cc_alg', 'rows[].circuits', 'rows[].client_interval_ms', 'rows[].cpu_bound',
+        'rows[].interval_ms', 'rows[].real', 'rows[].real.core_wait_fractions', 'rows[].real.cpu_busiest_fraction',
+        'rows[].real.cpu_seconds_per_mbyte', 'rows[].real.cpu_total_cores', 'rows[].real.load_1min',
+        'rows[].real.remeasured', 'rows[].real.run_period', 'rows[].real.run_period.busy_channel',
+        'rows[].real.run_period.busy_runs', 'rows[].real.run_period.cells_per_run_mean',
+        'rows[].real.run_period.cells_per_run_median', 'rows[].real.run_period.cells_total',
+        'rows[].real.run_period.period_ms_mean', 'rows[].real.run_period.period_ms_median',
+        'rows[].real.run_period.runs', 'rows[].real.stolen_fractions', 'rows[].real.throughputs_mbytes_per_s',
+        'rows[].real_cells_per_run_mean', 'rows[].real_cells_per_run_median', 'rows[].real_core_wait_fraction_mean',
+        'rows[].real_cpu_bound', 'rows[].real_cpu_busiest_fraction', 'rows[].real_cpu_seconds_per_mbyte',
+        'rows[].real_cpu_total_cores', 'rows[].real_load_1min', 'rows[].real_mean_mbytes_per_s', 'rows[].real_note',
+        'rows[].real_run_period_ms_mean', 'rows[].real_run_period_ms_median', 'rows[].real_stdev_mbytes_per_s',
+        'rows[].real_stolen_fraction_mean', 'rows[].real_throughput_mbytes_per_s', 'rows[].scenario',
+        'rows[].scheduler', 'rows[].sim_cells_per_run_median', 'rows[].sim_mean_mbytes_per_s', 'rows[].sim_needs_cores',
+        'rows[].sim_note', 'rows[].sim_over_real', 'rows[].sim_run_period_ms', 'rows[].sim_throughput_mbytes_per_s',
+        'rows[].sim_within_25pct', 'rows[].streams', 'seeds', 'sim_skipped', 'sim_within_25pct_count', 'size_mb',
+    ),
     'held-consensus lines': (
         '[].node', '[].params', '[].pinned_KISTSchedRunInterval', '[].problem', '[].reachable', '[].time',
         '[].valid_after',
@@ -527,6 +622,9 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'series[].first', 'series[].labels', 'series[].labels.server', 'series[].labels.size',
         'series[].labels.source', 'series[].last', 'series[].max', 'series[].mean', 'series[].median', 'series[].min',
         'series[].n', 'series[].p10', 'series[].p90', 'series[].param_values', 'unit',
+    ),
+    'onionperf guards': (
+        '[].fingerprint', '[].nickname', '[].up_ts',
     ),
     'operator faults': (
         '[].delay_s', '[].kind',
@@ -627,6 +725,43 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'stages[].gate', 'stages[].relays_100pct', 'stages[].relays_50pct', 'stages[].stage', 'stages[].start',
         'stages[].values', 'stages[].values.KISTSchedRunInterval', 'stages[].vote_deadline',
     ),
+    'sim experiment ceiling': (
+        'budget_throughput_mbytes_per_s', 'cells_per_run_median', 'cells_per_run_mode', 'circuits', 'duration_s',
+        'interval_ms', 'kernel_tick_ms', 'mss_bytes', 'run_period_ms', 'runs_per_s', 'scheduler',
+        'throughput_mbytes_per_s',
+    ),
+    'sim experiment ceiling-path': (
+        'cc_alg', 'cells_per_run_median', 'circuits', 'client_interval_ms', 'finished', 'flow_control', 'interval_ms',
+        'max_inflight_cells', 'run_period_ms', 'scheduler', 'throughput_mbytes_per_s', 'transfer_bytes',
+    ),
+    'sim experiment circuit': (
+        'cc_alg', 'cells_per_run_median', 'client_interval_ms', 'cpu_core_fraction_max', 'finished', 'flow_control',
+        'interval_ms', 'max_inflight_cells', 'run_period_ms', 'scheduler', 'streams', 'throughput_mbytes_per_s',
+        'transfer_bytes', 'ttfb_ms', 'ttlb_s',
+    ),
+    'sim experiment circuit sweep': (
+        'points', 'points[].cc_alg', 'points[].cells_per_run_median', 'points[].client_interval_ms',
+        'points[].cpu_core_fraction_max', 'points[].finished', 'points[].flow_control', 'points[].interval_ms',
+        'points[].max_inflight_cells', 'points[].run_period_ms', 'points[].scheduler', 'points[].streams',
+        'points[].throughput_mbytes_per_s', 'points[].transfer_bytes', 'points[].ttfb_ms', 'points[].ttlb_s',
+    ),
+    'sim experiment ewma': (
+        'bulk_circuits', 'client_interval_ms', 'duration_s', 'interactive_circuits', 'points',
+        'points[].bulk_delay_ms_mean', 'points[].bulk_delay_ms_p50', 'points[].bulk_kernel_delay_ms_mean',
+        'points[].bulk_over_interactive_delay_ratio', 'points[].interactive_delay_ms_mean',
+        'points[].interactive_delay_ms_p50', 'points[].interactive_kernel_delay_ms_mean', 'points[].interval_ms',
+        'points[].throughput_mbytes_per_s', 'scheduler',
+    ),
+    'sim experiment kernel-queue': (
+        'channels', 'circuits', 'duration_s', 'points', 'points[].app_delay_ms_mean', 'points[].app_delay_ms_p50',
+        'points[].interval_ms', 'points[].kernel_delay_ms_mean', 'points[].kernel_delay_ms_p50',
+        'points[].kernel_delay_share', 'points[].mean_app_bytes', 'points[].mean_kernel_bytes',
+        'points[].peak_app_bytes', 'points[].peak_kernel_bytes', 'points[].scheduler',
+        'points[].throughput_mbytes_per_s',
+    ),
+    'sim experiment kist-first-run': (
+        'first_run_cells', 'initial_cwnd_segments', 'mss_bytes', 'next_runs_cells',
+    ),
     'status': (
         'authority_health', 'authority_health.authority_outages', 'authority_health.consensus_outages',
         'authority_health.down_since', 'authority_health.last_round', 'authority_health.last_round.consensus',
@@ -681,7 +816,9 @@ def test_every_document_keeps_its_keys(documents):
 
 def test_values_written_by_hand_stay_as_they_were(documents):
     """The few values whose form the serialisers chose: tor's time format and epoch seconds in the watch's
-    lines, the fault fields each kind has, ISO times with a Z, the judge's non-finite floats as null."""
+    lines, the fault fields each kind has, ISO times with a Z, the judge's non-finite floats as null; OnionPerf's
+    guard times to the microsecond and only those a guard has, the fidelity history's own time form, real tor's
+    side written as --real-from reads it, and a simulator figure with no sample (NaN) as null."""
     unreachable, held = documents["held-consensus lines"]
     assert unreachable["valid_after"] is None and unreachable["reachable"] is False
     assert held == {"time": 1803902405.0, "node": "relay003", "reachable": True,
@@ -697,3 +834,19 @@ def test_values_written_by_hand_stay_as_they_were(documents):
     assert compared["halfwidth_floor"] is None  # NaN in the verdict, null in its JSON
     assert compared["warnings"] and compared["state"]["fractions"] == [1.0]
     assert documents["judge compare state file"]["fractions"] == [1.0]
+    assert documents["onionperf guards"] == [
+        {"fingerprint": "A" * 40, "nickname": "relay003", "up_ts": 1700000000.123457},
+        {"fingerprint": "B" * 40, "nickname": "relay004"}]
+    history = documents["fidelity --history"]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?Z", run["measured_utc"]) for run in history["runs"])
+    assert all(isinstance(row["client_interval_ms"], int) for row in history["current"]["rows"])  # never left empty
+    real = documents["fidelity --real-from"]
+    assert real["rows"][0]["real"] == REAL_REPORT["rows"][0]["real"] and real["machine"] == REAL_REPORT["machine"]
+    assert real["rows"][0]["real_run_period_ms_median"] == 12.0 and real["real_stolen_fraction_mean"] == 0.06
+    circuit = documents["sim experiment circuit"]
+    assert circuit["ttlb_s"] is None and circuit["run_period_ms"] is None
+    assert documents["sim experiment circuit sweep"]["points"] == [circuit, circuit]
+    assert documents["sim experiment ceiling"]["budget_throughput_mbytes_per_s"] is None
+    assert documents["sim experiment ewma"]["points"][0]["bulk_over_interactive_delay_ratio"] == 20.0
+    assert documents["sim experiment kernel-queue"]["points"][0]["kernel_delay_ms_mean"] is None
+    assert documents["sim experiment kist-first-run"]["next_runs_cells"] == [32, 32, 30]

@@ -6,6 +6,7 @@ import attrs
 import numpy as np
 import pytest
 
+from kistexp import jsonout
 from kistexp.errors import SimConfigError
 from kistexp.sim import (
     LOOPBACK_MSS,
@@ -334,9 +335,9 @@ def test_a_run_beyond_the_memory_bound_stops_with_a_clear_error():
         run(net, RunConfig(duration_s=1.0, memory_limit_bytes=100_000))
 
 
-def test_result_to_dict_carries_units_and_cost_model_counts():
+def test_result_json_carries_units_and_cost_model_counts():
     res = run(_mixed_network(0.0), RunConfig(duration_s=2.0))
-    d = res.to_dict()
+    d = jsonout.to_json(res)
     assert d["duration_s"] == 2.0 and d["transfers_count"] == 6
     node = d["nodes"][1]
     for key in ("scheduler_runs_count", "socket_info_syscalls_count", "kernel_writes_count",

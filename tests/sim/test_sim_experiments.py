@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from kistexp import jsonout
 from kistexp.errors import SimConfigError
 from kistexp.sim import experiments as E
 
@@ -26,7 +27,7 @@ def test_kistlite_ceiling_is_64_cells_per_real_period(lite10):
     expected = KISTLITE_BUDGET_BYTES / (lite10.run_period_ms / 1e3) / 1e6
     assert lite10.throughput_mbytes_per_s == pytest.approx(expected, rel=0.03)
     assert lite10.throughput_mbytes_per_s == pytest.approx(2.74, rel=0.03)  # §6 table, real period
-    d = lite10.to_dict()
+    d = jsonout.to_json(lite10)
     assert d["throughput_mbytes_per_s"] == lite10.throughput_mbytes_per_s and "run_period_ms" in d
 
 
@@ -115,7 +116,7 @@ def test_ewma_interactive_far_below_bulk_and_advantage_shrinks_toward_1ms():
     assert at[1].interactive_delay_ms_mean > 1.05 * at[10].interactive_delay_ms_mean
     assert at[2].interactive_delay_ms_mean > 1.05 * at[10].interactive_delay_ms_mean
     assert at[1].interactive_kernel_delay_ms_mean > at[20].interactive_kernel_delay_ms_mean
-    d = r.to_dict()
+    d = jsonout.to_json(r)
     assert {"interval_ms", "interactive_delay_ms_p50", "bulk_delay_ms_p50"} <= set(d["points"][0])
     assert d["client_interval_ms"] == 2
 
@@ -131,7 +132,7 @@ def test_kernel_queue_kist_queues_in_the_application_vanilla_in_the_kernel():
     assert kist.mean_app_bytes > kist.mean_kernel_bytes
     # both keep the relay busy: the queue moves, the throughput does not collapse
     assert kist.throughput_mbytes_per_s > 0.5 * vanilla.throughput_mbytes_per_s
-    assert r.to_dict()["points"][0]["kernel_delay_share"] == kist.kernel_delay_share
+    assert jsonout.to_json(r)["points"][0]["kernel_delay_share"] == kist.kernel_delay_share
 
 
 @pytest.mark.parametrize("kwargs, key", [
@@ -157,4 +158,4 @@ def test_unfinished_transfer_reports_delivered_bytes_and_valid_json():
     assert not r.finished and r.ttlb_s is None
     # about 2.6 MB/s minus the start-up: well under what a finished 50 MiB transfer would claim
     assert 0.5 < r.throughput_mbytes_per_s < 5
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(jsonout.to_json(r), allow_nan=False)

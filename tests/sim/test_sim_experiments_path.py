@@ -11,6 +11,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from kistexp import jsonout
 from kistexp.cli import app
 from kistexp.errors import SimConfigError
 from kistexp.sim import experiments as E
@@ -56,7 +57,7 @@ def test_kist_and_vanilla_are_bound_by_the_circuits_windows_not_a_channel_budget
 
 
 def test_json_and_cli():
-    d = E.ceiling_path(scheduler="kistlite", interval_ms=10, circuits=2, transfer_bytes=400_000).to_dict()
+    d = jsonout.to_json(E.ceiling_path(scheduler="kistlite", interval_ms=10, circuits=2, transfer_bytes=400_000))
     json.dumps(d, allow_nan=False)
     assert {"throughput_mbytes_per_s", "run_period_ms", "cells_per_run_median", "max_inflight_cells"} <= set(d)
     result = CliRunner().invoke(app, ["sim", "experiment", "ceiling-path", "--scheduler", "kistlite",

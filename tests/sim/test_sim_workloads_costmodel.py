@@ -8,6 +8,7 @@ import attrs
 import numpy as np
 import pytest
 
+from kistexp import jsonout
 from kistexp.errors import SimConfigError
 from kistexp.sim.costmodel import CostModel, NodeWork, estimate_node_cpu
 from kistexp.sim.workloads import (
@@ -67,7 +68,7 @@ def test_cost_model_adds_each_cause():
     # each cause scales with its own count only
     double = estimate_node_cpu(attrs.evolve(work, socket_info_syscalls=2 * work.socket_info_syscalls), 2.0)
     assert double.syscalls_s == pytest.approx(2 * est.syscalls_s) and double.tls_s == est.tls_s
-    d = est.to_dict()
+    d = jsonout.to_json(est)
     assert d["cpu_s"] == pytest.approx(est.total_s) and d["syscalls_s"] == pytest.approx(est.syscalls_s)
 
 
