@@ -4,7 +4,13 @@ guard and at its exit sees (the attacks of ``kistexp.anonymity`` read it).
 Only code compiled for a run that keeps records calls them (``layout.keeps_records``): the lean kernel,
 which runs every untraced run without raw delays, has none of this, so a run not asking for a trace
 costs nothing and computes exactly what it did before.  The recorders only read the model's state and
-write the trace's own arrays (``S.ctq``, ``S.ctcnt``, ``S.ctcirc``, ``S.ctgap``, ``S.ctrtt``).
+write the trace's own arrays (``S.ctcnt``, ``S.ctcirc``, ``S.ctgap``, ``S.ctrtt``, ``S.ctts``, ``S.ctdt``;
+``tcp.kq_push`` keeps ``S.ctkq``, each kernel-queue slot's ``S.ctq``, so that counting a flight reads
+no cell record).
+
+A flight within one window and block counts each run of consecutive cells of one circuit at once, the
+gaps inside the run one serialisation time (``CELL_SIZE`` at the NIC's rate) each; a flight that
+crosses a window or block boundary is counted cell by cell (``_cells_one_by_one``).
 
 Cells are timed on the wire, when the sender's kernel puts them there (``tcp.tcp_send_upto``): a flight
 leaves the NIC as one FIFO at the node's rate, so the cell ending ``b`` bytes before the flight's end

@@ -18,6 +18,7 @@ from kistexp.sim import (
     RunConfig,
     Simulation,
 )
+from kistexp.sim import layout as L
 from kistexp.sim import workloads as wl
 
 CELLS = 2000  # a response of 2000 DATA cells
@@ -157,3 +158,24 @@ def test_measures_of_a_small_simulated_network_and_its_leaky_control():
     assert figures["gap KS distance"] > 0.0 and scalars(base)["gap KS distance"] == 0.0
     assert set(figures) >= {"flow TPR at FPR 0.1", "fingerprint AUC", "MI region;TTFB (bits)",
                             "gap share at run period", "RTT CV, fixed path"}
+
+
+def test_kernel_queue_compaction_moves_the_traces_copy_with_the_cells():
+    """``state.grow_kq`` compacts the kernel-queue rings; the trace's copy beside each slot moves too."""
+    from kistexp.sim.state import grow_kq
+
+    rc = RunConfig(duration_s=3.0, seed=2, circuit_trace=TRACE)
+    plain = _run(_path_net(nic=1e6)[0], rc)
+    sim = Simulation(_path_net(nic=1e6)[0], rc)
+    queued = 0
+    for t in (0.2, 0.35, 0.5, 0.9, 1.3):
+        sim.advance_to(t)
+        queued += int(sim._S.ci[L.CI_KQ_N].sum())
+        sim._S = grow_kq(sim._S)
+        assert sim._S.ctkq.shape == sim._S.kq.shape
+    assert queued > 0
+    sim.advance_to(3.0)
+    a, b = plain.circuit_trace(0.0, 3.0), sim.circuit_trace(0.0, 3.0)
+    for name in ("guard_in", "exit_out", "client_in", "gap_hist", "rtt_count", "rtt_sum_ms"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert a.exit_out.sum() > 0

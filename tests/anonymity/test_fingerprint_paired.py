@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from anon_traces import trace
 from scipy import stats
 
 from kistexp.anonymity import fingerprinting, paired_difference, paired_differences
 from kistexp.errors import AnonymityError
+from tests.anonymity.anon_traces import trace
 
 RELAYS = list(range(100, 116))  # 16 probed guard candidates
 

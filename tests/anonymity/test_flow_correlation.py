@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from anon_traces import bursty, trace
 from scipy import stats
 
 from kistexp.anonymity import FprResolutionError, flow_correlation, resolvable_fprs, tpr_at_fpr
 from kistexp.anonymity.flowcorr import rank_correlation_matrix
 from kistexp.errors import AnonymityError
+from tests.anonymity.anon_traces import bursty, trace
 
 
 def test_identical_guard_and_exit_series_give_tpr_one():

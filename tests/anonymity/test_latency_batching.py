@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from anon_traces import trace
 from scipy import stats
 
 from kistexp.anonymity import gap_distribution, ks_distance, latency_leakage, mutual_information_bits
 from kistexp.anonymity.batching import GapDistribution, exit_periods_ms
 from kistexp.anonymity.latency import equal_frequency_bins, rtt_cv
 from kistexp.errors import AnonymityError
+from tests.anonymity.anon_traces import trace
 
 
 def test_mi_of_independent_region_and_rtt_is_near_zero_after_the_correction():
