@@ -25,6 +25,7 @@ from __future__ import annotations
 from numba import njit
 
 from kistexp.sim import layout as L
+from kistexp.sim.events import hinted_bin
 
 
 @njit(cache=True, inline="always")
@@ -35,22 +36,11 @@ def tracing(S):
 
 @njit(cache=True, inline="always")
 def _gap_bin(S, gap_ns):
-    """The delay histograms' bin of ``gap_ns`` (``events.hist_bin``): the previous gap's bin (kept in
-    ``S.ctdt[2]``) when it holds, as gaps within a flight do, else a bisection of ``S.hedge``."""
-    e = S.hedge
-    b = S.ctdt[2]
-    if e[b] <= gap_ns < e[b + 1]:
-        return b
-    lo = 0
-    hi = L.HIST_BINS  # e[lo] <= gap_ns < e[hi]
-    while hi - lo > 1:
-        mid = (lo + hi) >> 1
-        if e[mid] <= gap_ns:
-            lo = mid
-        else:
-            hi = mid
-    S.ctdt[2] = lo
-    return lo
+    """The delay histograms' bin of ``gap_ns``, starting from the previous gap's bin (kept in
+    ``S.ctdt[2]``), as gaps within a flight share one."""
+    b = hinted_bin(S.hedge, S.ctdt[2], gap_ns)
+    S.ctdt[2] = b
+    return b
 
 
 @njit(cache=True, inline="always")

@@ -448,24 +448,29 @@ def hist_edges():
 
 
 @njit(cache=True, inline="always")
-def _bin_of(S, m, delay_ns):
-    """``hist_bin(delay_ns)`` without a logarithm: the cells of one flight or one run have nearly
-    the same delay, so the bin of the previous sample of the kind (``S.g[m]``) usually holds;
-    otherwise a bisection of the bin edges (``S.hedge``, ``hist_edges``)."""
-    e = S.hedge
-    b = S.g[m]
-    if e[b] <= delay_ns < e[b + 1]:
-        return b
+def hinted_bin(e, hint, x):
+    """The histogram bin of ``x`` (``e[b] <= x < e[b + 1]`` over the edges ``e``, ``hist_edges``) without
+    a logarithm: ``hint`` first, since samples in a row (cells of one flight or one run) nearly always
+    share a bin, else a bisection of the edges."""
+    if e[hint] <= x < e[hint + 1]:
+        return hint
     lo = 0
-    hi = L.HIST_BINS  # e[lo] <= delay_ns < e[hi]
+    hi = L.HIST_BINS  # e[lo] <= x < e[hi]
     while hi - lo > 1:
         mid = (lo + hi) >> 1
-        if e[mid] <= delay_ns:
+        if e[mid] <= x:
             lo = mid
         else:
             hi = mid
-    S.g[m] = lo
     return lo
+
+
+@njit(cache=True, inline="always")
+def _bin_of(S, m, delay_ns):
+    """``hist_bin(delay_ns)``, starting from the bin of the previous sample of the kind (``S.g[m]``)."""
+    b = hinted_bin(S.hedge, S.g[m], delay_ns)
+    S.g[m] = b
+    return b
 
 
 @njit(cache=True, inline="always")
