@@ -172,16 +172,25 @@ def _cells_one_by_one(S, base, cap, pos, i0, i1, back0, per, leave, arr):
 
 
 @njit(cache=True, inline="always")
+def _traced_exit(S, cd):
+    """The trace index of circuit-direction ``cd`` when it is a traced circuit's downstream direction
+    (its source edge is the exit), else -1."""
+    if S.di[L.DI_DIR, cd] != 1:
+        return -1
+    r = S.ctq[S.di[L.DI_SRC_CQ, cd]]
+    return (r >> L.CT_IDX_SHIFT) - 1 if r != 0 else -1
+
+
+@njit(cache=True, inline="always")
 def trace_sendme_cell(S, cd, t):
     """A DATA cell of circuit-direction ``cd`` on fixed SENDME windows is about to be packaged at ``t``:
     if the sink will send a circuit SENDME for it (every ``circ_increment``-th, ``flowcontrol.on_deliver``)
     and this is a traced circuit's exit, remember when (the exit's RTT measurement, ``trace_sendme_acked``)."""
-    if S.di[L.DI_DIR, cd] != 1 or (S.di[L.DI_PACKAGED, cd] + 1) % S.pi[L.P_CIRC_INC] != 0:
+    if (S.di[L.DI_PACKAGED, cd] + 1) % S.pi[L.P_CIRC_INC] != 0:
         return
-    r = S.ctq[S.di[L.DI_SRC_CQ, cd]]
-    if r == 0:
+    i = _traced_exit(S, cd)
+    if i < 0:
         return
-    i = (r >> L.CT_IDX_SHIFT) - 1
     n = S.ctcirc[L.CT_C_TS_N, i]
     cap = S.ctts.shape[1]
     if n < cap:
@@ -193,12 +202,9 @@ def trace_sendme_cell(S, cd, t):
 def trace_sendme_acked(S, cd, t):
     """A circuit SENDME for data direction ``cd`` (fixed windows) reached its source at ``t``: the RTT
     of the oldest remembered cell, for a traced circuit's exit."""
-    if S.di[L.DI_DIR, cd] != 1:
+    i = _traced_exit(S, cd)
+    if i < 0:
         return
-    r = S.ctq[S.di[L.DI_SRC_CQ, cd]]
-    if r == 0:
-        return
-    i = (r >> L.CT_IDX_SHIFT) - 1
     n = S.ctcirc[L.CT_C_TS_N, i]
     if n == 0:
         return
@@ -214,12 +220,9 @@ def trace_sendme_acked(S, cd, t):
 def trace_rtt(S, cd, t, rtt_ns):
     """The source edge of circuit-direction ``cd`` took an RTT sample at ``t`` (Vegas, on a SENDME):
     kept for traced circuits' downstream direction, the exit's measurement of the circuit."""
-    if S.di[L.DI_DIR, cd] != 1:
+    i = _traced_exit(S, cd)
+    if i < 0:
         return
-    r = S.ctq[S.di[L.DI_SRC_CQ, cd]]
-    if r == 0:
-        return
-    i = (r >> L.CT_IDX_SHIFT) - 1
     blk = t // S.ctdt[1]
     if not 0 <= blk < S.ctrtt.shape[2]:
         return
