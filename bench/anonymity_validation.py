@@ -49,6 +49,7 @@ from kistexp.anonymity import (
     resolvable_fprs,
     scalars,
 )
+from kistexp.metrics import catalogue
 from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
@@ -117,13 +118,11 @@ def measure(trace, regions, probes, targets, args, seed):
     return m, time.process_time() - t0
 
 
-#: which way each figure moves when the attack gets easier
-LEAKIER = {"flow TPR": +1, "flow AUC": +1, "fingerprint AUC": +1, "guard entropy after": -1, "guard entropy drop": +1,
-           "guard ranked first": +1, "MI region": +1, "RTT CV": -1, "gap share": +1, "gap KS": +1}
-
-
 def leakier(name: str) -> int:
-    return next(v for k, v in LEAKIER.items() if name.startswith(k))
+    """+1 when a higher value means the attack does better (the catalogue's direction); a TPR at an
+    uncatalogued rate like the others."""
+    m = catalogue.attack_measure(name)
+    return m.leakier if m is not None else +1
 
 
 def fmt(v: float) -> str:

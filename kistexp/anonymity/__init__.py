@@ -17,6 +17,8 @@ an observer at every circuit's guard and exit sees:
   the baseline's, share of gaps at the run period;
 * ``measures.attack_measures`` / ``measures.scalars`` all four of one trace, and
   ``paired.paired_differences`` stage minus baseline over networks x seeds with 95 % intervals;
+* ``stages.stage_differences``: the stored measures of ``kistexp simulate`` (``AttackValue`` per stage
+  and network) as paired stage-minus-baseline figures, what reports and anonymity criteria read;
 * ``scenarios.isolate_circuits``: the leaky control (one circuit per channel, nothing else on the
   relays) that must move the measures, or a measure is blind in this model.
 
@@ -40,9 +42,11 @@ from kistexp.anonymity.latency import LatencyLeakage, MutualInformation, latency
 from kistexp.anonymity.measures import AttackMeasures, attack_measures, scalars
 from kistexp.anonymity.paired import PairedDifference, paired_difference, paired_differences
 from kistexp.anonymity.scenarios import Isolated, isolate_circuits
+from kistexp.anonymity.stages import AttackFigure, stage_differences
 
 __all__ = [
     "DEFAULT_FPRS",
+    "AttackFigure",
     "AttackMeasures",
     "Fingerprinting",
     "FlowCorrelation",
@@ -65,5 +69,6 @@ __all__ = [
     "paired_differences",
     "resolvable_fprs",
     "scalars",
+    "stage_differences",
     "tpr_at_fpr",
 ]

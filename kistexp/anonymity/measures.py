@@ -18,6 +18,7 @@ from kistexp.anonymity.batching import GapDistribution, gap_distribution, ks_dis
 from kistexp.anonymity.fingerprint import Fingerprinting, fingerprinting
 from kistexp.anonymity.flowcorr import DEFAULT_FPRS, FlowCorrelation, flow_correlation
 from kistexp.anonymity.latency import LatencyLeakage, latency_leakage
+from kistexp.metrics import catalogue
 from kistexp.sim import CircuitTrace
 
 
@@ -47,19 +48,19 @@ def attack_measures(trace: CircuitTrace, *, regions: Mapping[int, str], probes: 
 
 
 def scalars(m: AttackMeasures, reference: AttackMeasures | None = None) -> dict[str, float]:
-    """Named figures of ``m``; ``gap KS distance`` is to ``reference``'s gaps (0 without one: a
-    baseline's distance to itself)."""
-    out = {f"flow TPR at FPR {a:g}": v for a, v in m.flow.tpr.items()}
-    out["flow AUC"] = m.flow.auc
+    """``m``'s figures under their catalogue names (``kistexp.metrics.catalogue.ATTACK_MEASURES``);
+    ``attack_gap_ks_distance`` is to ``reference``'s gaps (0 without one: a baseline's distance to itself)."""
+    out = {catalogue.flow_tpr_measure(a): v for a, v in m.flow.tpr.items()}
+    out["attack_flow_auc"] = m.flow.auc
     if m.fingerprint is not None:
-        out["fingerprint AUC"] = m.fingerprint.auc
-        out["guard entropy after (bits)"] = m.fingerprint.entropy_after_bits
-        out["guard entropy drop (bits)"] = m.fingerprint.entropy_reduction_bits
-        out["guard ranked first"] = m.fingerprint.guard_top1
+        out["attack_fingerprint_auc"] = m.fingerprint.auc
+        out["attack_guard_entropy_after_bits"] = m.fingerprint.entropy_after_bits
+        out["attack_guard_entropy_drop_bits"] = m.fingerprint.entropy_reduction_bits
+        out["attack_guard_ranked_first"] = m.fingerprint.guard_top1
     lat = m.latency
-    out["MI region;RTT (bits)"] = lat.rtt.bits if lat.rtt is not None else math.nan
-    out["MI region;TTFB (bits)"] = lat.ttfb.bits if lat.ttfb is not None else math.nan
-    out["RTT CV, fixed path"] = lat.rtt_cv_median
-    out["gap share at run period"] = m.gaps.share_at_period
-    out["gap KS distance"] = ks_distance(m.gaps, reference.gaps) if reference is not None else 0.0
+    out["attack_mi_region_rtt_bits"] = lat.rtt.bits if lat.rtt is not None else math.nan
+    out["attack_mi_region_ttfb_bits"] = lat.ttfb.bits if lat.ttfb is not None else math.nan
+    out["attack_rtt_cv"] = lat.rtt_cv_median
+    out["attack_gap_share_at_run_period"] = m.gaps.share_at_period
+    out["attack_gap_ks_distance"] = ks_distance(m.gaps, reference.gaps) if reference is not None else 0.0
     return out

@@ -171,3 +171,72 @@ def collections_needed(metric: Metric, min_samples: int) -> int:
 def simulated() -> tuple[str, ...]:
     """Metrics the population simulator predicts (``kistexp simulate``), in catalogue order."""
     return tuple(m.name for m in METRICS if "simulator" in m.collectors)
+
+
+# --- attack measures (docs/anonymity.md) -------------------------------------------------------
+
+
+@attrs.frozen
+class AttackMeasure:
+    """A figure of what a traffic-analysis attack achieves on the simulated network: computed by
+    ``kistexp.anonymity`` from a run's circuit trace, compared stage against baseline per network.
+    Not a metric: nothing on the real network measures it, so no rollback criterion can collect it;
+    an anonymity criterion judges it from the stage predictions."""
+
+    name: str
+    unit: str
+    attack: str  # flow correlation | throughput fingerprinting | latency leakage | batching
+    leakier: int  # +1: a higher value means the attack does better; -1: a lower value does
+    label: str
+    meaning: str
+    fpr: float | None = None  # for a TPR at a false-positive rate: that rate
+
+
+_FLOW = "flow correlation"
+_FINGERPRINT = "throughput fingerprinting"
+_LATENCY = "latency leakage"
+_BATCHING = "batching"
+
+ATTACK_MEASURES: tuple[AttackMeasure, ...] = (
+    *(AttackMeasure(f"attack_flow_tpr_at_fpr_{a:g}", "ratio", _FLOW, +1, f"flow correlation TPR at FPR {a:g}",
+                    f"share of circuits whose guard and exit flows a windowed rank correlator links, at a "
+                    f"false-positive rate of {a:g}", fpr=a) for a in (1e-2, 1e-3, 1e-4)),
+    AttackMeasure("attack_flow_auc", "ratio", _FLOW, +1, "flow correlation AUC",
+                  "probability that a true guard/exit pair scores above a false one"),
+    AttackMeasure("attack_fingerprint_auc", "ratio", _FINGERPRINT, +1, "throughput fingerprinting AUC",
+                  "probability that a probe through a target's guard correlates with the target above a probe "
+                  "through another relay"),
+    AttackMeasure("attack_guard_entropy_after_bits", "bits", _FINGERPRINT, -1, "guard entropy left",
+                  "entropy of the target's guard among the candidates after ranking them by probe correlation "
+                  "(median over targets)"),
+    AttackMeasure("attack_guard_entropy_drop_bits", "bits", _FINGERPRINT, +1, "guard entropy removed",
+                  "bits of the guard's entropy the probes remove (median over targets)"),
+    AttackMeasure("attack_guard_ranked_first", "ratio", _FINGERPRINT, +1, "guard ranked first",
+                  "share of targets whose guard's probe correlates best"),
+    AttackMeasure("attack_mi_region_rtt_bits", "bits", _LATENCY, +1, "region leaked by RTT",
+                  "mutual information between a client's region and its circuits' round-trip time"),
+    AttackMeasure("attack_mi_region_ttfb_bits", "bits", _LATENCY, +1, "region leaked by TTFB",
+                  "mutual information between a client's region and its time to first byte"),
+    AttackMeasure("attack_rtt_cv", "ratio", _LATENCY, -1, "RTT coefficient of variation",
+                  "coefficient of variation of one circuit's round-trip times (median over circuits): steadier "
+                  "RTTs locate a client better"),
+    AttackMeasure("attack_gap_share_at_run_period", "ratio", _BATCHING, +1, "exit gaps at the run period",
+                  "share of inter-cell gaps at an exit equal to its KIST run period"),
+    AttackMeasure("attack_gap_ks_distance", "ratio", _BATCHING, +1, "exit gap KS distance to baseline",
+                  "Kolmogorov-Smirnov distance between the exit gap distributions of the stage and the baseline"),
+)
+
+_ATTACK_BY_NAME = {m.name: m for m in ATTACK_MEASURES}
+
+
+def attack_measure(name: str) -> AttackMeasure | None:
+    return _ATTACK_BY_NAME.get(name)
+
+
+def attack_measure_names() -> tuple[str, ...]:
+    return tuple(_ATTACK_BY_NAME)
+
+
+def flow_tpr_measure(fpr: float) -> str:
+    """The measure name of the flow-correlation TPR at ``fpr`` (any rate, catalogued or not)."""
+    return f"attack_flow_tpr_at_fpr_{fpr:g}"

@@ -124,3 +124,19 @@ class Prediction:
     network: int = attrs.field(converter=int)
     quantile: float = attrs.field(converter=float, validator=_quantile)
     value: float = attrs.field(converter=float, validator=_finite)
+
+
+def _attack_measure_name(_inst: object, _attribute: attrs.Attribute, value: str) -> None:
+    if not value.startswith("attack_flow_tpr_at_fpr_") and catalogue.attack_measure(value) is None:
+        raise ValueError(f"unknown attack measure {value!r} (not in the catalogue)")
+
+
+@attrs.frozen
+class AttackValue:
+    """What an attack achieved (``measure``, a name of ``catalogue.ATTACK_MEASURES``) in ``stage``
+    ("baseline" or a stage name) on simulated network number ``network``."""
+
+    stage: str
+    measure: str = attrs.field(validator=_attack_measure_name)
+    network: int = attrs.field(converter=int)
+    value: float = attrs.field(converter=float, validator=_finite)

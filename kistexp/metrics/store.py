@@ -16,7 +16,7 @@ import attrs
 
 from kistexp.errors import KistexpError
 from kistexp.metrics import catalogue
-from kistexp.metrics.series import Prediction, Sample, from_us, to_us
+from kistexp.metrics.series import AttackValue, Prediction, Sample, from_us, to_us
 
 _EPOCH_SAMPLE_TIME = from_us(0)
 # Series named one by one in a window query; beyond this, the query joins on the metric.
@@ -286,6 +286,29 @@ class MetricStore:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY stage, metric, relay_class, network, quantile"
         return [Prediction(*row) for row in self.conn.execute(sql, args)]
+
+    def save_attack_values(self, records: Iterable[AttackValue]) -> int:
+        """Store attack measures per stage and network (``kistexp.anonymity``); a row with the same
+        (stage, measure, network) replaces the stored one. Returns the number written."""
+        rows = []
+        for a in records:
+            if not isinstance(a, AttackValue):
+                raise TypeError(f"expected an AttackValue, got {type(a).__name__}")
+            rows.append((a.stage, a.measure, a.network, a.value))
+        with self.conn:
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO attack_measures (stage, measure, network, value) VALUES (?, ?, ?, ?)", rows)
+        return len(rows)
+
+    def load_attack_values(self, stage: str | None = None) -> list[AttackValue]:
+        """Stored attack measures, optionally of one stage, ordered by stage, measure and network."""
+        sql = "SELECT stage, measure, network, value FROM attack_measures"
+        args: list[str] = []
+        if stage is not None:
+            sql += " WHERE stage = ?"
+            args.append(stage)
+        sql += " ORDER BY stage, measure, network"
+        return [AttackValue(*row) for row in self.conn.execute(sql, args)]
 
     # --- consensus parameter history --------------------------------------------------
 

@@ -324,9 +324,22 @@ CREATE TABLE rollout_authority_health (
 );
 """
 
+_V5_ATTACK_MEASURES = """
+-- What a traffic-analysis attack achieves on a simulated stage (kistexp.anonymity, docs/anonymity.md):
+-- one value per stage, measure (kistexp.metrics.catalogue.ATTACK_MEASURES) and sampled network.
+-- stage: "baseline" or a stage name; network: as in predictions (the same sampled networks).
+CREATE TABLE attack_measures (
+    stage        TEXT NOT NULL,
+    measure      TEXT NOT NULL,
+    network      INTEGER NOT NULL,
+    value        REAL NOT NULL,
+    PRIMARY KEY (stage, measure, network)
+);
+"""
+
 # Append-only. Each entry is one SQL script; open_db runs it in a transaction together
 # with the user_version bump.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL, _V3_SEQUENTIAL_JUDGE, _V4_MEASURED)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2_ROLLOUT_JOURNAL, _V3_SEQUENTIAL_JUDGE, _V4_MEASURED, _V5_ATTACK_MEASURES)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 _CREATED = re.compile(r"CREATE TABLE (\w+)")

@@ -155,9 +155,9 @@ def test_measures_of_a_small_simulated_network_and_its_leaky_control():
     assert base.fingerprint is not None and base.fingerprint.targets >= 5
     assert base.gaps.total > 0 and base.latency.ttfb is not None
     figures = scalars(ctl, base)
-    assert figures["gap KS distance"] > 0.0 and scalars(base)["gap KS distance"] == 0.0
-    assert set(figures) >= {"flow TPR at FPR 0.1", "fingerprint AUC", "MI region;TTFB (bits)",
-                            "gap share at run period", "RTT CV, fixed path"}
+    assert figures["attack_gap_ks_distance"] > 0.0 and scalars(base)["attack_gap_ks_distance"] == 0.0
+    assert set(figures) >= {"attack_flow_tpr_at_fpr_0.1", "attack_fingerprint_auc", "attack_mi_region_ttfb_bits",
+                            "attack_gap_share_at_run_period", "attack_rtt_cv"}
 
 
 def test_kernel_queue_compaction_moves_the_traces_copy_with_the_cells():

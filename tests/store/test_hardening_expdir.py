@@ -93,7 +93,7 @@ REPORT_ONLY = frozenset({"status", "status-json", "history", "history-json", "ro
 DAMAGES = {
     # tables
     "table dropped": Damage("DROP TABLE rollout_status", r"experiment\.db: damaged (rollout journal|experiment "
-                            r"database): table rollout_status is missing \(schema version 4\)$", frozenset({"feed"})),
+                            r"database): table rollout_status is missing \(schema version 5\)$", frozenset({"feed"})),
     "table garbled": Damage("DROP TABLE rollout_decisions; CREATE TABLE rollout_decisions (x, y)",
                             r"table rollout_decisions lacks its columns id, event_key, at_us, decision, stage",
                             frozenset({"feed"})),
@@ -101,7 +101,7 @@ DAMAGES = {
                            r"image is malformed$"),
     # the feed of a run waits for a journal it can open: the run's own opening refuses this one
     "newer schema": Damage("PRAGMA user_version = 99", r"schema version 99 is newer than this kistexp "
-                           r"understands \(4\); upgrade kistexp$", frozenset({"feed"})),
+                           r"understands \(5\); upgrade kistexp$", frozenset({"feed"})),
     # status rows
     "status NULL": Damage(_loose("rollout_status", "id INTEGER PRIMARY KEY, event_key, at_us, state, status")
                           + f"UPDATE rollout_status SET status = NULL WHERE {_last('rollout_status')}",
