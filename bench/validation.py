@@ -17,6 +17,13 @@ is excluded. Measured in the window after it, as the KIST papers measured them:
 * worst-case application queueing: the largest circuit-queue delay (and the 99.9th percentile).
 
     .venv/bin/python bench/validation.py [--scale 0.02] [--seeds 1,2] [--duration 40] [--quick]
+
+With ``--rates`` it writes instead the section "Scaled against full NIC rates" (bench/validation_rates.py):
+the bundled plan's stage effects at scaled and full NIC rates and at three sample sizes, and the default
+sample chosen from them; each part of the page keeps the other's text.
+
+    .venv/bin/python bench/validation.py --rates [--configs scaled-120,full-120,full-600,full-2000]
+                                                 [--seeds 1,2,3] [--stages 3] [--workers 2]
 """
 
 from __future__ import annotations
@@ -106,7 +113,20 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=40.0)
     ap.add_argument("--interval-ms", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="one seed, 20 s (a smoke run)")
+    ap.add_argument("--rates", action="store_true", help="write the scaled-vs-full NIC rates section")
+    ap.add_argument("--configs", default="scaled-120,full-120,full-600,full-2000")
+    ap.add_argument("--stages", type=int, default=3, help="the plan's first runs (baseline first)")
+    ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args()
+    if a.rates:
+        import validation_rates as vr
+
+        rate_seeds = tuple(int(s) for s in (a.seeds if a.seeds != "1,2" else "1,2,3").split(","))
+        found, info = vr.run(a.configs.split(","), rate_seeds, a.stages, a.workers)
+        default, reason = vr.choose(found, info)
+        vr.write(DOC, vr.section(found, info, rate_seeds, default, reason))
+        print(f"default: {default}: {reason}\nwrote {DOC}")
+        return
     seeds = [1] if a.quick else [int(s) for s in a.seeds.split(",")]
     duration = 20.0 if a.quick else a.duration
     warmup = min(10.0, duration / 4)
@@ -291,7 +311,11 @@ def write_doc(results, a, seeds, duration, warmup, relays, wall) -> None:
         "the model's rules are those of kist-ewma.md and population.md.",
         "",
     ]
-    DOC.write_text("\n".join(lines))
+    old = DOC.read_text() if DOC.exists() else ""
+    keep = ""  # the rates section (--rates) survives a rewrite of the rest
+    if "<!-- rates:begin -->" in old and "<!-- rates:end -->" in old:
+        keep = "\n" + old[old.index("<!-- rates:begin -->"):old.index("<!-- rates:end -->") + 18] + "\n"
+    DOC.write_text("\n".join(lines) + keep)
     print(f"wrote {DOC} and {', '.join(plots)}")
 
 

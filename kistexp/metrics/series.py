@@ -140,3 +140,19 @@ class AttackValue:
     measure: str = attrs.field(validator=_attack_measure_name)
     network: int = attrs.field(converter=int)
     value: float = attrs.field(converter=float, validator=_finite)
+
+
+@attrs.frozen
+class PredictionRun:
+    """How one ``kistexp simulate`` made the stored predictions: at full NIC rates or scaled down
+    (``rates`` "fast"), on networks of ``relays`` relays each, NICs multiplied by
+    ``nic_scale_min``..``nic_scale_max``."""
+
+    made: dt.datetime = attrs.field(converter=_utc)
+    rates: str = attrs.field(validator=attrs.validators.in_(("full", "fast")))
+    population_scale: float
+    relays: tuple[int, ...]
+    nic_scale_min: float
+    nic_scale_max: float
+    duration_s: float
+    wall_s: float

@@ -16,7 +16,7 @@ import attrs
 
 from kistexp.errors import KistexpError
 from kistexp.metrics import catalogue
-from kistexp.metrics.series import AttackValue, Prediction, Sample, from_us, to_us
+from kistexp.metrics.series import AttackValue, Prediction, PredictionRun, Sample, from_us, to_us
 
 _EPOCH_SAMPLE_TIME = from_us(0)
 # Series named one by one in a window query; beyond this, the query joins on the metric.
@@ -309,6 +309,22 @@ class MetricStore:
             args.append(stage)
         sql += " ORDER BY stage, measure, network"
         return [AttackValue(*row) for row in self.conn.execute(sql, args)]
+
+    def save_prediction_run(self, run: PredictionRun) -> None:
+        """Record how the predictions just saved were made (the reports label fast-mode ones)."""
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO prediction_runs (made_us, rates, population_scale, relays, nic_scale_min, nic_scale_max,"
+                " duration_s, wall_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (to_us(run.made), run.rates, run.population_scale, " ".join(map(str, run.relays)),
+                 run.nic_scale_min, run.nic_scale_max, run.duration_s, run.wall_s))
+
+    def load_prediction_runs(self) -> list[PredictionRun]:
+        """Every recorded prediction run, oldest first (the last made the predictions stored now)."""
+        rows = self.conn.execute("SELECT made_us, rates, population_scale, relays, nic_scale_min, nic_scale_max, "
+                                 "duration_s, wall_s FROM prediction_runs ORDER BY id").fetchall()
+        return [PredictionRun(from_us(r[0]), r[1], r[2], tuple(int(x) for x in r[3].split()), r[4], r[5], r[6], r[7])
+                for r in rows]
 
     # --- consensus parameter history --------------------------------------------------
 

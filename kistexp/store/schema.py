@@ -335,6 +335,20 @@ CREATE TABLE attack_measures (
     value        REAL NOT NULL,
     PRIMARY KEY (stage, measure, network)
 );
+-- How the stored predictions were made (kistexp simulate): one row per run that saved predictions.
+-- rates: "full" (relays at their consensus NIC rates) or "fast" (NICs scaled down so that the offered
+-- traffic fits a byte budget per network, `kistexp simulate --fast`), which the reports label.
+CREATE TABLE prediction_runs (
+    id               INTEGER PRIMARY KEY,
+    made_us          INTEGER NOT NULL,
+    rates            TEXT NOT NULL CHECK (rates IN ('full', 'fast')),
+    population_scale REAL NOT NULL,
+    relays           TEXT NOT NULL,      -- relays per sampled network, space-separated
+    nic_scale_min    REAL NOT NULL,
+    nic_scale_max    REAL NOT NULL,
+    duration_s       REAL NOT NULL,
+    wall_s           REAL NOT NULL
+);
 """
 
 # Append-only. Each entry is one SQL script; open_db runs it in a transaction together
