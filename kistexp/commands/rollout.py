@@ -359,11 +359,13 @@ def _status_parts(exp: str, view: dict, health) -> list:
     from kistexp.rollout.runs import load_spec
 
     spec, _, _ = load_spec(Path(exp))
-    limits = {c.name: effect_limit(c.comparison, c.threshold) for c in spec.criteria}
-    origins = {c.name: effect_origin(c.comparison) for c in spec.criteria}
+    # anonymity criteria too: their verdicts (on the predictions, at each stage's entry) are rows like any
+    judged = (*spec.criteria, *spec.anonymity)
+    limits = {c.name: effect_limit(c.comparison, c.threshold) for c in judged}
+    origins = {c.name: effect_origin(c.comparison) for c in judged}
     # a narrow terminal gets shorter sparklines and bars, so the table keeps its columns whole
     narrow = {"width": 10, "bar_width": 5} if console.width < 100 else {}
-    roles = {c.name: c.role for c in spec.criteria}
+    roles = {c.name: c.role for c in judged}
     parts: list = [status_table(view, verdict_looks(exp), limits, origins=origins, roles=roles, **narrow),
                    times_table(view)]
     if health is not None:

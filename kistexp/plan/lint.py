@@ -23,6 +23,11 @@
 | KX401 | error    | overlapping experiments on the same parameter across the files given |
 | KX501 | error    | start time in the past |
 | KX601 | error    | fewer participating authorities than needed to move the value |
+| KX701 | error    | anonymity criterion on an unknown attack measure (kistexp/plan/lint_anonymity.py) |
+| KX702 | error    | anonymity margin that is not a number, or negative |
+| KX703 | error    | a false-positive rate the plan's [simulation] cannot resolve |
+| KX704 | error    | anonymity criterion in a plan without a [simulation] table |
+| KX705 | error    | anonymity comparison on the side that is not leakier |
 
 A finding repeated over stages and criteria is one line: "stages '2ms', '5ms': criterion
 'bulk' needs ...". Sample counts are the catalogue's sample model
@@ -43,6 +48,8 @@ from kistexp.dirauth.voting import AUTH_DIR_MAX_SERVERS_PER_ADDR, VoteRejected, 
 from kistexp.durations import format_duration
 from kistexp.errors import DocumentError, PlanError
 from kistexp.metrics import catalogue as metrics
+from kistexp.plan.lint_anonymity import RULES as ANONYMITY_RULES
+from kistexp.plan.lint_anonymity import check_anonymity
 from kistexp.plan.lint_findings import Detectable, Finding, LintReport, _Collector, _named  # noqa: F401
 from kistexp.plan.lint_power import (  # noqa: F401  (re-exported: plan_cmds, bench/judge_error_rates.py)
     _MAX_FORECAST,
@@ -55,7 +62,7 @@ from kistexp.plan.lint_power import (  # noqa: F401  (re-exported: plan_cmds, be
     limit_text,
 )
 from kistexp.plan.loader import parse_plan, read_plan_text
-from kistexp.plan.model import UNSET, ParamValue, Plan
+from kistexp.plan.model import UNSET, AnonymityCriterion, ParamValue, Plan
 from kistexp.plan.timeline import authorities_needed, propagation_delay
 from kistexp.population import kernels
 from kistexp.population.classes import tick_shares
@@ -79,6 +86,7 @@ RULES = {
     "KX401": "overlapping experiments on one parameter",
     "KX501": "start time in the past",
     "KX601": "too few authorities to move the value",
+    **ANONYMITY_RULES,
 }
 
 
@@ -93,7 +101,9 @@ def lint_paths(paths: Sequence[str], now: dt.datetime | None = None) -> LintRepo
             text = read_plan_text(path)  # read once: what is checked is what was parsed
             plan = parse_plan(text, str(path))
         except PlanError as exc:
-            findings.append(Finding("KX001", "error", exc.file or str(path), exc.line, exc.key, exc.problem))
+            # an anonymity margin that is not a number has a rule of its own (KX702)
+            code = getattr(exc, "code", "KX001")
+            findings.append(Finding(code, "error", exc.file or str(path), exc.line, exc.key, exc.problem))
             continue
         collector = _Collector(plan, text)
         check_plan(plan, collector, now)
@@ -122,6 +132,7 @@ def check_plan(plan: Plan, out: _Collector, now: dt.datetime) -> None:
     _check_authorities(plan, out)
     _check_votable(plan, out)
     _check_cc_off(plan, out)
+    check_anonymity(plan, out)
 
 
 def _value_sets(plan: Plan):
@@ -289,16 +300,16 @@ def _covers(entry: tor_params.ConsensusParam, plan: Plan) -> list[bool]:
 
 
 def _check_criteria(plan: Plan, out: _Collector) -> None:
-    if not plan.criteria:
+    if not plan.criteria and not plan.anonymity:
         out.add("KX302", "criteria" if plan.path else "",
                 "the plan has no rollback criterion: add at least one [[criteria]]")
-    for i, criterion in enumerate(plan.criteria):
+    for key, criterion in zip(plan.criterion_keys(), plan.criteria, strict=True):
         if metrics.get(criterion.metric) is None:
             close = difflib.get_close_matches(criterion.metric, metrics.names(), n=1)
             hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(metrics.names())}"
-            out.add("KX301", f"criteria[{i}].metric", f"no collector provides {criterion.metric!r}{hint}")
+            out.add("KX301", f"{key}.metric", f"no collector provides {criterion.metric!r}{hint}")
         elif plan.simulation.declared and criterion.metric not in metrics.simulated():
-            out.add("KX303", f"criteria[{i}].metric",
+            out.add("KX303", f"{key}.metric",
                     f"the plan has a [simulation] table, but the population cannot predict {criterion.metric!r}, "
                     "so kistexp simulate writes no predictions for it and a dry run cannot rehearse the "
                     f"criterion; it predicts {', '.join(metrics.simulated())}")
@@ -308,18 +319,21 @@ def _check_criteria(plan: Plan, out: _Collector) -> None:
 def _check_signals(plan: Plan, out: _Collector) -> None:
     """KX304: a signal's failure pauses for an operator and never rolls back by itself (docs/rollouts.md,
     "What ends a stage"), so a rollback it names is not taken: say so rather than let a reader expect it."""
-    for i, c in enumerate(plan.criteria):
+    keyed = [*zip(plan.criterion_keys(), plan.criteria, strict=True),
+             *((f"criteria[{a.index}]", a) for a in plan.anonymity)]
+    for place, c in keyed:
         if c.role != "signal":
             continue
         ignored = [f"on_fail {c.on_fail!r}"] if c.on_fail != "hold" else []
         if c.on_inconclusive not in ("extend", "advance", "hold"):
             ignored.append(f"on_inconclusive {c.on_inconclusive!r}")
         if ignored:
-            key = f"criteria[{i}].on_fail" if c.on_fail != "hold" else f"criteria[{i}].on_inconclusive"
-            out.add("KX304", key, f"criterion {_label(c)} is a signal: its failure pauses for an operator and never "
+            key = f"{place}.on_fail" if c.on_fail != "hold" else f"{place}.on_inconclusive"
+            label = repr(c.label) if isinstance(c, AnonymityCriterion) else _label(c)
+            out.add("KX304", key, f"criterion {label} is a signal: its failure pauses for an operator and never "
                     f"rolls back, so its {' and '.join(ignored)} is not taken (make it a guardrail to roll back)",
                     "warning")
-    if plan.criteria and all(c.role == "signal" for c in plan.criteria):
+    if keyed and all(c.role == "signal" for _, c in keyed):
         out.add("KX304", "criteria", "every criterion is a signal: no failure rolls the plan back by itself; make "
                 "the criteria that must roll back guardrails (role = \"guardrail\", the default)", "warning")
 

@@ -120,7 +120,7 @@ def _build(src: Source, data: dict[str, Any]) -> model.Plan:
     on_inconclusive = exp.choice("on_inconclusive", model.ON_INCONCLUSIVE_ACTIONS,
                                  default=model.DEFAULT_ON_INCONCLUSIVE)
     max_extension = exp.duration("max_extension") if exp.has("max_extension") else None
-    criteria = _criteria(root, on_inconclusive, max_extension)
+    criteria, anonymity = _criteria(root, on_inconclusive, max_extension)
     # how the stage's criteria share the FAIL error (docs/judge.md "Several criteria")
     correction = exp.choice("correction", model.CORRECTIONS, default=model.DEFAULT_CORRECTION)
     simulation = _simulation(root)
@@ -128,7 +128,7 @@ def _build(src: Source, data: dict[str, Any]) -> model.Plan:
         path=src.path, name=name, kind=kind, owner=owner, contact=contact, description=description,
         start=start, tor_versions=versions, tor_versions_text=versions_text, parameters=parameters,
         stages=stages, baseline=baseline, authorities=authorities, criteria=criteria, simulation=simulation,
-        switchback=switchback, correction=correction,
+        switchback=switchback, correction=correction, anonymity=anonymity,
     )
     _check_date_range(exp, plan)
     return plan
@@ -303,11 +303,27 @@ def _custom_authority(src: Source, data: Any, path: str) -> DirectoryAuthority:
                               t.integer("orport", 1, 65535, required=False, default=443), fingerprint.upper())
 
 
+class MarginError(PlanError):
+    """An anonymity criterion's margin (its ``threshold``) that is not a non-negative number: lint reports it
+    under its own rule (KX702) rather than as a plan that does not load (KX001)."""
+
+    code = "KX702"
+
+
+_ANONYMITY_KEYS = ("name", "measure", "comparison", "threshold", "on_fail", "role", "on_inconclusive")
+
+
 def _criteria(root: Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE,
-              max_extension: dt.timedelta | None = None) -> tuple[model.Criterion, ...]:
+              max_extension: dt.timedelta | None = None
+              ) -> tuple[tuple[model.Criterion, ...], tuple[model.AnonymityCriterion, ...]]:
+    """The [[criteria]]: those on a metric, and the anonymity criteria (those naming an attack ``measure``)."""
     out = []
+    anonymity = []
     for i, item in enumerate(root.array("criteria", required=False, limit=MAX_CRITERIA)):
         t = Table(root.src, item, f"criteria[{i}]")
+        if t.has("measure"):
+            anonymity.append(_anonymity_criterion(t, i, on_inconclusive))
+            continue
         t.check_keys(("name", "metric", "statistic", "comparison", "threshold", "min_samples", "on_fail",
                       "critical", "role", "on_inconclusive", "max_extension"))
         critical = t.raw("critical", False, False)
@@ -328,7 +344,55 @@ def _criteria(root: Table, on_inconclusive: str = model.DEFAULT_ON_INCONCLUSIVE,
             on_inconclusive=t.choice("on_inconclusive", model.ON_INCONCLUSIVE_ACTIONS, default=on_inconclusive),
             max_extension=t.duration("max_extension") if t.has("max_extension") else max_extension,
         ))
-    return tuple(out)
+    return tuple(out), tuple(anonymity)
+
+
+def _anonymity_criterion(t: Table, index: int, on_inconclusive: str) -> model.AnonymityCriterion:
+    """One [[criteria]] entry with a ``measure``: the paired change of an attack measure on the predictions."""
+    src = t.src
+    if t.has("metric"):
+        raise src.error(t.key("metric"), "a criterion names a metric or an attack measure, not both: keep "
+                                         "`measure` for an anonymity criterion, `metric` for a measured one")
+    for key in t.data:
+        if key not in _ANONYMITY_KEYS and key in ("statistic", "min_samples", "critical", "max_extension"):
+            raise src.error(t.key(str(key)), f"an anonymity criterion (measure = ...) takes no {key}: it is judged "
+                                             "once per stage on the predicted paired difference over the simulated "
+                                             f"networks (keys: {', '.join(_ANONYMITY_KEYS)})")
+    t.check_keys(_ANONYMITY_KEYS)
+    role = t.choice("role", model.ROLES, default="guardrail")
+    return model.AnonymityCriterion(
+        measure=t.string("measure"),
+        comparison=t.choice("comparison", model.ANONYMITY_COMPARISONS),
+        threshold=_margin(t),
+        on_fail=t.choice("on_fail", model.ON_FAIL_ACTIONS, default="hold" if role == "signal" else None),
+        name=t.string("name", required=False), role=role,
+        on_inconclusive=t.choice("on_inconclusive", model.ON_INCONCLUSIVE_ACTIONS, default=on_inconclusive),
+        index=index)
+
+
+def _margin(t: Table) -> float:
+    """An anonymity criterion's ``threshold``: the margin of its non-inferiority test, a number >= 0 in the
+    measure's unit (0.02 for two points of a rate)."""
+    value = t.raw("threshold", True, None)
+    key = t.key("threshold")
+    hint = "the margin is a number >= 0 in the measure's unit, e.g. threshold = 0.02 for 2 points of a TPR"
+
+    def refuse(problem: str) -> MarginError:
+        err = t.src.error(key, f"{problem}: {hint}")
+        return MarginError(str(err), file=err.file, line=err.line, key=err.key, problem=err.problem)
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise refuse(f"expected a number, got {type_name(value)}"
+                     + (f" ({value[:20]!r})" if isinstance(value, str) else ""))
+    try:
+        margin = float(value)
+    except OverflowError:
+        raise refuse(f"{str(value)[:12]}... is too large for a number") from None
+    if margin != margin or margin in (float("inf"), float("-inf")):
+        raise refuse("expected a finite number")
+    if margin < 0:
+        raise refuse(f"{margin:g} is negative (the comparison says which way is leakier)")
+    return margin
 
 
 def _simulation(root: Table) -> model.SimulationSettings:

@@ -31,6 +31,10 @@ DEFAULT_CORRECTION = "holm"
 STATISTICS = ("mean", "median", "p10", "p25", "p75", "p90", "p95", "p99", "max", "min")
 COMPARISONS = ("relative-increase", "relative-decrease", "absolute-increase", "absolute-decrease",
                "above", "below")
+# An anonymity criterion limits the paired change of an attack measure, stage minus baseline, in the
+# measure's own unit: "absolute-increase" for a measure where higher is leakier, "absolute-decrease"
+# for one where lower is (docs/plan-format.md "Anonymity criteria").
+ANONYMITY_COMPARISONS = ("absolute-increase", "absolute-decrease")
 PLAN_KINDS = ("staged", "switchback")
 
 
@@ -76,6 +80,40 @@ class Criterion:
         # a signal's failure pauses for an operator whatever its on_fail says
         then = "pause (signal)" if self.signal else self.on_fail
         return f"{self.statistic}({self.metric}) {self.comparison} {value:g}{unit}{tripwire} -> {then}"
+
+
+@attrs.frozen
+class AnonymityCriterion:
+    """An anonymity criterion: the change of an attack measure (``kistexp.metrics.catalogue.ATTACK_MEASURES``)
+    from the baseline to a stage on the simulated networks may not exceed ``threshold`` with 95 % confidence
+    (non-inferiority). Judged from ``kistexp simulate``'s stored predictions, before a stage's values are voted
+    in: nothing on the live network measures an attack."""
+
+    measure: str
+    comparison: str  # absolute-increase: the stage may not raise it by more than threshold; -decrease: lower it
+    threshold: float  # the margin, in the measure's unit
+    on_fail: str
+    name: str = ""
+    role: str = "guardrail"
+    on_inconclusive: str = DEFAULT_ON_INCONCLUSIVE  # resolved by the loader, as a Criterion's
+    index: int = 0  # its place in the plan's [[criteria]] (key paths: criteria[index])
+
+    @property
+    def signal(self) -> bool:
+        return self.role == "signal"
+
+    @property
+    def label(self) -> str:
+        return self.name or self.measure
+
+    @property
+    def margin(self) -> float:
+        """The limit on the paired difference's scale: +threshold for an increase, -threshold for a decrease."""
+        return -self.threshold if self.comparison == "absolute-decrease" else self.threshold
+
+    def describe(self) -> str:
+        then = "pause (signal)" if self.signal else self.on_fail
+        return f"{self.measure} {self.comparison} {self.threshold:g} (non-inferiority, predicted) -> {then}"
 
 
 @attrs.frozen
@@ -140,6 +178,15 @@ class Plan:
     simulation: SimulationSettings
     switchback: Switchback | None = None
     correction: str = DEFAULT_CORRECTION  # how a stage's criteria share the FAIL error
+    # the [[criteria]] that name an attack `measure` instead of a `metric`, judged from the predictions
+    anonymity: tuple[AnonymityCriterion, ...] = ()
+
+    def criterion_keys(self) -> tuple[str, ...]:
+        """The key path of each of ``criteria`` in the file (``criteria[i]``): anonymity criteria share the
+        [[criteria]] array, so a metric criterion's place there is not its place in ``criteria``."""
+        taken = {a.index for a in self.anonymity}
+        places = [i for i in range(len(self.criteria) + len(self.anonymity)) if i not in taken]
+        return tuple(f"criteria[{i}]" for i in places[:len(self.criteria)])
 
     @property
     def end(self) -> dt.datetime:

@@ -24,6 +24,8 @@ from kistexp.rollout.sources import Collection
 from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import ERROR, FAIL, MachineVerdict
 
+# The phase of the anonymity verdicts a stage's entry rests on (docs/rollouts.md "Anonymity criteria")
+PREDICTED_PHASE = "predicted"
 # The FAIL error a stage's criteria share (spec judge.md §5.5, §7); PASS takes 0.05 each.
 FAMILY_ALPHA = 0.05
 
@@ -173,6 +175,13 @@ class Analysis:
             self.journal.add_verdict(c, v, at, stage, self.spec.criterion(v.criterion).shadow, phase)
             if nxt is not None:
                 self.journal.save_sequential(c, v.criterion, phase, nxt, at)
+
+    def journal_entry(self, c: sqlite3.Connection, verdicts: tuple[MachineVerdict, ...], stage: int,
+                      at: dt.datetime) -> None:
+        """The anonymity verdicts a stage's entry rested on (judged on its predictions), under that stage and
+        the phase ``predicted:<stage>``: no sequential state, the predictions do not change."""
+        for v in verdicts:
+            self.journal.add_verdict(c, v, at, stage, False, f"{PREDICTED_PHASE}:{stage}")
 
     def remember_looks(self, looks: list[tuple[MachineVerdict, object]], phase: str) -> None:
         # only once the look is committed: a look lost in a crash is redone from the same state

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kistexp.clock import Clock
 from kistexp.rollout.actuators import Actuator
-from kistexp.rollout.engine import Engine, Hook
+from kistexp.rollout.engine import AnonymityVerdicts, Engine, Hook
 from kistexp.rollout.exposure import ExposureProbe
 from kistexp.rollout.journal import Journal
 from kistexp.rollout.sources import MEASURED, PREDICTED, MeasuredMetrics, MetricSource
@@ -32,10 +32,12 @@ METRICS_MODES = (MEASURED, PREDICTED)
 
 def assemble(spec: RolloutSpec, journal: Journal, actuator: Actuator, metrics: MetricSource, clock: Clock, *,
              experiment_id: str, plan_check: Callable[[], str] | None = None, hook: Hook | None = None,
-             exposure: ExposureProbe | None = None) -> Engine:
-    """The engine with its four ports (the driver is the caller's: ``VirtualDriver`` or ``LiveDriver``)."""
+             exposure: ExposureProbe | None = None, anonymity: AnonymityVerdicts | None = None) -> Engine:
+    """The engine with its four ports (the driver is the caller's: ``VirtualDriver`` or ``LiveDriver``).
+    ``anonymity`` judges the plan's anonymity criteria from the predictions, in every kind of run
+    (``kistexp.rollout.anonymity``: nothing on a network measures an attack)."""
     return Engine(spec, journal, actuator, metrics, clock, experiment_id=experiment_id, plan_check=plan_check,
-                  hook=hook, exposure=exposure)
+                  hook=hook, exposure=exposure, anonymity=anonymity)
 
 
 def require_measured(metrics: Sequence[str], instruments: Sequence, where: str) -> None:

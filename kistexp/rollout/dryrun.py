@@ -32,6 +32,7 @@ from kistexp.jsonout import to_json
 from kistexp.metrics import catalogue
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
+from kistexp.rollout.anonymity import load_predicted_anonymity
 from kistexp.rollout.assembly import assemble
 from kistexp.rollout.engine import Engine, metric_source_of
 from kistexp.rollout.journal import (
@@ -401,8 +402,10 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
             if predictions_from:
                 with ExperimentDir.open(predictions_from) as source:
                     curves, levels = load_curves(MetricStore(source.db), spec, plan.path)
+                    anonymity = load_predicted_anonymity(source.db, spec, plan.path, str(predictions_from))
             else:
                 curves, levels = load_curves(MetricStore(expdir.db), spec, plan.path)
+                anonymity = load_predicted_anonymity(expdir.db, spec, plan.path, str(exp))
             journal.reset_for_rehearsal(**meta)
             clock = rehearsal_clock(spec)
             planned = spec.start + sum((s.duration for s in spec.stages), dt.timedelta()) - spec.baseline_start
@@ -411,7 +414,7 @@ def dry_run(plan: Plan, exp: Path | None = None, *, injections: Sequence[str] = 
             with EmbeddedAuthorities(spec, clock, initial_configs(spec), end, faults) as net:
                 metrics = PredictedMetrics(spec, curves, levels, net.history, seed=seed, injections=parsed)
                 engine = assemble(spec, journal, net.actuator, metrics, clock,
-                                  experiment_id=f"dry-run:{plan.name}")
+                                  experiment_id=f"dry-run:{plan.name}", anonymity=anonymity)
 
                 def waits_for_people(eng: Engine) -> bool:
                     # a pause only an operator can lift ends the rehearsal (it shows where the run would

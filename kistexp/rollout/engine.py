@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from kistexp.clock import Clock
 from kistexp.dirauth.paramsline import ConsensusParams
@@ -28,6 +29,7 @@ from kistexp.rollout.sources import PREDICTED, Collection, MetricSource
 from kistexp.rollout.spec import RolloutSpec
 from kistexp.rollout.state import (
     BASELINE,
+    ERROR,
     INCONCLUSIVE,
     MEASURING,
     PAUSED,
@@ -58,6 +60,12 @@ def metric_source_of(metric: str) -> str:
 Hook = Callable[[str], None]
 
 
+class AnonymityVerdicts(Protocol):
+    """Where a stage's anonymity criteria are judged from: the predictions (``kistexp.rollout.anonymity``)."""
+
+    def verdicts(self, spec: RolloutSpec, stage: int) -> tuple[MachineVerdict, ...]: ...
+
+
 class Engine:
     """One engine, four ports (rollout.md §2.5): the driver calls ``step``; ``actuator`` acts on the
     authorities; ``metrics`` answers each collection (predicted, recorded or measured); ``journal``
@@ -67,8 +75,9 @@ class Engine:
     def __init__(self, spec: RolloutSpec, journal: Journal, actuator: Actuator, metrics: MetricSource,
                  clock: Clock, *, experiment_id: str = "",
                  plan_check: Callable[[], str] | None = None, hook: Hook | None = None,
-                 exposure: ExposureProbe | None = None) -> None:
+                 exposure: ExposureProbe | None = None, anonymity: AnonymityVerdicts | None = None) -> None:
         self.spec, self.journal, self.actuator, self.metrics, self.clock = spec, journal, actuator, metrics, clock
+        self.anonymity = anonymity
         self.experiment_id = experiment_id or spec.plan_name
         self.plan_check = plan_check
         self.hook = hook or (lambda _name: None)
@@ -434,7 +443,22 @@ class Engine:
                                             after=self.status)
                     return
         looked = self.journal.verdicts_at(at) if self.status.state == MEASURING else ()
-        self._machine(key, name, at, now, DecisionDue(at, self.status.stage, short, looked))
+        ahead = self._ahead()
+        out = step(self.spec, self.status, DecisionDue(at, self.status.stage, short, looked, ahead))
+        # the anonymity verdicts the entry of the next stage rested on are journaled like any look
+        nxt = out.judged_ahead
+        self._commit(key, name, at, now, out, extra=(lambda c: self.analysis.journal_entry(c, ahead, nxt, at))
+                     if nxt else None)
+
+    def _ahead(self) -> tuple[MachineVerdict, ...]:
+        """The anonymity criteria of the stage a decision now would enter, judged on its predictions."""
+        nxt = self.status.stage + 1
+        if not self.spec.anonymity or nxt > self.spec.last_stage:
+            return ()
+        if self.anonymity is None:
+            return tuple(MachineVerdict(c.name, ERROR, detail="no attack predictions were loaded for the run")
+                         for c in self.spec.anonymity)
+        return self.anonymity.verdicts(self.spec, nxt)
 
 
 def as_collection(collected, metric: str, t0: dt.datetime, t1: dt.datetime, origin: str) -> Collection:

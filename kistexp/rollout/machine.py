@@ -148,9 +148,9 @@ def _switchback_end(spec: RolloutSpec, st: Status, ev: DecisionDue, ok: bool, mi
         failing = [m for m in missing if m.endswith(FAIL)]
         if failing and not st.promoted:
             return _hold(spec, st, ev, failing)
-        return _next_stage(spec, st, ev.at, "promoted" if st.promoted else "the period is over")
+        return _next_stage(spec, st, ev.at, "promoted" if st.promoted else "the period is over", ahead=ev.ahead)
     if ok or st.promoted:
-        return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted")
+        return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted", ahead=ev.ahead)
     appended = (st.stage - spec.n_stages) // 2
     undecided = "; ".join(missing)
     if appended >= spec.max_appended_cycles:
@@ -345,14 +345,14 @@ def _decide(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
     if st.state == BASELINE:
         if ev.short:
             return _hold(spec, st, ev, [f"{n}: too few baseline samples" for n in ev.short])
-        return _next_stage(spec, st, ev.at, "baseline complete")
+        return _next_stage(spec, st, ev.at, "baseline complete", ahead=ev.ahead)
     if st.state != MEASURING:
         return Outcome(st)  # paused, washing out, transitioning: no forward motion
     ok, missing = _all_pass(spec, st)
     if spec.kind == "switchback":
         return _switchback_end(spec, st, ev, ok, missing)
     if ok or st.promoted:
-        return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted")
+        return _next_stage(spec, st, ev.at, "every criterion passed" if ok else "promoted", ahead=ev.ahead)
     return _stage_end(spec, st, ev)
 
 
@@ -451,7 +451,7 @@ def _stage_end(spec: RolloutSpec, st: Status, ev: DecisionDue) -> Outcome:
     if extend:
         new = attrs.evolve(st, extensions=st.extensions + 1, decision_at=st.decision_at + spec.hour)
         return Outcome(new, None, f"hold: {'; '.join(extend)}", decision="hold")
-    return _next_stage(spec, st, ev.at, "; ".join(advanced))
+    return _next_stage(spec, st, ev.at, "; ".join(advanced), ahead=ev.ahead)
 
 
 def _judged(v: MachineVerdict | None) -> bool:
@@ -489,16 +489,96 @@ def _span(spec: RolloutSpec) -> str:
     return f"{hours} h"
 
 
-def _next_stage(spec: RolloutSpec, st: Status, now: dt.datetime, cause: str, *, full: bool = False) -> Outcome:
+def _next_stage(spec: RolloutSpec, st: Status, now: dt.datetime, cause: str, *, full: bool = False,
+                ahead: tuple[MachineVerdict, ...] | None = None) -> Outcome:
     nxt = max(spec.n_stages, st.stage + 1) if full else st.stage + 1
     if spec.may_end(st.stage):
         new = attrs.evolve(st, state=COMPLETED, reasons=frozenset(), resume_to="")
         return Outcome(new, None, f"completed: {cause}", decision="complete")
+    if ahead is not None and spec.anonymity and not st.promoted and not full:
+        # the stage's anonymity criteria, judged on its predictions before its values are voted in
+        st, refused, cause = _entry_check(spec, st, now, nxt, ahead, cause)
+        out = refused or _next_stage(spec, st, now, cause, full=full)
+        return attrs.evolve(out, judged_ahead=nxt)
     if spec.stage(nxt).gate == "manual" and not st.promoted:
         new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {"gate"}, resume_to=st.state)
         return Outcome(new, None, f"{cause}; stage {nxt} ({spec.stage(nxt).name}) waits for an operator (gate)",
                        decision="pause:gate")
     return _enter_stage(spec, st, nxt, now, f"stage {nxt} ({spec.stage(nxt).name}): {cause}")
+
+
+# --- anonymity criteria at a stage's entry (docs/rollouts.md "Anonymity criteria") -------------------
+
+
+def _entry_check(spec: RolloutSpec, st: Status, now: dt.datetime, nxt: int, ahead: tuple[MachineVerdict, ...],
+                 cause: str) -> tuple[Status, Outcome | None, str]:
+    """Stage ``nxt``'s anonymity criteria, judged on its predicted attack measures before its values are voted
+    in (nothing on the live network measures an attack). -> (the status with their counters, the outcome that
+    keeps the stage out or None to enter it, the entry's cause). Decided as at a stage's end: a FAIL, or an
+    estimate beyond the margin, takes on_fail (a signal pauses); within it, on_inconclusive, where extending
+    cannot help (the predictions do not change) so `extend` pauses as `hold` does, and `advance` enters; a
+    missing prediction pauses. Before the stage is voted in, `hold` and `step-back` change nothing on the
+    network: the stage before it is what step-back returns to, and it is in force."""
+    looked = {v.criterion: v for v in ahead}
+    where = f"stage {nxt} ({spec.stage(nxt).name})"
+    rollbacks: list[tuple[int, int, str, str]] = []
+    pauses: list[tuple[str, str]] = []
+    advanced: list[str] = []
+    for n, c in enumerate(spec.anonymity):
+        v = looked.get(c.name) or MachineVerdict(c.name, ERROR, detail="no verdict on the predictions")
+        st = st.with_counter(c.name, _count(st.counter(c.name), v.outcome))
+        if c.shadow or v.outcome == PASS:
+            continue
+        head = f"anonymity criterion {c.name!r}: {v.detail}"
+        decidable = (v.effect is not None and v.bound is not None and math.isfinite(v.effect)
+                     and (v.outcome == FAIL or (v.outcome == INCONCLUSIVE and v.reason == UNDECIDED)))
+        if not decidable:
+            pauses.append((INCONCLUSIVE, f"{head}: no decision: paused for an operator"))
+            continue
+        assert v.effect is not None and v.bound is not None
+        beyond = v.effect < v.bound if c.comparison == "absolute-decrease" else v.effect > v.bound
+        if v.outcome == FAIL or beyond:
+            if c.role == SIGNAL:
+                pauses.append((SIGNAL, f"{head}: paused for an operator (a signal does not roll back)"))
+            else:
+                rollbacks.append((-SEVERITY[c.on_fail], n, c.on_fail, f"{head}: {c.on_fail} as on_fail"))
+            continue
+        action = c.on_inconclusive
+        if action == ADVANCE:
+            advanced.append(f"{head}: advanced as on_inconclusive")
+        elif action in (EXTEND, HOLD) or c.role == SIGNAL:
+            pauses.append((INCONCLUSIVE, f"{head}: paused for an operator as on_inconclusive ({action}; more "
+                                         "time changes no prediction)"))
+        else:
+            rollbacks.append((-SEVERITY[action], n, action, f"{head}: {action} as on_inconclusive"))
+    refused = (f"{where} not voted in: judged on the predictions before its values are (no network measures an "
+               "attack), ")
+    if rollbacks:
+        _, _, kind, why = sorted(rollbacks)[0]
+        if kind in (HOLD, STEP_BACK):
+            reason = "criterion-hold" if kind == HOLD else "stepped-back"
+            new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | {reason},
+                               resume_to=st.resume_to if st.state == PAUSED else st.state)
+            here = "baseline" if st.stage == 0 else f"stage {st.stage} ({spec.stage(st.stage).name})"
+            return st, Outcome(new, None, f"{refused}{why}; {here} stays in force",
+                               decision=f"rollback:{kind}"), cause
+        return st, _rollback(spec, st, kind, now, f"{refused}{why}"), cause
+    if pauses:
+        reasons = frozenset(r for r, _ in pauses)
+        new = attrs.evolve(st, state=PAUSED, reasons=st.reasons | reasons,
+                           resume_to=st.resume_to if st.state == PAUSED else st.state)
+        return st, Outcome(new, None, refused + "; ".join(m for _, m in pauses),
+                           decision=f"pause:{SIGNAL if SIGNAL in reasons else INCONCLUSIVE}"), cause
+    passed = [c.name for c in spec.anonymity if not c.shadow and looked.get(c.name) is not None
+              and looked[c.name].outcome == PASS]
+    if passed:
+        advanced.insert(0, f"anonymity {_named(passed)} {'passes' if len(passed) == 1 else 'pass'} on the "
+                           f"predictions of {where}, judged before its values are voted in")
+    return st, None, "; ".join([cause, *advanced])
+
+
+def _named(names: list[str]) -> str:
+    return ("criterion " if len(names) == 1 else "criteria ") + ", ".join(map(repr, names))
 
 
 # --- operator commands (§1.5) --------------------------------------------------------------------
@@ -536,7 +616,8 @@ def _command(spec: RolloutSpec, st: Status, ev: Command) -> Outcome:
         measuring_pause = st.state == PAUSED and st.reasons and st.reasons <= PROMOTABLE_REASONS
         if not (st.state == MEASURING or measuring_pause):
             return _refuse(st, f"cannot promote from {st.describe()}")
-        fails = [c.name for c in spec.criteria if not c.shadow and st.counter(c.name).latest == FAIL]
+        fails = [c.name for c in (*spec.criteria, *spec.anonymity)
+                 if not c.shadow and st.counter(c.name).latest == FAIL]
         if fails and not ev.arg("force"):
             return _refuse(st, f"latest verdict of {', '.join(fails)} is FAIL; use --force to promote anyway")
         promoted = attrs.evolve(st, promoted=True, reasons=frozenset(), state=st.resume_to if st.state == PAUSED

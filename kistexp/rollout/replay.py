@@ -29,6 +29,7 @@ from kistexp.expdir import ExperimentDir
 from kistexp.metrics.importer import import_all
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
+from kistexp.rollout.anonymity import load_predicted_anonymity
 from kistexp.rollout.assembly import assemble
 from kistexp.rollout.dryrun import (
     AuthorityFault,
@@ -178,12 +179,15 @@ def replay(plan: Plan, files: Sequence[str], exp: Path | None = None, *, align: 
             meta = rehearsal_meta(spec, RECORDED, injections=tuple(injections),
                                   commands=tuple(c.text for c in scripted))
             with ExperimentDir.open_or_create(exp) as expdir, claim_for_rehearsal(expdir, meta) as journal:
+                # recordings hold no attack: anonymity criteria are judged from the experiment's predictions
+                anonymity = load_predicted_anonymity(expdir.db, spec, plan.path, str(exp))
                 journal.reset_for_rehearsal(**meta)
                 clock = rehearsal_clock(spec)
                 faults = tuple((f.authority, f.kind, f.at) for f in parsed if isinstance(f, AuthorityFault))
                 with EmbeddedAuthorities(spec, clock, initial_configs(spec), until, faults) as net:
                     source = RecordedMetrics(store, spec, net.history, parsed)
-                    engine = assemble(spec, journal, net.actuator, source, clock, experiment_id=f"replay:{plan.name}")
+                    engine = assemble(spec, journal, net.actuator, source, clock, experiment_id=f"replay:{plan.name}",
+                                      anonymity=anonymity)
                     rehearse(engine, journal, clock, until=until, who="replay (gate approved)",
                              approve_gates=approve_gates, progress=progress,
                              commands=[(c.at, c.kind, c.as_args(), f"replay --command {c.text}") for c in scripted])

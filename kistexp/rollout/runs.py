@@ -289,6 +289,7 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
     from kistexp.directory import DirectoryClient
     from kistexp.metrics.store import MetricStore
     from kistexp.rollout.actuators import FakeAuthoritiesActuator, InstructionsActuator
+    from kistexp.rollout.anonymity import load_predicted_anonymity
     from kistexp.rollout.assembly import METRICS_MODES, assemble, measured_source, require_measured
     from kistexp.rollout.drivers import LiveDriver
     from kistexp.rollout.dryrun import PredictedMetrics, initial_configs, load_curves
@@ -358,8 +359,11 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
             actuator = InstructionsActuator(setup.exp.path / "outbox", spec.plan_name, spec.cadence, client, clock)
             spec = attrs.evolve(spec, consensus_rounds=CONSENSUS_ROUNDS_INSTRUCTIONS)
             history = actuator
+        # attacks are measured on no network: the plan's anonymity criteria are judged from the predictions
+        # (the experiment's, or --predictions'), at each stage's entry, whatever judges the metrics
+        store = ExperimentDir.open(predictions_from) if predictions_from else setup.exp
+        anonymity = load_predicted_anonymity(store.db, spec, str(plan_path), str(predictions_from or exp_path))
         if metrics == "predicted":
-            store = ExperimentDir.open(predictions_from) if predictions_from else setup.exp
             curves, levels = load_curves(MetricStore(store.db), spec, str(plan_path))
             source = PredictedMetrics(spec, curves, levels, history)
         else:
@@ -373,7 +377,8 @@ def live_run(plan_path: Path, exp_path: Path, mode: str, *, interval_s: int = 10
                 exposure = ConsensusExposureProbe(
                     view.consensus_at if view else (lambda at: journal.consensus_at_or_before(at)), spec.cadence)
         engine = assemble(spec, journal, actuator, source, clock, experiment_id=journal.meta("experiment_id"),
-                          plan_check=plan_watch(Path(plan_path), journal), hook=hook, exposure=exposure)
+                          plan_check=plan_watch(Path(plan_path), journal), hook=hook, exposure=exposure,
+                          anonymity=anonymity)
         LiveDriver(engine, clock, poll_s=max(0.2, min(2.0, cadence.interval_s / 10)),
                    heartbeat=journal.heartbeat).run(timeout_s)
         reason = engine.status.state

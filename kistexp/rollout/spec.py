@@ -29,7 +29,7 @@ from kistexp.dirauth.voting import Vote, compute_consensus_params
 from kistexp.errors import KistexpError
 from kistexp.judge.switchback import appendable_cycles
 from kistexp.metrics import catalogue
-from kistexp.plan.model import DEFAULT_CORRECTION, DEFAULT_ON_INCONCLUSIVE, UNSET, Criterion, Plan
+from kistexp.plan.model import DEFAULT_CORRECTION, DEFAULT_ON_INCONCLUSIVE, UNSET, AnonymityCriterion, Criterion, Plan
 
 Values = tuple[tuple[str, "int | str"], ...]  # (param, int or "unset") in plan order
 
@@ -149,6 +149,24 @@ class RolloutCriterion:
 
 
 @attrs.frozen
+class RolloutAnonymity:
+    """An anonymity criterion as the rollout takes it: judged once per stage from the predictions, when the
+    stage is about to be entered and before its values are voted in (docs/rollouts.md "Anonymity criteria")."""
+
+    name: str
+    base: AnonymityCriterion
+    shadow: bool = False
+
+    measure = property(lambda self: self.base.measure)
+    comparison = property(lambda self: self.base.comparison)
+    threshold = property(lambda self: self.base.threshold)
+    margin = property(lambda self: self.base.margin)
+    on_fail = property(lambda self: self.base.on_fail)
+    role = property(lambda self: self.base.role)
+    on_inconclusive = property(lambda self: self.base.on_inconclusive)
+
+
+@attrs.frozen
 class StageSpec:
     index: int  # 1-based
     name: str
@@ -180,6 +198,8 @@ class RolloutSpec:
     appendable: tuple[StageSpec, ...] = ()
     burnout: dt.timedelta = dt.timedelta(0)  # a switchback's samples dropped before each switch
     correction: str = DEFAULT_CORRECTION  # how a stage's criteria share the FAIL error (docs/judge.md)
+    # anonymity criteria: judged from the predictions at each stage's entry, never collected
+    anonymity: tuple[RolloutAnonymity, ...] = ()
 
     @property
     def start(self) -> dt.datetime:
@@ -252,7 +272,8 @@ class RolloutSpec:
         return dict(_expected(self, tuple(values)))
 
     def canonical(self) -> str:
-        return json.dumps(attrs.asdict(self, value_serializer=json_value), sort_keys=True)
+        # a plan without anonymity criteria keeps the digest it had before they existed (journals pin it)
+        return json.dumps(attrs.asdict(self, value_serializer=json_value, filter=_canonical_field), sort_keys=True)
 
     def digest(self) -> str:
         return hashlib.sha256(self.canonical().encode()).hexdigest()
@@ -263,6 +284,11 @@ def _expected(spec: RolloutSpec, values: Values) -> tuple[tuple[str, int | None]
     # asked for every collection window of a dry run: the rule over nine votes costs ~0.3 ms
     params = dict(compute_consensus_params(spec.votes_for(values), len(spec.authorities)))
     return tuple((k, params.get(k)) for k in spec.parameters)
+
+
+def _canonical_field(field: attrs.Attribute, value: object) -> bool:
+    # a plan without anonymity criteria keeps the digest it had before they existed (journals pin it)
+    return field.name != "anonymity" or bool(value)
 
 
 def json_value(_inst, _field, value):
@@ -301,7 +327,8 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
                       on_error=getattr(c, "on_error", "hold"),
                       max_extension=None if getattr(c, "max_extension", None) is None else c.max_extension * scale)
         for c in plan.criteria)
-    names = [c.name for c in criteria]
+    anonymity = tuple(RolloutAnonymity(a.label, a) for a in getattr(plan, "anonymity", ()))
+    names = [c.name for c in criteria] + [a.name for a in anonymity]
     if len(set(names)) != len(names):
         twice = sorted(n for n in names if names.count(n) > 1)[0]
         raise RolloutError(f"{plan.path}: two criteria share the name {twice!r}")
@@ -329,5 +356,5 @@ def spec_from_plan(plan: Plan, cadence: Cadence = LIVE_CADENCE, *, start: dt.dat
         cadence=cadence, hour=dt.timedelta(seconds=cadence.interval_s), washout=washout,
         tor_versions=plan.tor_versions_text, consensus_rounds=consensus_rounds,
         appendable=appendable, burnout=sb.burnout * scale if sb is not None else dt.timedelta(0),
-        correction=getattr(plan, "correction", DEFAULT_CORRECTION),
+        correction=getattr(plan, "correction", DEFAULT_CORRECTION), anonymity=anonymity,
     )

@@ -150,6 +150,9 @@ class DecisionDue:
     # the judge's look at the decision time, which the end of a stage rests on (estimate against the
     # limit, whether extending can help); the counters keep only each criterion's outcome
     verdicts: tuple[MachineVerdict, ...] = ()
+    # the anonymity criteria judged on the predictions of the stage this decision would enter (the next one),
+    # before its values are voted in (docs/rollouts.md "Anonymity criteria")
+    ahead: tuple[MachineVerdict, ...] = ()
 
 
 @attrs.frozen
@@ -205,3 +208,4 @@ class Outcome:
     message: str = ""
     refused: bool = False
     decision: str = ""  # advance | hold | rollback:<kind> | pause:<reason> | complete | abort | ...
+    judged_ahead: int = 0  # the stage whose entry the anonymity verdicts (DecisionDue.ahead) decided; 0: none

@@ -265,6 +265,7 @@ def test_simulated_metrics_are_what_simulate_writes():
 def test_every_rule_is_tested():
     tested = set(CASES) | {"KX202", "KX203", "KX302", "KX303", "KX401", "KX105",
                            "KX107"}  # KX105: tests/cli/test_input_limits.py
+    tested |= {"KX701", "KX702", "KX703", "KX704", "KX705"}  # tests/plan/test_lint_anonymity.py
     assert tested == set(RULES)
 
 
