@@ -23,7 +23,9 @@ def report(
     """Write one self-contained HTML file (figures inline, no network, no JavaScript): for an experiment,
     the parameter's timeline in votes and consensus with adoption, each criterion's CDF against the baseline
     per stage, the judge's effects over time, relay costs per class predicted and measured, the journal's
-    decisions and actions, and the rollback rehearsal; for a plan, its predictions and timeline."""
+    decisions and actions, and the rollback rehearsal; for a plan, its predictions and timeline. Both show
+    what simulated traffic-analysis attacks gain at each stage against the baseline, when kistexp simulate
+    stored them."""
     from kistexp.report.data import ReportError, load_experiment, load_plan_predictions
     from kistexp.report.html import render_experiment, render_plan
     from kistexp.safeio import write_atomic

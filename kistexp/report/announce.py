@@ -18,6 +18,7 @@ from kistexp.metrics.collectors import operator_report
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import authorities_needed, build_timeline
 from kistexp.population.costs import BASELINE_RSS_BYTES
+from kistexp.report.attacks import leakier_lines
 from kistexp.report.data import RELAY_COSTS, PlanData
 from kistexp.report.html import class_order
 from kistexp.textsafe import csv_row, markdown, one_line, visible
@@ -137,6 +138,8 @@ def context(plan: Plan, data: PlanData) -> dict:
                     "torrc_override": e.torrc_override if e else ""}
                    for n, e in ((n, tor_params.get(n)) for n in plan.parameters)],
         "lead": format_duration(stages[0].first_valid_after - stages[0].vote_deadline) if stages else "",
+        # stages where a simulated attack does significantly better than at the baseline (docs/anonymity.md)
+        "leakier": "; ".join(leakier_lines(data.attacks)),
     }
 
 

@@ -5,12 +5,15 @@ run was laid on); the journal's read-only reader (``kistexp.rollout.journal.Jour
 decisions, transitions, intents, votes, consensuses, verdicts, operator commands and the judged samples;
 the report keeps its verdicts and commands as the reader's rows and the rest in the shapes its pages take
 (the dicts of ``Journal``'s readers). Predictions come from ``MetricStore.load_predictions`` and are
-summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them.
+summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them;
+attack measures from ``MetricStore.load_attack_values`` as paired differences stage minus baseline
+(``kistexp.anonymity.stage_differences``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from kistexp.anonymity import AttackFigure, stage_differences
 from kistexp.dirauth.propagation import NodeClass
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
@@ -26,7 +30,7 @@ from kistexp.metrics.series import Prediction
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
 from kistexp.population.predict import StageFigure, summarize_predictions
-from kistexp.report.wording import effect_words, interval_words, limit_words
+from kistexp.report.wording import attack_number, effect_words, interval_words, limit_words
 from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
 from kistexp.rollout.engine import metric_source_of
 from kistexp.rollout.journal import CommandRow, JournalDamageError, JournalReader, VerdictRow
@@ -145,6 +149,8 @@ class ExperimentData:
     # each authority's outages
     health: HealthSummary = HealthSummary()
     summary: Summary | None = None
+    # what the simulated attacks gain per stage and measure (empty: kistexp simulate stored none)
+    attacks: tuple[AttackFigure, ...] = ()
 
     def stage_name(self, index: int) -> str:
         return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
@@ -311,18 +317,27 @@ OUTCOME_WORDS = {
 
 
 def _failures(spec: RolloutSpec, verdicts: tuple[VerdictRow, ...], names: tuple[str, ...]) -> tuple[Failure, ...]:
-    """The first failing look of each (criterion, stage) that counted (shadow criteria only report)."""
+    """The first failing look of each (criterion, stage) that counted (shadow criteria only report); an
+    anonymity criterion's as the difference stage - baseline of its attack measure against its margin."""
     by_name = {c.name: c for c in spec.criteria}
+    anonymity = {a.name: a for a in getattr(spec, "anonymity", ())}
     out, seen = [], set()
     for v in verdicts:
         c = by_name.get(v.criterion)
-        if v.outcome != "fail" or v.shadow or c is None or (v.criterion, v.stage) in seen:
+        a = anonymity.get(v.criterion) if c is None else None
+        if v.outcome != "fail" or v.shadow or (c is None and a is None) or (v.criterion, v.stage) in seen:
             continue
         seen.add((v.criterion, v.stage))
+        stage = names[v.stage] if 0 <= v.stage < len(names) else f"stage {v.stage}"
+        if a is not None:
+            # judged on the predictions: the difference over the simulated networks against the margin
+            interval = f"[{attack_number(v.ci_low)}, {attack_number(v.ci_high)}] on {v.n_stage} simulated networks"
+            out.append(Failure(v.criterion, a.measure, stage, v.window_end, attack_number(v.effect), interval,
+                               attack_number(a.margin), v.id, a.role))
+            continue
         unit, factor = catalogue.display(c.metric)  # the unit every table and plot of the report shows
         interval = interval_words(c.comparison, v.ci_low, v.ci_high, unit, factor)
         limit = limit_words(c.comparison, c.threshold, unit, factor)
-        stage = names[v.stage] if 0 <= v.stage < len(names) else f"stage {v.stage}"
         effect = effect_words(c.comparison, v.effect, unit, factor)
         out.append(Failure(v.criterion, c.metric, stage, v.window_end, effect, interval, limit, v.id, c.role))
     return tuple(out)
@@ -529,7 +544,8 @@ def _read(exp: ExperimentDir, reader: JournalReader) -> ExperimentData:
             batches=_batches(reader), measured=_measured(store, spec, names, transitions),
             figures=tuple(figures),
             rollbacks=rollbacks, rehearsals=_rehearsals(spec, decisions, status),
-            stage_names=names, health=health, summary=summary)
+            stage_names=names, health=health, summary=summary,
+            attacks=attack_figures(exp, store, _arms(spec, names)))
 
 
 @attrs.frozen
@@ -539,6 +555,33 @@ class PlanData:
     figures: tuple[StageFigure, ...]
     predictions: tuple[Prediction, ...]
     source: Path
+    attacks: tuple[AttackFigure, ...] = ()
+
+
+def _arms(spec: RolloutSpec, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The stage names ``kistexp simulate`` stores under: a switchback's periods (treatment-3, control-3)
+    are its arms (treatment, control)."""
+    if spec.kind != "switchback":
+        return names
+    return tuple(dict.fromkeys(re.sub(r"-\d+$", "", n) for n in names))
+
+
+def attack_figures(exp: ExperimentDir, store: MetricStore, stages: tuple[str, ...]) -> tuple[AttackFigure, ...]:
+    """The stored attack measures as differences stage minus baseline, in ``stages``' order and then any
+    other stage stored. None in a database from before the table (it is made when the database is
+    opened, but a read-only one stays as it was) or when ``kistexp simulate`` stored none."""
+    try:
+        values = store.load_attack_values()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return ()
+        raise ReportError(f"{exp.db_path}: cannot read the attack measures: {exc}") from None
+    except ValueError as exc:  # a row the catalogue does not know, or a value that is not finite
+        raise ReportError(f"{exp.db_path}: corrupt attack measures: {exc}") from None
+    if not values:
+        return ()
+    order = list(dict.fromkeys([*stages, *(v.stage for v in values)]))
+    return tuple(stage_differences(values, order))
 
 
 def plan_stage_names(plan: Plan) -> tuple[str, ...]:
@@ -552,19 +595,22 @@ def load_plan_predictions(plan: Plan, exp_path: str | Path) -> PlanData:
     if not (Path(exp_path) / "experiment.db").is_file():
         raise ReportError(f"{exp_path}: no predictions for plan {plan.name!r} (no experiment database); {how}")
     exp = ExperimentDir.open(exp_path)
+    stages = plan_stage_names(plan)
     try:
-        rows = MetricStore(exp.db).load_predictions()
+        store = MetricStore(exp.db)
+        rows = store.load_predictions()
+        attacks = attack_figures(exp, store, stages)
     except sqlite3.DatabaseError as exc:
         raise ReportError(f"{exp.db_path}: corrupt experiment database: {exc}") from None
     finally:
         exp.close()
-    stages = plan_stage_names(plan)
     have = {r.stage for r in rows}
     missing = [s for s in stages if s not in have]
     if not rows or missing:
         what = "no predictions" if not rows else f"no predictions for stage(s) {', '.join(missing)}"
         raise ReportError(f"{exp_path}: {what} of plan {plan.name!r}; {how}")
-    return PlanData(plan, stages, tuple(summarize_predictions(rows, list(stages))), tuple(rows), Path(exp_path))
+    return PlanData(plan, stages, tuple(summarize_predictions(rows, list(stages))), tuple(rows), Path(exp_path),
+                    attacks)
 
 
 def metric_unit(metric: str) -> str:

@@ -18,7 +18,7 @@ from kistexp.judge.estimators import side_statistic
 from kistexp.metrics import catalogue
 from kistexp.plan.model import UNSET, Plan
 from kistexp.plan.timeline import build_timeline
-from kistexp.report import plots
+from kistexp.report import attacks, plots
 from kistexp.report.data import RELAY_COSTS, ExperimentData, PlanData
 from kistexp.report.wording import VerdictText, collapse, plain_message, verdict_text
 from kistexp.rollout.spec import LIVE_CADENCE
@@ -230,6 +230,13 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
             pooled.setdefault((metric, "all", arm(data.stage_name(stage))), []).append(values)
     measured = {k: np.concatenate(v) for k, v in pooled.items()}
     costs = _cost_figures(data.figures, cost_stages, measured)
+    progress(0.85, "what an attacker gains")
+    anonymity = tuple(getattr(spec, "anonymity", ()))
+    # each anonymity criterion's latest verdict per stage, under the name the predictions use
+    outcomes = {(v.criterion, arm(data.stage_name(v.stage))): v.outcome for v in data.verdicts
+                if any(a.name == v.criterion for a in anonymity)}
+    attack_section = attacks.section(data.attacks, anonymity,
+                                     f"kistexp simulate {data.path / 'plan.toml'} --dir {data.path}", outcomes)
     progress(0.9, "rollbacks")
     judged = _judged(spec, data.verdicts)
     rollbacks = [{"r": r, "cause": _message(r.cause, judged),
@@ -254,6 +261,7 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         "data": data, "summary": data.summary, "spec": spec, "param": param, "figures": figures,
         "cdf_stages": cdf_stages, "effects": effects,
         "costs": costs, "cost_tables": _cost_tables(data.figures, cost_stages),
+        "attacks": attack_section,
         "stages": stage_list,
         "rollbacks": rollbacks, "decisions": decisions, "transitions": transitions,
         "intents": _intent_rows(data.intents), "criteria_rows": criteria_rows,
@@ -297,6 +305,9 @@ def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict
             metric, stages, {s: (f.median, f.low, f.high) for s, f in by.items()}, scale, unit))
     progress(0.75, "relay costs")
     costs = _cost_figures(data.figures, stages, {})
+    progress(0.8, "what an attacker gains")
+    attack_section = attacks.section(data.attacks, getattr(plan, "anonymity", ()),
+                                     f"kistexp simulate {plan.path} --dir {data.source}")
     progress(0.85, "timeline")
     param = plan.parameters[0]
     base_value = dict(plan.baseline.values).get(param)
@@ -316,7 +327,7 @@ def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict
         "transition_table": ({"stages": transitions, "rows": transition_rows}
                              if any(c for r in transition_rows for c in r["cells"]) else None),
         "prediction_figures": prediction_figures, "costs": costs, "cost_tables": _cost_tables(data.figures, stages),
-        "source": data.source, "networks": networks,
+        "source": data.source, "networks": networks, "attacks": attack_section,
     }
 
 

@@ -22,7 +22,7 @@ from kistexp import params as tor_params  # noqa: E402
 from kistexp.dirauth.propagation import NodeClass, PropagationModel  # noqa: E402
 from kistexp.durations import format_duration  # noqa: E402
 from kistexp.metrics import catalogue  # noqa: E402
-from kistexp.report.wording import difference_unit, limit_words  # noqa: E402
+from kistexp.report.wording import attack_difference_words, difference_unit, limit_words  # noqa: E402
 from kistexp.textsafe import visible  # noqa: E402
 
 # Byte-identical SVGs for identical input: no random ids, no timestamp. Names from plans (stages,
@@ -33,6 +33,7 @@ matplotlib.rcParams.update({"svg.hashsalt": "kistexp", "svg.fonttype": "none", "
 OUTCOME_COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#f9a825", "error": "#6a1b9a"}
 BASELINE_COLOUR, STAGE_COLOUR = "#546e7a", "#1565c0"
 RELAYS_COLOUR, CLIENTS_COLOUR = "#ef6c00", "#00897b"
+LEAKIER_COLOUR, LESS_LEAKY_COLOUR = "#c62828", "#2e7d32"
 ECDF_POINTS = 400
 
 
@@ -480,3 +481,104 @@ def rollback_recovery(kind: str, valid_after: dt.datetime, decided: dt.datetime,
     ax.legend(fontsize=7, loc="lower right")
     alt = f"Share of relays and clients running the values of rollback {kind} over time after the decision."
     return _encode(fig, f"{kind} recovery", alt)
+
+
+@attrs.frozen
+class DifferencePoint:
+    """One stage's mean difference stage - baseline of an attack measure with its interval; ``flag``
+    "leakier" or "less leaky" when the interval lies wholly on one side of zero, "" otherwise."""
+
+    stage: str
+    mean: float
+    low: float
+    high: float
+    units: int
+    flag: str = ""
+
+
+@attrs.frozen
+class DifferencePanel:
+    """One attack measure across the stages: its label and unit, which way is leakier (+1: up), its
+    points and, where an anonymity criterion names the measure, that criterion's margin."""
+
+    label: str
+    unit: str
+    leakier: int
+    points: tuple[DifferencePoint, ...]
+    margin: float | None = None
+    margin_label: str = ""
+
+
+def attack_differences(attack: str, panels: Sequence[DifferencePanel], stages: Sequence[str],
+                       networks: int) -> Figure:
+    """One panel per measure of ``attack``: per stage the mean difference stage - baseline over the
+    simulated networks with its 95 % interval as an error bar, red where the interval lies wholly on
+    the leakier side, green on the other; zero (as at the baseline) as a solid line, the leakier side
+    shaded and labelled, and a criterion's margin as a dashed line."""
+    ncols = max(1, min(len(panels), 4))
+    nrows = max(1, -(-len(panels) // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.6, 0.6 + 2.2 * ncols), 1.2 + 2.5 * nrows), squeeze=False)
+    x_of = {s: i for i, s in enumerate(stages)}
+    colours = {"leakier": LEAKIER_COLOUR, "less leaky": LESS_LEAKY_COLOUR, "": STAGE_COLOUR}
+    for ax, p in zip(axes.flat, panels, strict=False):
+        for flag, colour in colours.items():
+            sel = [q for q in p.points if q.flag == flag and q.stage in x_of and np.isfinite(q.mean)]
+            if not sel:
+                continue
+            mean = np.array([q.mean for q in sel])
+            low = np.array([q.low for q in sel])
+            high = np.array([q.high for q in sel])
+            ax.errorbar([x_of[q.stage] for q in sel], mean,
+                        yerr=[np.nan_to_num(mean - low), np.nan_to_num(high - mean)], fmt="o", ms=4,
+                        color=colour, ecolor=colour, elinewidth=1.4, capsize=4)
+        ax.axhline(0.0, color="black", lw=0.8)
+        if p.margin is not None and np.isfinite(p.margin):
+            ax.axhline(p.margin, color=LEAKIER_COLOUR, ls="--", lw=1.2)
+            ax.annotate(p.margin_label, (0.0, p.margin), xycoords=("axes fraction", "data"), xytext=(3, 2),
+                        textcoords="offset points", fontsize=6.5, color=LEAKIER_COLOUR)
+        lo, hi = ax.get_ylim()
+        # the leakier side always shows, however far the points lie on the other
+        if p.leakier > 0:
+            hi = max(hi, 0.2 * (hi - lo))
+        else:
+            lo = min(lo, -0.2 * (hi - lo))
+        if p.leakier > 0:
+            ax.axhspan(0.0, hi, color=LEAKIER_COLOUR, alpha=0.06, lw=0)
+            ax.text(0.99, 0.97, "↑ leakier", transform=ax.transAxes, ha="right", va="top", fontsize=7,
+                    color=LEAKIER_COLOUR)
+        else:
+            ax.axhspan(lo, 0.0, color=LEAKIER_COLOUR, alpha=0.06, lw=0)
+            ax.text(0.99, 0.03, "↓ leakier", transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                    color=LEAKIER_COLOUR)
+        ax.set_ylim(lo, hi)
+        ax.set_xlim(-0.5, len(stages) - 0.5)
+        ax.set_xticks(range(len(stages)), labels=[visible(s) for s in stages], fontsize=7, rotation=20)
+        ax.set_title(textwrap.fill(p.label, 30), fontsize=8)
+        ax.set_ylabel(f"stage − baseline ({p.unit})" if p.unit else "stage − baseline", fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles = [matplotlib.lines.Line2D([], [], color=LEAKIER_COLOUR, marker="o", ls="",
+                                       label="leakier: the interval lies wholly on the leakier side"),
+               matplotlib.lines.Line2D([], [], color=LESS_LEAKY_COLOUR, marker="o", ls="", label="less leaky"),
+               matplotlib.lines.Line2D([], [], color=STAGE_COLOUR, marker="o", ls="",
+                                       label="no significant change"),
+               matplotlib.lines.Line2D([], [], color="black", lw=0.8, label="0: as at the baseline")]
+    if any(p.margin is not None for p in panels):
+        handles.append(matplotlib.lines.Line2D([], [], color=LEAKIER_COLOUR, ls="--", lw=1.2,
+                                               label="margin of an anonymity criterion"))
+    fig.legend(handles=handles, fontsize=7, ncol=2 if ncols <= 2 else 4, loc="lower center",
+               bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(f"{attack}: stage − baseline, mean over {networks} simulated network{'s' if networks != 1 else ''}"
+                 " with its 95 % interval", fontsize=9)
+    height = fig.get_figheight()
+    fig.tight_layout(rect=(0, (0.8 if ncols <= 2 else 0.5) / height, 1, 1))
+    flagged = [f"{q.stage} {p.label} {attack_difference_words(q.mean, q.low, q.high, q.units)}"
+               for p in panels for q in p.points if q.flag == "leakier"]
+    margins = [f"{p.label} ({p.margin_label})" for p in panels if p.margin is not None]
+    alt = (f"Error bars of the difference stage minus baseline of {len(panels)} {attack} measure"
+           f"{'s' if len(panels) != 1 else ''} ({'; '.join(p.label for p in panels)}) for stages "
+           f"{', '.join(stages)}, over {networks} simulated networks; leakier: "
+           + ("; ".join(flagged) if flagged else "none")
+           + (f"; criterion margins: {'; '.join(margins)}" if margins else "") + ".")
+    return _encode(fig, f"{attack}: what an attacker gains", alt)

@@ -127,3 +127,23 @@ def collapse(items: Sequence[tuple[str, str]], min_chars: int = 24) -> list[str]
             first.setdefault(text, label)
             out.append(text)
     return out
+
+
+def attack_number(x: float | None) -> str:
+    """An attack measure's difference as the report writes it: three decimals with its sign (+0.050),
+    small ones in exponent form (+2.1e-04) so they do not read as zero; "n/a" when not computed."""
+    if not _finite(x):
+        return "n/a"
+    if x == 0:
+        return "+0.000"
+    return f"{x:+.3f}" if abs(x) >= 0.001 else f"{x:+.1e}"
+
+
+def attack_difference_words(mean: float | None, low: float | None, high: float | None, units: int) -> str:
+    """A stage-minus-baseline difference with its interval: "+0.050 [+0.025, +0.075]"; with a single
+    network there is no interval, and the text says so."""
+    if units == 0:
+        return "n/a (no network has both)"
+    if not (_finite(low) and _finite(high)):
+        return f"{attack_number(mean)} ({units} network{'s' if units != 1 else ''}: no interval)"
+    return f"{attack_number(mean)} [{attack_number(low)}, {attack_number(high)}]"
