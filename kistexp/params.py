@@ -179,6 +179,10 @@ _V0481 = TorVersion(0, 4, 8, 1)
 _V0320 = TorVersion(0, 3, 2, 0)
 
 _KIST_MEANING = "how often the KIST/KISTLite cell scheduler runs"
+#: who reads the Arti-only parameters: Arti clients; no C tor version calls networkstatus_get_param for them
+ARTI_ONLY = "Arti clients only (C tor never reads it)"
+ARTI_SOURCE = ("arti crates/tor-netdir/src/params.rs (NetParameters kist_enabled, kist_tcp_notsent_lowat), "
+               "crates/tor-chanmgr/src/mgr/state.rs, crates/tor-proto/src/channel/reactor.rs")
 
 CATALOGUE: tuple[ConsensusParam, ...] = (
     # -- KIST scheduler (kist-ewma.md §5.1, dirspec-params.md §4)
@@ -344,6 +348,16 @@ CATALOGUE: tuple[ConsensusParam, ...] = (
        category="network", source="param-spec §2", read_by="relays"),
     _p("ExtendByEd25519ID", 0, 0, 1, "bool", "clients include Ed25519 identities in EXTEND2",
        category="network", source="param-spec §1", read_by="clients"),
+    # -- Arti's own KIST (kistexp/population/arti.py holds what Arti does with them). Arti reads
+    # them into tor-units BoundedInt32 values and clamps an out-of-range value to the bound; C tor
+    # reads neither, and Arti reads neither KISTSchedRunInterval nor KISTSchedRunIntervalClient.
+    _p("kist-enabled", 0, 0, 1, "enum", "Arti's KIST on its channels: 0 off, 1 TCP_NOTSENT_LOWAT on each "
+       "channel's socket (Linux only)", category="arti", read_by=ARTI_ONLY,
+       note="Arti's bounds (BoundedInt32<0, 1>); C tor ignores it", source=ARTI_SOURCE),
+    _p("kist-tcp-notsent-lowat", 1, 1, INT32_MAX, "bytes", "the TCP_NOTSENT_LOWAT Arti sets on each channel's "
+       "socket while kist-enabled=1 (kist-enabled=0 sets 4294967295, the kernel's no-limit value)",
+       category="arti", read_by=ARTI_ONLY,
+       note="Arti's bounds (BoundedInt32<1, INT32_MAX>); C tor ignores it", source=ARTI_SOURCE),
 )
 
 _BY_NAME = {p.name: p for p in CATALOGUE}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import typer
 
 from kistexp.output import add_row, console, emit_json, make_table, plain, print_table, say
@@ -89,23 +90,28 @@ def summary_cmd(
     geoip_file: Path = typer.Option(None, "--geoip", help="tor's IPv4 GeoIP file, plain or xz (default: the bundled "
                                     "copy of Debian's tor-geoipdb; /usr/share/tor/geoip is one)."),
     countries: int = typer.Option(12, "--countries", help="Countries shown in the table."),
+    values: list[str] = typer.Option(None, "--values", help="A stage's consensus value NAME=VALUE (repeatable): "
+                                     "show which client implementations it reaches (Arti ignores "
+                                     "KISTSchedRunInterval) and Arti's KIST under it."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """The (sampled) population by flags, position class, relay class, country and weight."""
+    """The (sampled) population by flags, position class, relay class, country and weight; its clients."""
     from kistexp.population.classes import load_class_shares
     from kistexp.population.geoip import load_geoip
     from kistexp.population.relays import load_population
     from kistexp.population.sampling import sample
-    from kistexp.population.summary import summarize
+    from kistexp.population.summary import stage_reach, summarize
 
+    stage = _parse_values(values or [])
     shares = load_class_shares(classes_toml, profiles_toml)
     geoip = load_geoip(geoip_file)
     pop = load_population(consensus, certs=certs)
     if scale != 1.0:
         pop = sample(pop, scale, seed)
     s = summarize(pop, geoip=geoip, shares=shares, class_seed=seed, scale=scale)
+    reached = stage_reach(stage, shares) if stage else None
     if as_json:
-        emit_json(s)
+        emit_json(s if reached is None else {**attrs.asdict(s), "stage": attrs.asdict(reached)})
         return
     console.print(plain(s.source, "bold").append_text(plain(
         f": {s.relays} relays, ΣB {s.total_weight_kBps:,} kB/s, "
@@ -122,6 +128,42 @@ def summary_cmd(
         for r in rows:
             add_row(t, r.key, str(r.relays), _pct(r.relay_share), _pct(r.weight_share))
         print_table(t)
+    console.print(plain("  clients      " + "  ".join(f"{k} {_pct(v)}" for k, v in s.client_classes)
+                        + " of client processes (Arti ignores KISTSchedRunInterval; measurement clients run tor)"))
+    if reached is not None:
+        reach, kist = reached.reach, reached.arti
+        said = ", ".join(f"{k}={v}" for k, v in reached.values)
+        missed = "; misses " + ", ".join(f"{k} {_pct(v)}" for k, v in reach.missed) if reach.missed else ""
+        console.print(plain(f"  stage        {said} reaches {_pct(reach.share)} of clients ("
+                            + (", ".join(k for k, _ in reach.reached) or "none") + f"){missed}"))
+        lowat = kist.socket_notsent_lowat()
+        clamped = f"; clamped to Arti's bounds: {', '.join(kist.clamped)}" if kist.clamped else ""
+        console.print(plain(f"  arti KIST    {'on' if kist.enabled else 'off'}: TCP_NOTSENT_LOWAT {lowat} bytes on "
+                            f"Linux (kist-tcp-notsent-lowat={kist.tcp_notsent_lowat}){clamped}"))
+
+
+def _parse_values(items: list[str]) -> dict[str, int]:
+    """``NAME=VALUE`` items as a stage's values; the name must be in kistexp's catalogue."""
+    from kistexp import params as tor_params
+    from kistexp.errors import KistexpError
+
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise KistexpError(f"--values {item[:80]!r}: expected NAME=VALUE, e.g. KISTSchedRunInterval=2")
+        if tor_params.get(name) is None:
+            close = tor_params.suggest(name)
+            raise KistexpError(f"--values: unknown consensus parameter {name[:80]!r}"
+                               + (f"; did you mean {close}?" if close else ""))
+        try:
+            value = int(text)
+        except ValueError:
+            raise KistexpError(f"--values {name}={text[:40]!r}: not an integer") from None
+        if not tor_params.INT32_MIN <= value <= tor_params.INT32_MAX:
+            raise KistexpError(f"--values {name}={value}: out of range (consensus values are 32-bit signed integers)")
+        out[name] = value
+    return out
 
 
 def register(app: typer.Typer) -> None:

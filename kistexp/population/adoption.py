@@ -71,8 +71,9 @@ class SwitchSchedule:
     def applied(self) -> int:
         return self._next[0]
 
-    def apply_until(self, sim, t_s: float) -> None:
-        """Advance ``sim`` to ``t_s``, switching every node whose time is <= t_s on the way."""
+    def apply_until(self, sim, t_s: float, apply=None) -> None:
+        """Advance ``sim`` to ``t_s``, switching every node whose time is <= t_s on the way, through ``apply(sim,
+        nodes, values)`` (default ``sim.apply``; ``SimNetwork.apply`` hands Arti clients only what Arti reads)."""
         i = self._next[0]
         values = dict(self.params)
         while i < len(self.times) and self.times[i] <= t_s:
@@ -81,7 +82,11 @@ class SwitchSchedule:
             while j < len(self.times) and self.times[j] == when:
                 j += 1
             sim.advance_to(max(when, sim.now_s))
-            sim.apply([int(n) for n in self.nodes[i:j]], values)
+            nodes = [int(n) for n in self.nodes[i:j]]
+            if apply is None:
+                sim.apply(nodes, values)
+            else:
+                apply(sim, nodes, values)
             i = j
         self._next[0] = i
         sim.advance_to(max(t_s, sim.now_s))

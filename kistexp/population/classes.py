@@ -1,9 +1,12 @@
-"""Relay classes: operating system, kernel tick, tor version, torrc override and hardware profile.
+"""Relay classes (operating system, kernel tick, tor version, torrc override, hardware profile) and client classes.
 
 What a consensus parameter does to a relay depends on these (population.md §3): Linux relays run KIST,
 the others KISTLite (no ``TCP_INFO``/``SIOCOUTQNSD``); the kernel tick quantises the run interval
 (``kistexp.population.kernels``); the tor version decides default and clamp (``kistexp.params``); a torrc
 ``KISTSchedRunInterval`` wins over the consensus; the hardware profile gives per-operation CPU costs.
+Clients are of a class too: the implementation they run, C tor or Arti (``kistexp.population.arti``: Arti
+ignores the KIST run intervals and reads its own ``kist-enabled`` / ``kist-tcp-notsent-lowat``), which
+decides which of a stage's parameters reach them.
 
 Shares and profiles load from TOML (bundled defaults: ``kistexp/data/relay-classes.toml`` and
 ``kistexp/data/hardware-profiles.toml``), so operators can describe their own relays. Unknown keys,
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,6 +27,7 @@ import tomli
 
 from kistexp import params
 from kistexp.errors import PopulationError
+from kistexp.population import arti
 from kistexp.population.kernels import effective_interval_ms
 from kistexp.safeio import read_bounded_text
 
@@ -33,6 +37,12 @@ DEFAULT_PROFILES = DATA / "hardware-profiles.toml"
 # the bundled files are a few KB; an operator's description of their relays is no larger than this
 MAX_TOML_BYTES = 1024 * 1024
 OS_NAMES = ("linux", "bsd", "windows", "macos", "other")
+#: client implementations: C tor and Arti
+CLIENT_CLASSES = ("tor", "arti")
+#: a class file without a [clients] table describes relays only: its clients all run C tor
+ALL_TOR_CLIENTS = (("tor", 1.0),)
+#: the client-class draw's own random stream, so adding it left every earlier draw of a seed as it was
+CLIENT_CLASS_STREAM = 0x41525449  # "ARTI"
 SHARE_TOLERANCE = 1e-6
 # tor versions older than kistexp.params knows (or unparseable v lines) are treated as this one
 FALLBACK_VERSION = "0.4.7.10"
@@ -138,6 +148,10 @@ class ClassShares:
     hardware: Mapping[str, tuple[tuple[str, float], ...]]
     override_share: float
     override_value: int
+    clients: tuple[tuple[str, float], ...] = ALL_TOR_CLIENTS  # client implementation shares (of client processes)
+
+    def client_share(self, name: str) -> float:
+        return dict(self.clients).get(name, 0.0)
 
 
 def _shares(path: Path, key: str, table: object, convert=str) -> tuple[tuple, ...]:
@@ -166,7 +180,7 @@ def _hz(name: str) -> int:
 @lru_cache(maxsize=8)
 def _load_class_shares(path: Path, profiles_path: Path) -> ClassShares:
     data = _read_toml(path)
-    unknown = set(data) - {"os", "hz", "hardware", "torrc"}
+    unknown = set(data) - {"os", "hz", "hardware", "torrc", "clients"}
     if unknown:
         raise PopulationError(f"{path}: {sorted(unknown)[0]}: unknown key")
     os_shares = _shares(path, "os", data.get("os"))
@@ -201,7 +215,14 @@ def _load_class_shares(path: Path, profiles_path: Path) -> ClassShares:
     value = torrc.get("override_value", 10)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
         raise PopulationError(f"{path}: torrc.override_value: expected an integer 1..100 ms, got {value!r}")
-    return ClassShares(str(path), os_shares, hz, hardware, share, value)
+    clients = ALL_TOR_CLIENTS
+    if "clients" in data:
+        clients = _shares(path, "clients", data["clients"])
+        for name, _ in clients:
+            if name not in CLIENT_CLASSES:
+                raise PopulationError(f"{path}: clients.{name}: unknown client implementation "
+                                      f"(known: {', '.join(CLIENT_CLASSES)})")
+    return ClassShares(str(path), os_shares, hz, hardware, share, value, clients)
 
 
 def load_class_shares(path: str | Path | None = None, profiles: str | Path | None = None) -> ClassShares:
@@ -273,3 +294,50 @@ def assign_classes(versions: list[str], shares: ClassShares | None = None, seed:
         out.append(RelayClass(os_name, int(hz), versions[i] or FALLBACK_VERSION, hw,
                               shares.override_value if override[i] else None))
     return out
+
+
+def assign_client_classes(n: int, shares: ClassShares | None = None, seed: int | None = 0) -> list[str]:
+    """An implementation per client process (``CLIENT_CLASSES``), drawn by the ``[clients]`` shares from a
+    stream of its own (``seed`` and ``CLIENT_CLASS_STREAM``): the network's other draws do not move."""
+    shares = shares or load_class_shares()
+    if n <= 0:
+        return []
+    if len(shares.clients) == 1:
+        return [shares.clients[0][0]] * n
+    entropy = None if seed is None else [int(seed), CLIENT_CLASS_STREAM]
+    return _pick(np.random.default_rng(np.random.SeedSequence(entropy)), shares.clients, n)
+
+
+def client_class_reads(client_class: str, name: str) -> bool:
+    """Whether a client of ``client_class`` takes consensus parameter ``name`` from the consensus at all.
+
+    C tor: every parameter of kistexp's catalogue except Arti's own (tor's relay and client code are one
+    program; which role and version reads which is ``kistexp.params``' rule). Arti: the names its
+    ``NetParameters`` reads and uses (``kistexp.population.arti``), never the KIST run intervals."""
+    if client_class == "arti":
+        return arti.acts_on(name)
+    if client_class == "tor":
+        entry = params.get(name)
+        return entry is not None and entry.read_by != params.ARTI_ONLY
+    raise PopulationError(f"unknown client implementation {client_class!r} (known: {', '.join(CLIENT_CLASSES)})")
+
+
+@attrs.frozen
+class ClientReach:
+    """Which client implementations a stage's parameters reach, and the share of clients that makes."""
+
+    parameters: tuple[str, ...]
+    reached: tuple[tuple[str, float], ...]  # (class, its share of clients) for classes reading any parameter
+    missed: tuple[tuple[str, float], ...]  # classes that read none of them
+    share: float  # of client processes: the reached classes' shares summed
+
+
+def client_reach(names: Iterable[str], shares: ClassShares | None = None) -> ClientReach:
+    """The client classes that take at least one of ``names`` from the consensus: a KISTSchedRunInterval
+    stage misses Arti clients, a kist-enabled stage reaches only them."""
+    shares = shares or load_class_shares()
+    names = tuple(names)
+    reached, missed = [], []
+    for cls, share in shares.clients:
+        (reached if any(client_class_reads(cls, n) for n in names) else missed).append((cls, share))
+    return ClientReach(names, tuple(reached), tuple(missed), sum(s for _, s in reached))

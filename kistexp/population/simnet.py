@@ -9,7 +9,10 @@ Uses ``kistexp.sim`` through its public API only (``Network``, ``NodeConfig``, `
 * **clients**: tornettools' TGen processes for the sample (population.md §2.4:
   ``max(round(users * 0.01), min(users, 100))``), each standing for many users, placed in the relays'
   countries by consensus weight (user country shares are not in the shared data), 1 Gbit/s links
-  (tornettools' floor for a TGen host);
+  (tornettools' floor for a TGen host); each runs C tor (KIST, ``KISTSchedRunIntervalClient``) or, by the
+  ``[clients]`` shares, Arti (``client_node_config``: no scheduler run, so the simulator's Vanilla, taking
+  neither KIST run interval nor the EWMA half-life from the consensus; ``kistexp.population.arti``);
+  the measurement clients run C tor;
 * **paths**: tor's path selection (``kistexp.population.paths``) for port 443, each client keeping its
   primary guards;
 * **links**: one channel per node pair on a path, RTT from the latency model
@@ -28,8 +31,15 @@ import attrs
 import numpy as np
 
 from kistexp.errors import PopulationError
-from kistexp.population import latency
-from kistexp.population.classes import ClassShares, RelayClass, assign_classes, load_class_shares
+from kistexp.population import arti, latency
+from kistexp.population.classes import (
+    ClassShares,
+    RelayClass,
+    assign_classes,
+    assign_client_classes,
+    client_class_reads,
+    load_class_shares,
+)
 from kistexp.population.geoip import GeoIP, load_geoip
 from kistexp.population.paths import pick_paths, sample_primary_guards
 from kistexp.population.relays import Population
@@ -92,6 +102,41 @@ class SimNetwork:
     offered_bytes_per_s: float  # client bytes per second asked for
     traffic: TrafficModel
     client_countries: tuple[str, ...] = ()  # of client_nodes then perf_nodes (latency leakage, kistexp.anonymity)
+    client_classes: tuple[str, ...] = ()  # implementation of client_nodes then perf_nodes: "tor" or "arti"
+
+    def client_class(self, node: int) -> str:
+        """The implementation client node ``node`` runs (``kistexp.population.classes.CLIENT_CLASSES``)."""
+        clients = self.client_nodes + self.perf_nodes
+        if node not in clients:
+            raise PopulationError(f"node {node} is not a client of this network")
+        return self.client_classes[clients.index(node)] if self.client_classes else "tor"
+
+    def apply(self, sim, nodes, values) -> tuple:
+        """``sim.apply(nodes, values)`` as each node's implementation reads the consensus: relays and C tor
+        clients take ``values``; Arti clients only the parameters Arti reads (``arti.acts_on``: never a
+        KIST run interval), and ``kist-enabled=1``, which the simulator cannot run, is refused
+        (``arti.check_simulable``). Returns the ``AppliedConsensus`` of each node in ``nodes``' order."""
+        nodes = [int(n) for n in nodes]
+        values = dict(values)
+        clients = set(self.client_nodes + self.perf_nodes)
+        arti_nodes = [n for n in nodes if n in clients and self.client_class(n) == "arti"]
+        if arti_nodes:
+            arti.check_simulable(values)
+        others = [n for n in nodes if n not in set(arti_nodes)]
+        applied = {}
+        if others:
+            applied.update((a.node, a) for a in sim.apply(others, values))
+        if arti_nodes:
+            read = {k: v for k, v in values.items() if arti.acts_on(k)}
+            applied.update((a.node, a) for a in sim.apply(arti_nodes, read))
+        return tuple(applied[n] for n in nodes)
+
+    def reached_clients(self, names) -> tuple[int, ...]:
+        """The client nodes (``client_nodes`` then ``perf_nodes`` order) whose implementation takes at least
+        one of the consensus parameters ``names``: a KISTSchedRunInterval stage leaves the Arti clients out."""
+        names = tuple(names)
+        return tuple(n for n in self.client_nodes + self.perf_nodes
+                     if any(client_class_reads(self.client_class(n), k) for k in names))
 
 
 def _poisson_starts(rng: np.random.Generator, rate: float, t0: float, t1: float) -> np.ndarray:
@@ -99,6 +144,25 @@ def _poisson_starts(rng: np.random.Generator, rate: float, t0: float, t1: float)
         return np.zeros(0)
     n = rng.poisson(rate * (t1 - t0))
     return np.sort(rng.uniform(t0, t1, n))
+
+
+def client_node_config(client_class: str, scheduler: str | None = None) -> NodeConfig:
+    """The simulator node of a client process of ``client_class``.
+
+    C tor: KIST at ``KISTSchedRunIntervalClient``'s default 2 ms. Arti (``kistexp.population.arti``) runs
+    no scheduler and writes cells as soon as the socket takes them: the simulator's Vanilla, alone in its
+    ``Schedulers`` list so no run interval can switch it, with the consensus's EWMA half-life ignored
+    (Arti has no circuit priority; the simulator still orders its circuits by EWMA at the default
+    half-life). Its ``kist-enabled`` is 0 by default and is then this; kist-enabled=1 needs a
+    TCP_NOTSENT_LOWAT the simulator lacks (``arti.check_simulable``). ``scheduler`` forces one scheduler
+    on every client, as ``build_network`` does for scheduler comparisons."""
+    if client_class not in ("tor", "arti"):
+        raise PopulationError(f"unknown client implementation {client_class!r}")
+    if scheduler is not None or client_class == "tor":
+        return NodeConfig(role="client", scheduler=scheduler or "kist", kist_interval_ms=2,
+                          nic_rate_bytes_per_s=CLIENT_LINK_BYTES_PER_S)
+    return NodeConfig(role="client", scheduler="vanilla", schedulers=("vanilla",), kist_interval_ms=2,
+                      nic_rate_bytes_per_s=CLIENT_LINK_BYTES_PER_S, torrc_overrides=("CircuitPriorityHalflife",))
 
 
 def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms: int,
@@ -133,15 +197,15 @@ def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms:
     weights = pop.bandwidth / pop.bandwidth.sum()
     client_cc = [countries[i] for i in rng.choice(len(pop), size=n_clients + traffic.perf_clients, p=weights)]
     kinds = rng.choice(3, size=n_clients, p=[traffic.web_share, traffic.bulk_share, traffic.interactive_share])
+    # the implementations come from a stream of their own: every draw above and below is the same with or
+    # without Arti clients
+    implementations = assign_client_classes(n_clients, shares, seed)
     client_nodes, perf_nodes = [], []
     for i in range(n_clients):
-        client_nodes.append(net.add_node(NodeConfig(role="client", scheduler=scheduler or "kist", kist_interval_ms=2,
-                                                    nic_rate_bytes_per_s=CLIENT_LINK_BYTES_PER_S),
+        client_nodes.append(net.add_node(client_node_config(implementations[i], scheduler),
                                          name=f"c{i}-{('web', 'bulk', 'interactive')[kinds[i]]}"))
     for i in range(traffic.perf_clients):
-        perf_nodes.append(net.add_node(NodeConfig(role="client", scheduler=scheduler or "kist", kist_interval_ms=2,
-                                                  nic_rate_bytes_per_s=CLIENT_LINK_BYTES_PER_S),
-                                       name=f"perf{i}"))
+        perf_nodes.append(net.add_node(client_node_config("tor", scheduler), name=f"perf{i}"))
     all_clients = client_nodes + perf_nodes
     cpc = traffic.circuits_per_client
     guards = sample_primary_guards(pop, len(all_clients), rng)
@@ -214,7 +278,8 @@ def build_network(pop: Population, *, duration_s: float, seed: int, interval_ms:
     mean_util = float(np.mean((relay_bytes - 0) / (2 * cap))) * factor  # perf part scaled too (small)
     return SimNetwork(net, pop, tuple(relay_nodes), tuple(classes), tuple(str(c) for c in pop.classes),
                       tuple(countries), tuple(client_nodes), tuple(perf_nodes), mean_util, offered, traffic,
-                      client_countries=tuple(str(c) for c in client_cc))
+                      client_countries=tuple(str(c) for c in client_cc),
+                      client_classes=(*implementations, *(["tor"] * traffic.perf_clients)))
 
 
 def bandwidth_band(capacity_bytes_per_s: float) -> str:

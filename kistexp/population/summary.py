@@ -1,13 +1,16 @@
-"""What a (sampled) population consists of: by flags, position class, relay class, country and weight."""
+"""What a (sampled) population consists of: by flags, position class, relay class, country and weight; its
+client implementations and, for a stage's values, the share of clients those values reach."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import attrs
 import numpy as np
 
-from kistexp.population.classes import ClassShares, assign_classes, load_class_shares
+from kistexp.population import arti
+from kistexp.population.classes import ClassShares, ClientReach, assign_classes, client_reach, load_class_shares
 from kistexp.population.geoip import GeoIP, load_geoip
 from kistexp.population.paths import Paths
 from kistexp.population.relays import Population
@@ -20,6 +23,20 @@ class Share:
     relays: int
     relay_share: float
     weight_share: float
+
+
+@attrs.frozen
+class StageReach:
+    """What a stage's values do to the clients: the classes they reach and Arti's KIST under them."""
+
+    values: tuple[tuple[str, int], ...]
+    reach: ClientReach
+    arti: arti.ArtiKist  # Arti's KIST under the values (defaults for absent ones, clamped to Arti's bounds)
+
+
+def stage_reach(values: Mapping[str, int], shares: ClassShares | None = None) -> StageReach:
+    """The clients a stage setting ``values`` reaches (``classes.client_reach``) and Arti's KIST under them."""
+    return StageReach(tuple(values.items()), client_reach(values, shares), arti.arti_kist(values))
 
 
 @attrs.frozen
@@ -39,6 +56,7 @@ class PopulationSummary:
     countries: tuple[Share, ...]
     users: int
     circuits_per_10min: float
+    client_classes: tuple[tuple[str, float], ...] = ()  # client implementation shares (tor, arti)
 
 
 def _shares(keys: list[str], weights: np.ndarray) -> tuple[Share, ...]:
@@ -78,6 +96,7 @@ def summarize(pop: Population, *, geoip: GeoIP | None = None, shares: ClassShare
         countries=_shares(countries, bw),
         users=budget.users,
         circuits_per_10min=budget.circuits_per_10min,
+        client_classes=shares.clients,
     )
 
 

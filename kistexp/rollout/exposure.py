@@ -130,10 +130,13 @@ class ConsensusExposureProbe:
     (from a consensus archive, or the run's own fetches: ``consensus_at``) either carries the stage's
     values, and then the propagation model's share of relays and clients holds them, or it does not,
     and none do. When the archive gives the relays' versions, only relays whose version runs the
-    values as given count as exposed (an older tor clamps a value outside its bounds)."""
+    values as given count as exposed (an older tor clamps a value outside its bounds). Clients count
+    only for the client implementations that read the values (``kistexp.population.classes.client_reach``
+    with ``client_shares``, default the bundled ones: Arti clients ignore KISTSchedRunInterval)."""
 
-    def __init__(self, consensus_at, cadence: Cadence) -> None:
+    def __init__(self, consensus_at, cadence: Cadence, client_shares=None) -> None:
         self.consensus_at, self.share = consensus_at, PropagationShare(cadence)
+        self.client_shares = client_shares
 
     def measure(self, stage: int, want: Mapping[str, int], stage_va: dt.datetime | None,
                 at: dt.datetime) -> list[ExposureRow]:
@@ -148,10 +151,19 @@ class ConsensusExposureProbe:
             versions = found[2] if len(found) > 2 else ()
             carries = all(params.get(k) == x for k, x in want.items())
             expected = self.share(pop, (at - (stage_va or va)).total_seconds())
+            reach = None
+            if pop == "clients" and want:
+                from kistexp.population.classes import client_reach
+
+                reach = client_reach(want, self.client_shares)
+                expected *= reach.share
             observed = expected if carries else 0.0
             detail = (f"{pop}: the consensus of {va:%Y-%m-%d %H:%M} UTC "
                       f"{'carries' if carries else 'does not carry'} the stage's values; "
                       f"propagation gives {observed:.0%}")
+            if reach is not None and reach.missed:
+                detail += (f"; only the {reach.share:.0%} of clients whose implementation reads them count ("
+                           + ", ".join(f"{k} {v:.0%}" for k, v in reach.missed) + " ignore them)")
             by_version = version_share(versions, want) if pop == "relays" and versions else None
             if by_version is not None:
                 share, counted = by_version
