@@ -42,6 +42,12 @@ NOTES = {
                        "cells queued inside tor, which is what the change shows.",
     "relay_bandwidth_bytes_per_s": "Bytes read plus written per second.",
 }
+# at full NIC rates the links are the relays' own: the CPU note says what still differs from the live network
+FULL_RATE_NOTES = {
+    "relay_cpu_utilization": "100 % of one core is one core kept busy. The simulated relays run at their own NIC "
+                             "rates but carry the traffic of a sampled network, not the live one's, so compare the "
+                             "change, not the level.",
+}
 
 
 def _safe_output(value: object) -> object:
@@ -81,7 +87,7 @@ def _instruction(values) -> str:
     return " and ".join(parts)
 
 
-def _watch(metric: str, by: dict, stages: list[str], classes: list[str]) -> dict:
+def _watch(metric: str, by: dict, stages: list[str], classes: list[str], full_rates: bool = False) -> dict:
     """One metric's rows: per relay class the baseline A (median over networks) and per stage the change X
     (median over networks of each network's own change, ``summarize_predictions``) with the value it
     implies, A x (1 + X), so that every printed pair adds up. The stage's own median over networks can
@@ -102,7 +108,8 @@ def _watch(metric: str, by: dict, stages: list[str], classes: list[str]) -> dict
             cells.append({"stage": s, "median": value * scale, "change": f.change})
         if cells:
             rows.append({"relay_class": cls, "baseline": base.median * scale, "stages": cells})
-    return {"metric": metric, "unit": unit, "rows": rows, "note": NOTES[metric]}
+    note = FULL_RATE_NOTES.get(metric, NOTES[metric]) if full_rates else NOTES[metric]
+    return {"metric": metric, "unit": unit, "rows": rows, "note": note}
 
 
 def context(plan: Plan, data: PlanData) -> dict:
@@ -110,7 +117,9 @@ def context(plan: Plan, data: PlanData) -> dict:
     stages = list(timeline.rows)
     names = [s for s in data.stages if s != "baseline"]
     by = {(f.stage, f.metric, f.relay_class): f for f in data.figures}
-    watch = [_watch(metric, by, names, class_order(data.figures, metric, ANNOUNCE_CLASSES))
+    made = data.predictions_made
+    full_rates = made.run is not None and not made.fast
+    watch = [_watch(metric, by, names, class_order(data.figures, metric, ANNOUNCE_CLASSES), full_rates)
              for metric in RELAY_COSTS]
     n = len(plan.authorities.authorities)
     authorities = []
@@ -140,6 +149,8 @@ def context(plan: Plan, data: PlanData) -> dict:
         "lead": format_duration(stages[0].first_valid_after - stages[0].vote_deadline) if stages else "",
         # stages where a simulated attack does significantly better than at the baseline (docs/anonymity.md)
         "leakier": "; ".join(leakier_lines(data.attacks)),
+        # fast-mode predictions (NICs scaled down) get a caution beside what operators should watch
+        "predictions_made": made,
     }
 
 
@@ -150,12 +161,13 @@ def render(plan: Plan, data: PlanData, fmt: str = "text") -> str:
 
 def announcement_json(plan: Plan, data: PlanData) -> dict:
     """``kistexp announce --json``: the schedule, what to watch, each authority's steps and the report
-    format, with the announcement in both formats."""
+    format, how the predictions it quotes were made (``predictions_made``), with the announcement in both
+    formats."""
     ctx = context(plan, data)
     return to_json({
         "plan": plan.name, "start": ctx["start"], "end": ctx["end"], "schedule": ctx["timeline"].rows,
         "watch": ctx["watch"], "authorities": ctx["authorities"],
         "report_format": ctx["report_format"], "report_columns": ctx["report_columns"],
-        "report_example": ctx["report_example"],
+        "report_example": ctx["report_example"], "predictions_made": data.predictions_made.as_json(),
         "text": render(plan, data, "text"), "markdown": render(plan, data, "markdown"),
     })

@@ -7,7 +7,9 @@ the report keeps its verdicts and commands as the reader's rows and the rest in 
 (the dicts of ``Journal``'s readers). Predictions come from ``MetricStore.load_predictions`` and are
 summarised by ``kistexp.population.predict.summarize_predictions``, as ``kistexp simulate`` prints them;
 attack measures from ``MetricStore.load_attack_values`` as paired differences stage minus baseline
-(``kistexp.anonymity.stage_differences``).
+(``kistexp.anonymity.stage_differences``). How the predictions were made (full or scaled-down NIC rates) is
+the last row of ``MetricStore.load_prediction_runs``, which both reports and the announcement print beside
+the predictions (``PredictionsMade``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from kistexp.dirauth.propagation import NodeClass
 from kistexp.errors import KistexpError
 from kistexp.expdir import ExperimentDir
 from kistexp.metrics import catalogue
-from kistexp.metrics.series import Prediction
+from kistexp.metrics.series import Prediction, PredictionRun
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
-from kistexp.population.predict import StageFigure, summarize_predictions
+from kistexp.population.predict import DEFAULT_BYTE_BUDGET, StageFigure, summarize_predictions
 from kistexp.report.wording import attack_number, effect_words, interval_words, limit_words
 from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
 from kistexp.rollout.engine import metric_source_of
@@ -49,6 +51,85 @@ RELAY_COSTS = ("relay_cpu_utilization", "relay_rss_bytes", "relay_bandwidth_byte
 
 class ReportError(KistexpError):
     """A report cannot be made from what the experiment directory or plan holds."""
+
+
+UNRECORDED = "how these predictions were made is not recorded"
+
+
+def _scale(x: float) -> str:
+    return f"{x:.2g}"
+
+
+@attrs.frozen
+class PredictionsMade:
+    """How the predictions a report or announcement quotes were made: the last ``kistexp simulate`` run
+    recorded in the experiment database (``prediction_runs``), or None where none is (an older experiment,
+    predictions stored before the table, a dry run on another directory's predictions). ``label`` is what
+    the pages print beside the predictions; a fast-mode one is a warning."""
+
+    run: PredictionRun | None = None
+
+    @property
+    def fast(self) -> bool:
+        return self.run is not None and self.run.rates == "fast"
+
+    @property
+    def networks(self) -> str:
+        """ "3 networks of 120 relays" (or "of 118-122 relays" where the samples differ); "" if unknown."""
+        relays = self.run.relays if self.run is not None else ()
+        if not relays:
+            return ""
+        low, high = min(relays), max(relays)
+        size = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+        return f"{len(relays)} network{'s' if len(relays) != 1 else ''} of {size} relays"
+
+    @property
+    def nic_scale(self) -> str:
+        """The factor the NICs were multiplied by: "x0.33-0.34", or "x0.33" where every network had the same."""
+        if self.run is None:
+            return ""
+        low, high = _scale(self.run.nic_scale_min), _scale(self.run.nic_scale_max)
+        return f"x{low}" if low == high else f"x{low}-{high}"
+
+    @property
+    def budget(self) -> str:
+        """The bytes per second a fast-mode network's offered traffic is scaled to fit."""
+        return f"{DEFAULT_BYTE_BUDGET / 1e6:g} MB/s"
+
+    @property
+    def label(self) -> str:
+        if self.run is None:
+            return UNRECORDED
+        if self.fast:
+            return (f"fast mode: NICs scaled down {self.nic_scale} so traffic fits {self.budget} per network; "
+                    "stage effects of a run-interval change are shrunk (docs/validation.md)")
+        return "predicted at full NIC rates" + (f" on {self.networks}" if self.networks else "")
+
+    def as_json(self) -> dict:
+        """``predictions_made`` in ``--json`` documents: the run's rates ("full" or "fast"), relays per
+        sampled network and NIC scale, when it was made, and the label; null values when not recorded."""
+        run = self.run
+        return {"rates": None if run is None else run.rates,
+                "relays": [] if run is None else list(run.relays),
+                "nic_scale_min": None if run is None else run.nic_scale_min,
+                "nic_scale_max": None if run is None else run.nic_scale_max,
+                "made": None if run is None else run.made,
+                "label": self.label}
+
+
+def predictions_made(exp: ExperimentDir, store: MetricStore) -> PredictionsMade:
+    """The last recorded prediction run of experiment ``exp`` (the one that made the predictions stored now).
+    None recorded, or a database from before the table that stays unmigrated (read-only): unrecorded. A row
+    that cannot be read is one line, never taken for none."""
+    try:
+        runs = store.load_prediction_runs()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return PredictionsMade()
+        raise ReportError(f"{exp.db_path}: cannot read the prediction runs: {exc}") from None
+    except (ValueError, TypeError, AttributeError) as exc:  # rates neither full nor fast, relays not numbers
+        raise ReportError(f"{exp.db_path}: corrupt prediction runs: {exc}") from None
+    return PredictionsMade(runs[-1] if runs else None)
 
 
 @attrs.frozen
@@ -151,6 +232,8 @@ class ExperimentData:
     summary: Summary | None = None
     # what the simulated attacks gain per stage and measure (empty: kistexp simulate stored none)
     attacks: tuple[AttackFigure, ...] = ()
+    # how the stored predictions were made (full or fast rates; unrecorded in older experiments)
+    predictions_made: PredictionsMade = PredictionsMade()
 
     def stage_name(self, index: int) -> str:
         return self.stage_names[index] if 0 <= index < len(self.stage_names) else f"stage {index}"
@@ -545,7 +628,7 @@ def _read(exp: ExperimentDir, reader: JournalReader) -> ExperimentData:
             figures=tuple(figures),
             rollbacks=rollbacks, rehearsals=_rehearsals(spec, decisions, status),
             stage_names=names, health=health, summary=summary,
-            attacks=attack_figures(exp, store, _arms(spec, names)))
+            attacks=attack_figures(exp, store, _arms(spec, names)), predictions_made=predictions_made(exp, store))
 
 
 @attrs.frozen
@@ -556,6 +639,7 @@ class PlanData:
     predictions: tuple[Prediction, ...]
     source: Path
     attacks: tuple[AttackFigure, ...] = ()
+    predictions_made: PredictionsMade = PredictionsMade()
 
 
 def _arms(spec: RolloutSpec, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -600,6 +684,7 @@ def load_plan_predictions(plan: Plan, exp_path: str | Path) -> PlanData:
         store = MetricStore(exp.db)
         rows = store.load_predictions()
         attacks = attack_figures(exp, store, stages)
+        made = predictions_made(exp, store)
     except sqlite3.DatabaseError as exc:
         raise ReportError(f"{exp.db_path}: corrupt experiment database: {exc}") from None
     finally:
@@ -610,7 +695,7 @@ def load_plan_predictions(plan: Plan, exp_path: str | Path) -> PlanData:
         what = "no predictions" if not rows else f"no predictions for stage(s) {', '.join(missing)}"
         raise ReportError(f"{exp_path}: {what} of plan {plan.name!r}; {how}")
     return PlanData(plan, stages, tuple(summarize_predictions(rows, list(stages))), tuple(rows), Path(exp_path),
-                    attacks)
+                    attacks, made)
 
 
 def metric_unit(metric: str) -> str:

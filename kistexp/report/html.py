@@ -271,6 +271,9 @@ def experiment_context(data: ExperimentData, progress: Progress = _noop) -> dict
         "outages": [o.describe(ISO_MIN) for o in data.health.outages],
         "authority_outages": [o.describe(ISO_MIN) for o in data.health.authority_outages],
         "last_event": max((d["at"] for d in data.decisions), default=None),
+        # how the predictions were made, beside each place they are used: the judged samples of a run on
+        # predicted metrics and the relay costs' bars (None: this experiment uses no predictions)
+        "predictions_made": (data.predictions_made if data.figures or data.metrics == "predicted" else None),
     }
 
 
@@ -328,6 +331,7 @@ def plan_context(plan: Plan, data: PlanData, progress: Progress = _noop) -> dict
                              if any(c for r in transition_rows for c in r["cells"]) else None),
         "prediction_figures": prediction_figures, "costs": costs, "cost_tables": _cost_tables(data.figures, stages),
         "source": data.source, "networks": networks, "attacks": attack_section,
+        "predictions_made": data.predictions_made,
     }
 
 

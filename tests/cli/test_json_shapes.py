@@ -10,8 +10,9 @@ fake authorities' fault list (JSON written to files and served, not printed).
 ``sim experiment NAME --json`` runs through the CLI with its result given (a run would first compile the
 simulator, minutes on a fresh machine); ``fidelity`` reads real tor's side back (``--real-from``) and runs
 neither tor nor the simulator. Not run here (each takes minutes, real tor or a long-lived server; none of
-them prints JSON that the serialisers of this issue make): ``simulate``, ``sweep`` (a run; ``--check`` is
-here), ``run``, ``localnet up``/``wait``, ``authorities serve``.
+them prints JSON that the serialisers of this issue make): a ``simulate`` run (its JSON is pinned with the
+result given, and ``--stored`` on stored predictions), ``sweep`` (a run; ``--check`` is here), ``run``,
+``localnet up``/``wait``, ``authorities serve``.
 """
 
 from __future__ import annotations
@@ -186,6 +187,36 @@ def _onionperf_guards() -> list[dict]:
     return events.guards_json()
 
 
+def _simulate(docs: dict, tmp: Path, preds: Path) -> None:
+    """`simulate --stored --json` on stored predictions and attack measures, and `simulate --json` with its
+    result given (a run takes minutes), saved into a new experiment."""
+    from unittest import mock
+
+    from kistexp.anonymity import stage_differences
+    from kistexp.expdir import ExperimentDir
+    from kistexp.metrics.series import AttackValue
+    from kistexp.metrics.store import MetricStore
+    from kistexp.population import predict
+
+    with ExperimentDir.open(preds) as exp:
+        store = MetricStore(exp.db)
+        stages = list(dict.fromkeys(p.stage for p in store.load_predictions()))
+        values = [AttackValue(stage, measure, net, 0.5 + 0.01 * net + 0.02 * k)
+                  for k, stage in enumerate(stages) for net in range(2)
+                  for measure in ("attack_flow_auc", "attack_rtt_cv")]
+        store.save_attack_values(values)
+        rows = tuple(store.load_predictions())
+    docs["simulate --stored"] = _json("simulate", PLAN, "--dir", preds, "--stored", "--json")
+    result = predict.PlanPrediction(
+        plan="kist", stages=tuple(stages), networks=2, relays_per_network=(30, 30), clients_per_network=(40, 40),
+        bandwidth_scale=(0.2, 0.2), expected_utilisation=(0.4, 0.4), achieved_utilisation=(0.3, 0.3),
+        duration_s=60.0, windows_s=(("warm-up", 0.0, 10.0), ("stage", 43.3, 60.0)), predictions=rows,
+        figures=tuple(predict.summarize_predictions(rows, stages)), wall_s=1.0, attack_values=tuple(values),
+        attack_figures=tuple(stage_differences(values, stages)), probes=0, cpu_s=12.0, attack_cpu_s=0.6)
+    with mock.patch.object(predict, "simulate_plan", lambda *_a, **_k: result):
+        docs["simulate"] = _json("simulate", PLAN, "--dir", tmp / "simulated", "--workers", "1", "--json")
+
+
 def collect(tmp: Path, shared: Path) -> dict[str, object]:
     """Every document this module pins, by name."""
     from kistexp.localnet import LocalNetwork, NetworkSpec
@@ -278,6 +309,7 @@ def collect(tmp: Path, shared: Path) -> dict[str, object]:
     docs["journal verdict record"] = json.loads(record[0])
     docs["report"] = _json("report", rolled, "-o", tmp / "r.html", "--json")
     docs["announce"] = _json("announce", PLAN, "--dir", preds, "--json")
+    _simulate(docs, tmp, preds)
     docs["promote"] = _json("promote", rolled, "--json")
     docs["pause"] = _json("pause", down, "--json")
     rplan = tmp / "replay.toml"
@@ -300,7 +332,9 @@ SHAPES: dict[str, tuple[str, ...]] = {
     'announce': (
         'authorities', 'authorities[].nickname', 'authorities[].steps', 'authorities[].steps[].before',
         'authorities[].steps[].line', 'authorities[].steps[].stage', 'authorities[].steps[].valid_after',
-        'authorities[].steps[].what', 'end', 'markdown', 'plan', 'report_columns', 'report_example', 'report_format',
+        'authorities[].steps[].what', 'end', 'markdown', 'plan', 'predictions_made', 'predictions_made.label',
+        'predictions_made.made', 'predictions_made.nic_scale_max', 'predictions_made.nic_scale_min',
+        'predictions_made.rates', 'predictions_made.relays', 'report_columns', 'report_example', 'report_format',
         'schedule', 'schedule[].authority_action', 'schedule[].clients_100pct', 'schedule[].clients_50pct',
         'schedule[].end', 'schedule[].first_valid_after', 'schedule[].gate', 'schedule[].relays_100pct',
         'schedule[].relays_50pct', 'schedule[].stage', 'schedule[].start', 'schedule[].values',
@@ -650,7 +684,7 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'relays[].guard', 'relays[].middle', 'relays[].nickname', 'seed', 'source',
     ),
     'population summary': (
-        'bandwidth_weights', 'capacity_gbit', 'circuits_per_10min', 'countries', 'countries[].key',
+        'bandwidth_weights', 'capacity_gbit', 'circuits_per_10min', 'client_classes', 'countries', 'countries[].key',
         'countries[].relay_share', 'countries[].relays', 'countries[].weight_share', 'flags', 'position_classes',
         'position_classes[].key', 'position_classes[].relay_share', 'position_classes[].relays',
         'position_classes[].weight_share', 'relay_classes', 'relay_classes[].key', 'relay_classes[].relay_share',
@@ -799,6 +833,26 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'authority_health.last_round.valid_after', 'authority_health.last_round.voted', 'awaiting_consensus',
         'criteria', 'decision_at', 'experiment', 'extensions', 'metrics', 'mode', 'reasons', 'rollback_kind', 'stage',
         'stage_valid_after', 'state', 'summary', 'values', 'values.KISTSchedRunInterval',
+    ),
+    'simulate': (
+        'achieved_utilisation', 'attack_cpu_s', 'attack_figures', 'attack_figures[].baseline_mean',
+        'attack_figures[].high_97_5', 'attack_figures[].label',
+        'attack_figures[].leakier', 'attack_figures[].leakier_when', 'attack_figures[].low_2_5',
+        'attack_figures[].mean_difference', 'attack_figures[].measure', 'attack_figures[].networks',
+        'attack_figures[].stage', 'attack_figures[].stage_mean', 'attack_figures[].unit',
+        'bandwidth_scale', 'clients_per_network', 'cpu_s', 'dir', 'duration_s', 'expected_utilisation',
+        'figures', 'figures[].change_vs_baseline', 'figures[].high_97_5', 'figures[].low_2_5', 'figures[].median',
+        'figures[].metric', 'figures[].networks', 'figures[].relay_class', 'figures[].stage',
+        'networks', 'plan', 'probes', 'relays_per_network', 'stages', 'wall_s', 'windows_s',
+    ),
+    'simulate --stored': (
+        'attack_figures', 'attack_figures[].baseline_mean', 'attack_figures[].high_97_5', 'attack_figures[].label',
+        'attack_figures[].leakier', 'attack_figures[].leakier_when', 'attack_figures[].low_2_5',
+        'attack_figures[].mean_difference', 'attack_figures[].measure', 'attack_figures[].networks',
+        'attack_figures[].stage', 'attack_figures[].stage_mean', 'attack_figures[].unit',
+        'dir', 'figures', 'figures[].change_vs_baseline', 'figures[].high_97_5', 'figures[].low_2_5',
+        'figures[].median', 'figures[].metric', 'figures[].networks', 'figures[].relay_class', 'figures[].stage',
+        'plan', 'stages',
     ),
     'sweep --check': (
         'axes', 'axes.class_mixes', 'axes.loads', 'axes.loss_rates', 'axes.samples', 'axes.seeds', 'axes.value_sets',
