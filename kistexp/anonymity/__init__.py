@@ -28,7 +28,7 @@ comes from ``kistexp.population.kernels``.
 
 from __future__ import annotations
 
-from kistexp.anonymity.batching import GapDistribution, gap_distribution, ks_distance
+from kistexp.anonymity.batching import GapDistribution, gap_distribution, ks_distance, ks_distance_counts
 from kistexp.anonymity.fingerprint import Fingerprinting, add_probes, fingerprinting
 from kistexp.anonymity.flowcorr import (
     DEFAULT_FPRS,
@@ -63,6 +63,7 @@ __all__ = [
     "gap_distribution",
     "isolate_circuits",
     "ks_distance",
+    "ks_distance_counts",
     "latency_leakage",
     "mutual_information_bits",
     "paired_difference",

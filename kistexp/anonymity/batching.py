@@ -79,8 +79,17 @@ def gap_distribution(trace: CircuitTrace, tolerance: float = 0.1) -> GapDistribu
 
 def ks_distance(a: GapDistribution, b: GapDistribution) -> float:
     """The largest difference between the two distributions' empirical CDFs (on their shared bins)."""
-    if a.counts.shape != b.counts.shape:
+    return ks_distance_counts(a.counts, b.counts)
+
+
+def ks_distance_counts(a, b) -> float:
+    """``ks_distance`` of two gap histograms given as counts per bin (the same bins): what a prediction's
+    runs send back, so that each stage is compared with its network's baseline where they meet."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if a.shape != b.shape:
         raise AnonymityError("KS distance: gap histograms with different bins")
-    if not a.total or not b.total:
+    na, nb = a.sum(), b.sum()
+    if not na or not nb:
         raise AnonymityError("KS distance: a gap distribution without gaps")
-    return float(np.max(np.abs(np.cumsum(a.counts) / a.total - np.cumsum(b.counts) / b.total)))
+    return float(np.max(np.abs(np.cumsum(a) / na - np.cumsum(b) / nb)))

@@ -110,10 +110,12 @@ def _sides(trace: CircuitTrace, direction: str) -> tuple[np.ndarray, np.ndarray]
 
 
 def flow_correlation(trace: CircuitTrace, *, circuits: Sequence[int] | None = None, direction: str = "both",
-                     segment_s: float | None = None, fprs: Sequence[float] = DEFAULT_FPRS) -> FlowCorrelation:
+                     segment_s: float | None = None, fprs: Sequence[float] = DEFAULT_FPRS,
+                     skip_unresolvable: bool = False) -> FlowCorrelation:
     """Score every (circuit, segment) flow of ``trace`` (``circuits``: the circuit ids to use, by
     default every traced one whose guard is not its exit) against all flows of its segment; TPR at
-    ``fprs``."""
+    ``fprs`` (a rate the flows cannot resolve raises ``FprResolutionError``, or with
+    ``skip_unresolvable`` is left out of ``tpr``: a prediction reports the rates its runs resolve)."""
     if circuits is None:
         rows = np.array([i for i, p in enumerate(trace.paths) if len(p) >= 3], np.int64)
     else:
@@ -145,6 +147,8 @@ def flow_correlation(trace: CircuitTrace, *, circuits: Sequence[int] | None = No
     if len(t) == 0 or len(f) == 0:
         raise AnonymityError(f"flow correlation: no two flows with cells at both ends in [{trace.t0_s:g}, "
                              f"{trace.t1_s:g}) s ({excluded} left out)")
+    if skip_unresolvable:
+        fprs = resolvable_fprs(len(t), len(f), fprs)
     tpr = {float(a): tpr_at_fpr(t, f, a) for a in fprs}
     # the AUC from at most AUC_FALSE_MAX false scores (a fixed draw): ranking tens of millions of them
     # would cost more than the run

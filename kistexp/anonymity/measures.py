@@ -18,13 +18,14 @@ from kistexp.anonymity.batching import GapDistribution, gap_distribution, ks_dis
 from kistexp.anonymity.fingerprint import Fingerprinting, fingerprinting
 from kistexp.anonymity.flowcorr import DEFAULT_FPRS, FlowCorrelation, flow_correlation
 from kistexp.anonymity.latency import LatencyLeakage, latency_leakage
+from kistexp.errors import AnonymityError
 from kistexp.metrics import catalogue
 from kistexp.sim import CircuitTrace
 
 
 @attrs.frozen
 class AttackMeasures:
-    flow: FlowCorrelation
+    flow: FlowCorrelation | None  # None only with ``partial``: the trace gives no two flows
     fingerprint: Fingerprinting | None
     latency: LatencyLeakage
     gaps: GapDistribution
@@ -33,25 +34,45 @@ class AttackMeasures:
 def attack_measures(trace: CircuitTrace, *, regions: Mapping[int, str], probes: Mapping[int, int] | None = None,
                     targets: Sequence[int] | None = None, flow_circuits: Sequence[int] | None = None,
                     fprs: Sequence[float] = DEFAULT_FPRS, segment_s: float | None = None,
-                    direction: str = "both", seed: int = 0) -> AttackMeasures:
+                    direction: str = "both", seed: int = 0, partial: bool = False) -> AttackMeasures:
     """The four measures of ``trace``: ``regions`` maps client nodes to regions (latency leakage),
     ``probes`` relay nodes to probe circuits (``fingerprint.add_probes``; None: no fingerprinting),
     ``targets`` the fingerprinting targets, ``flow_circuits`` the flows correlated (default: every
-    traced circuit but the one-hop probes)."""
+    traced circuit but the one-hop probes).
+
+    ``partial``: what a prediction asks for, where a run too short or too small for one attack must
+    not lose the others: the false-positive rates the flows cannot resolve are left out, and flow
+    correlation or fingerprinting that the trace cannot give (``AnonymityError``: fewer than two
+    flows, a span shorter than a segment, fewer than 5 usable targets) is None. Without it each of
+    those raises."""
     if flow_circuits is None and probes:
         probe_ids = set(probes.values())
         flow_circuits = [int(c) for c, p in zip(trace.circuits, trace.paths, strict=True)
                          if int(c) not in probe_ids and len(p) >= 3]
-    flow = flow_correlation(trace, circuits=flow_circuits, direction=direction, segment_s=segment_s, fprs=fprs)
-    fp = fingerprinting(trace, probes, targets=targets, seed=seed) if probes else None
+    try:
+        flow = flow_correlation(trace, circuits=flow_circuits, direction=direction, segment_s=segment_s, fprs=fprs,
+                                skip_unresolvable=partial)
+    except AnonymityError:
+        if not partial:
+            raise
+        flow = None
+    fp = None
+    if probes:
+        try:
+            fp = fingerprinting(trace, probes, targets=targets, seed=seed)
+        except AnonymityError:
+            if not partial:
+                raise
     return AttackMeasures(flow, fp, latency_leakage(trace, regions, seed=seed), gap_distribution(trace))
 
 
 def scalars(m: AttackMeasures, reference: AttackMeasures | None = None) -> dict[str, float]:
     """``m``'s figures under their catalogue names (``kistexp.metrics.catalogue.ATTACK_MEASURES``);
     ``attack_gap_ks_distance`` is to ``reference``'s gaps (0 without one: a baseline's distance to itself)."""
-    out = {catalogue.flow_tpr_measure(a): v for a, v in m.flow.tpr.items()}
-    out["attack_flow_auc"] = m.flow.auc
+    out = {}
+    if m.flow is not None:
+        out.update({catalogue.flow_tpr_measure(a): v for a, v in m.flow.tpr.items()})
+        out["attack_flow_auc"] = m.flow.auc
     if m.fingerprint is not None:
         out["attack_fingerprint_auc"] = m.fingerprint.auc
         out["attack_guard_entropy_after_bits"] = m.fingerprint.entropy_after_bits
@@ -62,5 +83,10 @@ def scalars(m: AttackMeasures, reference: AttackMeasures | None = None) -> dict[
     out["attack_mi_region_ttfb_bits"] = lat.ttfb.bits if lat.ttfb is not None else math.nan
     out["attack_rtt_cv"] = lat.rtt_cv_median
     out["attack_gap_share_at_run_period"] = m.gaps.share_at_period
-    out["attack_gap_ks_distance"] = ks_distance(m.gaps, reference.gaps) if reference is not None else 0.0
+    if reference is None:
+        out["attack_gap_ks_distance"] = 0.0
+    elif m.gaps.total and reference.gaps.total:
+        out["attack_gap_ks_distance"] = ks_distance(m.gaps, reference.gaps)
+    else:
+        out["attack_gap_ks_distance"] = math.nan  # no gaps seen in one of the runs: nothing to compare
     return out

@@ -28,6 +28,57 @@ def _figure_dict(f) -> dict:
             "low_2_5": f.low, "high_97_5": f.high, "networks": f.networks, "change_vs_baseline": f.change}
 
 
+def _signed(v: float) -> str:
+    if v != v:  # nan: one network, no interval
+        return "n/a"
+    return f"{v:+.3f}" if v == 0 or abs(v) >= 0.001 else f"{v:+.1e}"
+
+
+def _attack_dict(f) -> dict:
+    """One stage's measure against the baseline (``kistexp.anonymity.AttackFigure``) as JSON: NaN as null."""
+    m = catalogue.attack_measure(f.measure)
+    d = f.difference
+
+    def num(v: float) -> float | None:
+        return None if v != v else v
+
+    return {"stage": f.stage, "measure": f.measure, "label": m.label if m else f.measure,
+            "unit": m.unit if m else "ratio", "leakier_when": "higher" if (m.leakier if m else 1) > 0 else "lower",
+            "networks": d.units, "baseline_mean": num(d.baseline_mean), "stage_mean": num(d.stage_mean),
+            "mean_difference": num(d.mean_difference), "low_2_5": num(d.low), "high_97_5": num(d.high),
+            "leakier": f.leakier}
+
+
+def _print_attacks(plan_name: str, stages: list[str], attack_figures) -> None:
+    """The table "What an attacker gains": per measure and stage, the mean over networks of stage minus
+    baseline with its 95 % interval, marked where the whole interval lies on the leakier side."""
+    shown = [s for s in stages if s != "baseline" and any(f.stage == s for f in attack_figures)]
+    if not shown:
+        console.print(plain(f"{plan_name}: what an attacker gains: no attack measures (the stage windows hold "
+                            "no whole second of trace)"))
+        return
+    sep = "\n" if console.width < 160 else " "
+    by = {(f.stage, f.measure): f for f in attack_figures}
+    rows = []
+    for measure in dict.fromkeys(f.measure for f in attack_figures):
+        m = catalogue.attack_measure(measure)
+        label = m.label if m else measure
+        way = "higher" if (m.leakier if m else 1) > 0 else "lower"
+        cells = {}
+        for s in shown:
+            f = by.get((s, measure))
+            if f is None:
+                cells[s] = "-"
+                continue
+            d = f.difference
+            cells[s] = sep.join([_signed(d.mean_difference), f"[{_signed(d.low)}, {_signed(d.high)}]"]
+                                + (["LEAKIER"] if f.leakier else []))
+        rows.append((f"{label}{sep}({m.unit if m else 'ratio'}; leakier {way})", cells))
+    for t in _tables(f"{plan_name}: what an attacker gains (stage - baseline, mean over networks [95 % interval]; "
+                     "LEAKIER: the whole interval on the attacker's side)", "measure", rows, shown):
+        console.print(t)
+
+
 def _heading(stage: str) -> Text:
     # "transition:back-to-10ms" on two lines: the column is as wide as the stage's name (the plan's text,
     # its control characters made visible)
@@ -131,14 +182,20 @@ def simulate(
     dask: str = typer.Option(None, "--dask", metavar="ADDRESS",
                              help="Run on an existing Dask scheduler, e.g. tcp://10.0.0.5:8786."),
     dask_timeout: float = typer.Option(10.0, "--dask-timeout", help="Seconds to wait for the Dask scheduler."),
+    probes: int = typer.Option(0, "--probes", help="Throughput-fingerprinting probes per network (attacker "
+                               "clients that load the relays they measure, so every figure is of the probed "
+                               "network; default 0: no fingerprinting measures)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Run the baseline and every stage (switchback: treatment and control) on the plan's sampled networks;
     print medians with 95 % ranges over networks, per relay class for relay costs, and save the
-    predicted distributions in the experiment directory. Each network x stage is one run, on local worker
-    processes or a Dask cluster as `kistexp sweep` runs its cells."""
+    predicted distributions in the experiment directory, with what an attacker gains at each stage
+    (docs/anonymity.md). Each network x stage is one run, on local worker processes or a Dask cluster as
+    `kistexp sweep` runs its cells."""
     import attrs
 
+    from kistexp.anonymity import stage_differences
+    from kistexp.errors import PopulationError
     from kistexp.expdir import ExperimentDir
     from kistexp.metrics.store import MetricStore
     from kistexp.plan.loader import load_plan
@@ -158,19 +215,25 @@ def simulate(
     order = stages + [f"transition:{s}" for s in stages]
     if stored:
         exp = ExperimentDir.open(path)
-        rows = MetricStore(exp.db).load_predictions()
+        store = MetricStore(exp.db)
+        rows = store.load_predictions()
         figures = summarize_predictions(rows, stages)
+        attack_figures = stage_differences(store.load_attack_values(), stages)
         if as_json:
             emit_json({"plan": p.name, "dir": str(path), "stages": stages,
-                       "figures": [_figure_dict(f) for f in figures]})
+                       "figures": [_figure_dict(f) for f in figures],
+                       "attack_figures": [_attack_dict(f) for f in attack_figures]})
         else:
             _print(p.name, order, figures, plain(p.name, "bold").append_text(plain(f": stored predictions in {path}")),
                    classes)
+            _print_attacks(p.name, stages, attack_figures)
         return
     duration = p.simulation.duration.total_seconds()
     traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=min(10.0, duration / 6))
     traffic.validate()
     check_options(workers, dask, dask_timeout)  # as `kistexp sweep` checks them
+    if not 0 <= probes <= predict.MAX_PROBES:
+        raise PopulationError(f"--probes {probes}: must be in 0..{predict.MAX_PROBES}")
     check_experiment_dir(path)  # nothing is written until every prediction is made
     backend = predict.plan_backend(workers, dask, dask_timeout)  # a Dask scheduler must answer now
     try:
@@ -178,16 +241,18 @@ def simulate(
                           TimeElapsedColumn(), as_json=as_json) as bar:
             task = bar.add_task("loading the consensus", total=1.0)
             result = simulate_plan(p.stage_runs(), consensus=consensus, certs=certs, traffic=traffic,
-                                   backend=backend,
+                                   backend=backend, probes=probes,
                                    progress=lambda f, what: bar.update(task, completed=f, description=what),
                                    notify=lambda message: _notice(bar, message))
     finally:
         backend.close()
-    save_plan_predictions(path, plan, result.predictions)
+    save_plan_predictions(path, plan, result.predictions, result.attack_values)
     if as_json:
-        out = attrs.asdict(result, filter=lambda a, _v: a.name not in ("predictions", "figures"))
+        out = attrs.asdict(result, filter=lambda a, _v: a.name not in ("predictions", "figures", "attack_values",
+                                                                       "attack_figures"))
         out["dir"] = str(path)
         out["figures"] = [_figure_dict(f) for f in result.figures]
+        out["attack_figures"] = [_attack_dict(f) for f in result.attack_figures]
         emit_json(out)
         return
     header = plain(p.name, "bold").append_text(plain(
@@ -196,8 +261,10 @@ def simulate(
         f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
         f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
         f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s on {backend.description}; "
-        f"{len(result.predictions)} predicted quantiles saved in {path}"))
+        f"{len(result.predictions)} predicted quantiles and {len(result.attack_values)} attack measures saved in "
+        f"{path}" + (f"; {probes} fingerprinting probes per network load the relays" if probes else "")))
     _print(p.name, order, result.figures, header, classes)
+    _print_attacks(p.name, stages, result.attack_figures)
 
 
 def register(app: typer.Typer) -> None:

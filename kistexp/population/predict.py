@@ -31,6 +31,15 @@ relay metrics per relay with that relay's hardware profile (``kistexp.population
 The summary gives, per stage, metric and relay class, the median over networks of each network's median,
 and the 2.5-97.5 % range over networks (tornettools' method of comparing independently sampled networks:
 with 3 networks that range is close to their min-max).
+
+Every run also measures what an attacker gains in its stage window (docs/anonymity.md): the run records
+the circuit trace of the flow circuits from shortly before that window (``kistexp.population.attacks``;
+the trace only reads the model's state, so every performance figure is the same with it), and the
+attack measures of ``kistexp.anonymity`` are computed over the window's whole seconds. The KS distance
+of a stage's exit gaps is to the same network's baseline run (the first transition), and
+``stage_differences`` pairs each stage with the baseline network by network. Throughput fingerprinting
+needs probe circuits, which load the relays and so change the performance figures: they run only when
+asked for (``probes``), and then in every run of the plan alike.
 """
 
 from __future__ import annotations
@@ -45,9 +54,10 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from kistexp.anonymity import AttackFigure, add_probes, ks_distance_counts, stage_differences
 from kistexp.errors import DispatchError, PopulationError
-from kistexp.metrics.series import Prediction
-from kistexp.population import costs
+from kistexp.metrics.series import AttackValue, Prediction
+from kistexp.population import attacks, costs
 from kistexp.population.adoption import SwitchSchedule, adoption_times, compress
 from kistexp.population.classes import ClassShares, load_class_shares, load_profiles
 from kistexp.population.dispatch import CellOutcome, DaskBackend, LocalBackend, check_options, execute, source_version
@@ -64,6 +74,8 @@ QUANTILES = tuple(round(q / 100, 2) for q in range(101))
 # are scaled down (TrafficModel.bandwidth_scale) when the sampled network would ask for more
 DEFAULT_BYTE_BUDGET = 75e6
 ALL = "all"
+# fingerprinting probes a plan's runs may add per network (each is a client, a channel and a circuit)
+MAX_PROBES = 256
 
 
 @attrs.frozen
@@ -95,6 +107,12 @@ class PlanPrediction:
     predictions: tuple[Prediction, ...] = attrs.field(repr=False)
     figures: tuple[StageFigure, ...]
     wall_s: float
+    # what an attacker gains: the measures per stage and network, and each stage against the baseline
+    attack_values: tuple[AttackValue, ...] = attrs.field(default=(), repr=False)
+    attack_figures: tuple[AttackFigure, ...] = ()
+    probes: int = 0  # fingerprinting probes per network (they load the relays: see the module docstring)
+    cpu_s: float = 0.0  # CPU seconds of every run, the measures included
+    attack_cpu_s: float = 0.0  # of those, computing the attack measures
 
 
 def _class_labels(sn: SimNetwork) -> list[tuple[str, ...]]:
@@ -202,6 +220,7 @@ class PlanCell:
     population: object = attrs.field(eq=False, repr=False)  # kistexp.population.relays.Population
     shares: ClassShares = attrs.field(eq=False, repr=False)
     model: str = ""  # model_version() of the submitting side, checked by the worker
+    probes: int = 0  # fingerprinting probes (0: none, and no fingerprinting measures)
 
 
 @attrs.frozen
@@ -216,6 +235,7 @@ class PlanCellResult:
     wall_s: float
     cpu_s: float  # CPU time of the worker process over the cell
     host: str
+    attacks: attacks.RunAttacks | None = None  # the stage window's attack measures (None: no whole second)
 
 
 # what a run's numbers depend on besides its inputs (kistexp.sweep.cells.MODEL_SOURCES less the sweep)
@@ -243,8 +263,14 @@ def run_plan_cell(cell: PlanCell) -> PlanCellResult:
     sn = _plan_network(pop, seed=seed, duration_s=duration, traffic=cell.traffic, shares=cell.shares,
                        scale=cell.scale, byte_budget=cell.byte_budget)
     labels, profiles = _class_labels(sn), load_profiles()
+    # the attack measures' span: the stage window's whole seconds, traced from a second before it
+    t0, t1 = attacks.stage_trace_window(duration, cell.traffic.warmup_s)
+    traced = t1 > t0
+    probe_plan = attacks.plan_probes(sn, cell.probes, t0, t1, seed) if cell.probes and traced else None
+    probes = add_probes(sn.network, probe_plan.relays) if probe_plan is not None else {}
+    trace = attacks.trace_config(sn, t0, probes.values()) if traced else None
     # the same network, clients and traffic for every transition: stages differ only by their values
-    sim = Simulation(sn.network, RunConfig(duration_s=duration, seed=seed))
+    sim = Simulation(sn.network, RunConfig(duration_s=duration, seed=seed, circuit_trace=trace))
     sim.apply(list(range(len(sn.network.nodes))), dict(t.from_values))
     sim.advance_to(a)
     # per-node switch times over the transition window
@@ -259,10 +285,12 @@ def run_plan_cell(cell: PlanCell) -> PlanCellResult:
     rows = _window_predictions(sn, sim.window(a, b), f"transition:{t.to_stage}", cell.network, profiles, labels)
     stage_window = sim.window(b, duration)
     rows += _window_predictions(sn, stage_window, t.to_stage, cell.network, profiles, labels)
+    measured = attacks.measure_run(sim, sn, t0, t1, probes=probes, seed=seed,
+                                   targets=probe_plan.targets if probe_plan is not None else None) if traced else None
     return PlanCellResult(cell.index, len(pop), len(sn.client_nodes) + len(sn.perf_nodes),
                           sn.traffic.bandwidth_scale, sn.mean_utilisation, achieved_utilisation(sn, stage_window),
                           tuple(rows), time.perf_counter() - wall0, time.process_time() - cpu0,
-                          f"{socket.gethostname()}:{os.getpid()}")
+                          f"{socket.gethostname()}:{os.getpid()}", measured)
 
 
 def plan_backend(workers: int | None = None, dask: str | None = None, dask_timeout: float = 10.0):
@@ -277,7 +305,7 @@ def plan_backend(workers: int | None = None, dask: str | None = None, dask_timeo
 
 def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs: str | Path | None = None,
                   traffic: TrafficModel | None = None, shares: ClassShares | None = None,
-                  byte_budget: float = DEFAULT_BYTE_BUDGET, backend=None,
+                  byte_budget: float = DEFAULT_BYTE_BUDGET, backend=None, probes: int = 0,
                   progress: Callable[[float, str], None] | None = None,
                   notify: Callable[[str], None] | None = None) -> PlanPrediction:
     """Run every transition of ``runs`` (a plan's: ``Plan.stage_runs()``) on each seed's network (see the
@@ -296,6 +324,8 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
     transitions = runs.transitions
     if len(transitions) < 2:
         raise PopulationError(f"{runs.source}: the plan changes no value: nothing to predict")
+    if isinstance(probes, bool) or not isinstance(probes, int) or not 0 <= probes <= MAX_PROBES:
+        raise PopulationError(f"probes: {probes!r} is not a whole number of fingerprinting probes in 0..{MAX_PROBES}")
     shares = shares or load_class_shares()
     full = load_population(consensus, certs=certs)
     total = len(runs.seeds) * len(transitions)
@@ -312,7 +342,7 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
         if progress is not None:
             progress(0.0, f"sampling {len(runs.seeds)} network{'s' if len(runs.seeds) > 1 else ''}")
         cells = [PlanCell(net_i * len(transitions) + t_i, net_i, seed, t, duration, runs.population_scale,
-                          traffic, byte_budget, pop, shares, model_version())
+                          traffic, byte_budget, pop, shares, model_version(), probes)
                  for net_i, (seed, pop) in enumerate((s, sample(full, runs.population_scale, s)) for s in runs.seeds)
                  for t_i, t in enumerate(transitions)]
         finished = 0
@@ -344,6 +374,7 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
     rows = [p for r in results for p in r.predictions]
     stages = [t.to_stage for t in transitions]
     figures = summarize_predictions(rows, stages)
+    values = attack_values(results, len(transitions), stages)
     return PlanPrediction(
         plan=runs.name, stages=tuple(stages), networks=len(runs.seeds),
         relays_per_network=tuple(r.relays for r in firsts), clients_per_network=tuple(r.clients for r in firsts),
@@ -352,7 +383,27 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
         achieved_utilisation=tuple(r.achieved_utilisation for r in firsts),
         duration_s=duration, windows_s=(("warm-up", 0.0, w0), ("from", w0, a), ("transition", a, b),
                                         ("stage", b, duration)),
-        predictions=tuple(rows), figures=tuple(figures), wall_s=time.perf_counter() - wall0)
+        predictions=tuple(rows), figures=tuple(figures), wall_s=time.perf_counter() - wall0,
+        attack_values=tuple(values), attack_figures=tuple(stage_differences(values, stages)), probes=probes,
+        cpu_s=sum(r.cpu_s for r in results), attack_cpu_s=sum(r.attacks.cpu_s for r in results if r.attacks))
+
+
+def attack_values(results: list[PlanCellResult], transitions: int, stages: list[str]) -> list[AttackValue]:
+    """Each run's attack measures as ``AttackValue`` rows (its stage, its network), and the KS distance of
+    its exit gaps to its network's baseline run (the first transition: 0 for the baseline itself); a run
+    or baseline without gaps gives no KS distance."""
+    out = []
+    for k, r in enumerate(results):
+        net, t_i = divmod(k, transitions)
+        if r.attacks is None:
+            continue
+        stage = stages[t_i]
+        out += [AttackValue(stage, m, net, v) for m, v in r.attacks.values]
+        base = results[net * transitions].attacks
+        if base is not None and sum(base.exit_gaps) and sum(r.attacks.exit_gaps):
+            out.append(AttackValue(stage, "attack_gap_ks_distance", net,
+                                   ks_distance_counts(r.attacks.exit_gaps, base.exit_gaps)))
+    return out
 
 
 def summarize_predictions(rows: list[Prediction] | tuple[Prediction, ...], stages: list[str]) -> list[StageFigure]:
@@ -393,6 +444,10 @@ class ValuesRun:
     achieved_utilisation: float
     window_s: tuple[float, float]
     wall_s: float
+    # (measure, value) of what an attacker gains over the window's whole seconds (``attacks.measure_run``):
+    # no fingerprinting (no probes) and no gap KS distance (no baseline run in the cell)
+    attacks: tuple[tuple[str, float], ...] = ()
+    attack_cpu_s: float = 0.0
 
 
 def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss_rate: float,
@@ -406,7 +461,8 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
     same scale at every ``load``) when the network at load 1 would offer more than ``byte_budget``, so
     offered bytes are ``load`` times at most the budget. Figures are the median and
     95th percentile of each catalogue metric's samples, relay metrics per relay class (labels as in
-    ``simulate_plan``)."""
+    ``simulate_plan``), and the attack measures of the window (``ValuesRun.attacks``; the circuit trace
+    they come from changes no other figure)."""
     wall0 = time.perf_counter()
     traffic = TrafficModel(load=load, loss_rate=loss_rate, warmup_s=min(10.0, duration_s / 6))
     if duration_s < traffic.warmup_s + 2.0:
@@ -425,7 +481,10 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
     at_full_load = sn.offered_bytes_per_s / traffic.load
     if at_full_load > byte_budget:
         sn = build(attrs.evolve(traffic, bandwidth_scale=byte_budget / at_full_load))
-    sim = Simulation(sn.network, RunConfig(duration_s=duration_s, seed=seed))
+    t0, t1 = attacks.trace_window(sn.traffic.warmup_s, duration_s)
+    traced = t1 > t0
+    sim = Simulation(sn.network, RunConfig(duration_s=duration_s, seed=seed,
+                                           circuit_trace=attacks.trace_config(sn, t0) if traced else None))
     sim.apply(list(range(len(sn.network.nodes))), dict(values))
     sim.advance_to(sn.traffic.warmup_s)  # a window starts at a sample time or where the run stopped
     sim.advance_to(duration_s)
@@ -436,9 +495,11 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
         if p.quantile in (0.5, 0.95):
             at.setdefault((p.metric, p.relay_class), {})[p.quantile] = p.value
     figures = tuple((m, c, q[0.5], q[0.95]) for (m, c), q in at.items())
+    measured = attacks.measure_run(sim, sn, t0, t1, seed=seed) if traced else None
     return ValuesRun(figures, len(pop), len(sn.client_nodes) + len(sn.perf_nodes), sn.traffic.bandwidth_scale,
                      achieved_utilisation(sn, window), (sn.traffic.warmup_s, duration_s),
-                     time.perf_counter() - wall0)
+                     time.perf_counter() - wall0, measured.values if measured else (),
+                     measured.cpu_s if measured else 0.0)
 
 
 # --- saving predictions: whole or not at all ---------------------------------------------------------
@@ -466,11 +527,13 @@ def check_experiment_dir(path: str | Path) -> None:
 
 
 def save_plan_predictions(path: str | Path, plan_file: str | Path,
-                          predictions: tuple[Prediction, ...] | list[Prediction]) -> None:
-    """Store ``predictions`` in the experiment at ``path``, creating it (with a copy of ``plan_file``) if it
-    has none. An existing experiment takes them in one transaction; a new one is built in a temporary
-    directory inside ``path`` and its database renamed into place last, so ``experiment.db`` exists only
-    once it holds every prediction (``make demo`` takes the file as the sign that predictions are made)."""
+                          predictions: tuple[Prediction, ...] | list[Prediction],
+                          attack_values: tuple[AttackValue, ...] | list[AttackValue] = ()) -> None:
+    """Store ``predictions`` and ``attack_values`` in the experiment at ``path``, creating it (with a copy of
+    ``plan_file``) if it has none. An existing experiment takes each in one transaction; a new one is built
+    in a temporary directory inside ``path`` and its database renamed into place last, so ``experiment.db``
+    exists only once it holds every prediction and attack measure (``make demo`` takes the file as the
+    sign that predictions are made)."""
     import shutil
     import tempfile
 
@@ -483,7 +546,9 @@ def save_plan_predictions(path: str | Path, plan_file: str | Path,
         with ExperimentDir.open(path) as exp:
             if not exp.plan_path.exists():
                 exp.save_plan(plan_file)
-            MetricStore(exp.db).save_predictions(predictions)
+            store = MetricStore(exp.db)
+            store.save_predictions(predictions)
+            store.save_attack_values(attack_values)
         return
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -492,7 +557,9 @@ def save_plan_predictions(path: str | Path, plan_file: str | Path,
         raise StoreError(f"{path}: cannot create the experiment directory: {exc.strerror or exc}") from None
     try:
         with ExperimentDir.create(tmp, plan_file) as exp:
-            MetricStore(exp.db).save_predictions(predictions)
+            store = MetricStore(exp.db)
+            store.save_predictions(predictions)
+            store.save_attack_values(attack_values)
         try:
             if not (path / PLAN_NAME).exists():
                 os.replace(tmp / PLAN_NAME, path / PLAN_NAME)

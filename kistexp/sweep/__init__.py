@@ -46,6 +46,7 @@ class SweepReport:
     files: tuple[str, ...]
     backend: str
     wall_s: float
+    attacks: tuple[results.AttackBand, ...] = ()  # what an attacker gains per point of the grid
 
 
 def _prepare_out(out: Path) -> None:
@@ -99,7 +100,8 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
               on_outcome: Callable[[CellOutcome], None] | None = None,
               plots: bool = True) -> SweepReport:
     """Run (or resume) ``sweep`` on ``backend`` and write ``out``: results.parquet/.csv, cells.csv,
-    recommendation.csv, rises.csv, plot-*.png, summary.json; partial.csv grows as cells finish."""
+    recommendation.csv, rises.csv, attacks.csv (what an attacker gains per point), plot-*.png, summary.json;
+    partial.csv grows as cells finish."""
     wall0 = time.perf_counter()
     _prepare_out(out)
     if Path(sweep.path).is_file():
@@ -127,14 +129,17 @@ def run_sweep(sweep: Sweep, out: Path, backend, cache: CellCache, *,
                       [a.name for a in attrs.fields(results.Recommendation)])
     results.write_csv(out / "rises.csv", [attrs.asdict(r) for r in rises],
                       [a.name for a in attrs.fields(results.RiseRow)])
-    files += [out / "cells.csv", out / "recommendation.csv", out / "rises.csv", out / "partial.csv"]
+    attack_bands = results.attack_bands(sweep, rows)
+    results.write_csv(out / "attacks.csv", [a.row() for a in attack_bands], results.attack_columns(sweep))
+    files += [out / "cells.csv", out / "recommendation.csv", out / "rises.csv", out / "attacks.csv",
+              out / "partial.csv"]
     if plots:
         classes = list(dict.fromkeys(["all", *(r.relay_class for r in sweep.recommend)]))
         files += results.plot(sweep, rows, out, classes, recs)
     report = SweepReport(
         name=sweep.name, out=str(out), cells=len(tasks), ran=sum(o.status == "ok" for o in outcomes),
         cached=sum(o.status == "cached" for o in outcomes), failed=sum(o.status == "failed" for o in outcomes),
-        outcomes=tuple(outcomes), recommendations=tuple(recs), rises=tuple(rises),
+        outcomes=tuple(outcomes), recommendations=tuple(recs), rises=tuple(rises), attacks=tuple(attack_bands),
         files=tuple(str(f) for f in files), backend=getattr(backend, "description", type(backend).__name__),
         wall_s=time.perf_counter() - wall0)
     summary = attrs.asdict(report, filter=lambda a, _v: a.name != "outcomes")

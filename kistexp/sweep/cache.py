@@ -86,7 +86,8 @@ def check_result(doc: object, key: str) -> CellResult | str:
 
     if not isinstance(doc, dict):
         return f"holds {type(doc).__name__}, not a JSON object"
-    missing = [f for f in _FIELDS if f not in doc]
+    # a result without attack measures (a cell whose window holds no whole second) may leave them out
+    missing = [f for f in _FIELDS if f not in doc and f != "attacks"]
     if missing:
         return f"no {missing[0]!r}"
     extra = sorted(str(k) for k in doc if k not in _FIELDS)
@@ -126,7 +127,32 @@ def check_result(doc: object, key: str) -> CellResult | str:
     if problem:
         return problem
     relays, clients, bandwidth_scale, utilisation, wall_s = checked
-    return CellResult(key, tuple(out), relays, clients, bandwidth_scale, utilisation, wall_s, doc["host"])
+    measured = _attacks(doc.get("attacks", ()))
+    if isinstance(measured, str):
+        return measured
+    return CellResult(key, tuple(out), relays, clients, bandwidth_scale, utilisation, wall_s, doc["host"], measured)
+
+
+def _attacks(items: object) -> tuple[tuple[str, float], ...] | str:
+    """A result's attack measures as (catalogued measure, finite value) pairs, each measure once, or why not."""
+    from kistexp.metrics import catalogue
+
+    if not isinstance(items, (list, tuple)):
+        return "attacks is not a list"
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            return f"attacks[{i}] is not [measure, value]"
+        measure, value = item
+        if not isinstance(measure, str) or catalogue.attack_measure(measure) is None:
+            return f"attacks[{i}] names no catalogued attack measure"
+        number = _finite(value, f"attacks[{i}] value", -math.inf, math.inf)
+        if isinstance(number, str):
+            return number
+        out.append((measure, number))
+    if len({m for m, _ in out}) != len(out):
+        return "attacks name a measure twice"
+    return tuple(out)
 
 
 class CellCache:

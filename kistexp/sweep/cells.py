@@ -74,6 +74,9 @@ class CellResult:
     achieved_utilisation: float
     wall_s: float
     host: str
+    # (attack measure, value) over the cell's window (kistexp.population.attacks.measure_run): what an
+    # attacker gains at these values, without fingerprinting (no probes) or the gap KS distance (no baseline)
+    attacks: tuple[tuple[str, float], ...] = ()
 
 
 def _shares_digest(shares) -> str:
@@ -179,4 +182,4 @@ def run_cell(task: CellTask) -> CellResult:
     run = simulate_values(task.population, dict(task.values), load=task.load, loss_rate=task.loss_rate,
                           shares=task.shares, seed=seed, duration_s=task.duration_s, scale=task.scale)
     return CellResult(task.key, run.figures, run.relays, run.clients, run.bandwidth_scale,
-                      run.achieved_utilisation, run.wall_s, f"{socket.gethostname()}:{os.getpid()}")
+                      run.achieved_utilisation, run.wall_s, f"{socket.gethostname()}:{os.getpid()}", run.attacks)

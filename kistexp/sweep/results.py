@@ -1,7 +1,9 @@
 """What a sweep's cells add up to: the tidy table, bands across networks, plots and the recommendation.
 
 * tidy table: one row per cell, metric, relay class and statistic (median, p95 of the cell's samples),
-  with the cell's coordinates (values, load, loss rate, class mix, seed, network) as columns;
+  with the cell's coordinates (values, load, loss rate, class mix, seed, network) as columns; and one row
+  per cell and attack measure (``kistexp.metrics.catalogue.ATTACK_MEASURES``, docs/anonymity.md), whose
+  statistic is ``value``: a cell gives one figure of what an attacker gains, not a distribution;
 * bands: per point of the grid without the network, the median over networks of each network's value
   (the mean over simulation seeds) and the 2.5-97.5 % range over networks (tornettools' method, as
   ``kistexp simulate``);
@@ -32,6 +34,7 @@ from kistexp.textsafe import csv_cell, csv_row
 
 COORDS = ("network", "sample_seed", "seed", "load", "loss_rate", "class_mix")
 STATISTICS = ("median", "p95")
+ATTACK_STATISTIC = "value"  # the statistic of an attack measure's row: the cell's one figure
 
 
 def tidy_rows(sweep: Sweep, outcomes: Sequence[CellOutcome]) -> list[dict]:
@@ -46,6 +49,9 @@ def tidy_rows(sweep: Sweep, outcomes: Sequence[CellOutcome]) -> list[dict]:
         for metric, cls, median, p95 in o.result.figures:
             for stat, value in (("median", median), ("p95", p95)):
                 rows.append({**base, "metric": metric, "relay_class": cls, "statistic": stat, "value": value})
+        for measure, value in o.result.attacks:
+            rows.append({**base, "metric": measure, "relay_class": "", "statistic": ATTACK_STATISTIC,
+                         "value": value})
     return rows
 
 
@@ -106,10 +112,12 @@ class Band:
 
 
 def _per_network(rows: Sequence[dict], sweep: Sweep, statistic: str = "median") -> dict:
-    """(point, metric, class) -> {network: mean over simulation seeds}"""
+    """(point, metric, class) -> {network: mean over simulation seeds}; an attack measure's one figure per
+    cell counts as its median"""
     acc: dict = {}
+    wanted = (statistic, ATTACK_STATISTIC) if statistic == "median" else (statistic,)
     for r in rows:
-        if r["statistic"] != statistic or not math.isfinite(r["value"]):
+        if r["statistic"] not in wanted or not math.isfinite(r["value"]):
             continue
         point = (tuple(r[p] for p in sweep.parameters), r["load"], r["loss_rate"], r["class_mix"])
         acc.setdefault((point, r["metric"], r["relay_class"]), {}).setdefault(r["network"], []).append(r["value"])
@@ -127,6 +135,49 @@ def bands(sweep: Sweep, rows: Sequence[dict]) -> list[Band]:
         med, lo, hi = _band(list(nets.values()))
         out.append(Band(point, metric, cls, med, lo, hi, len(nets)))
     return out
+
+
+@attrs.frozen
+class AttackBand:
+    """What an attacker gains at one point of the grid: a measure's median over networks (each the mean
+    over simulation seeds) with its 2.5-97.5 % range across networks."""
+
+    values: tuple[tuple[str, int], ...]
+    load: float
+    loss_rate: float
+    class_mix: str
+    measure: str
+    median: float
+    low: float
+    high: float
+    networks: int
+
+    def row(self) -> dict:
+        m = catalogue.attack_measure(self.measure)
+        return {**dict(self.values), "load": self.load, "loss_rate": self.loss_rate, "class_mix": self.class_mix,
+                "measure": self.measure, "unit": m.unit if m else "",
+                "leakier_when": "higher" if m is None or m.leakier > 0 else "lower", "median": self.median,
+                "low_2_5": self.low, "high_97_5": self.high, "networks": self.networks}
+
+
+def attack_bands(sweep: Sweep, rows: Sequence[dict]) -> list[AttackBand]:
+    """The attack measures' ``bands``, in catalogue order, then the grid's."""
+    out = []
+    for b in bands(sweep, rows):
+        if catalogue.attack_measure(b.metric) is None:
+            continue
+        values, load, loss, mix = b.point
+        out.append(AttackBand(tuple(zip(sweep.parameters, values, strict=True)), load, loss, mix, b.metric,
+                              b.median, b.low, b.high, b.networks))
+    order = {name: i for i, name in enumerate(catalogue.attack_measure_names())}
+    out.sort(key=lambda a: (order[a.measure], tuple(v for _, v in a.values), a.load, a.loss_rate, a.class_mix))
+    return out
+
+
+def attack_columns(sweep: Sweep) -> list[str]:
+    """The columns of ``attacks.csv`` (``AttackBand.row``)."""
+    return [*sweep.parameters, "load", "loss_rate", "class_mix", "measure", "unit", "leakier_when", "median",
+            "low_2_5", "high_97_5", "networks"]
 
 
 # --- recommendation ---------------------------------------------------------------------------------------
@@ -399,6 +450,7 @@ def figures(sweep: Sweep, rows: Sequence[dict], relay_classes: Sequence[str] = (
     networks = max((b.networks for b in band_by.values()), default=0)
     panels = [(m, "") for m in PLOT_METRICS if not m.startswith("relay_")]
     panels += [(m, c) for c in relay_classes for m in PLOT_METRICS if m.startswith("relay_")]
+    panels += [(m, "") for m in catalogue.attack_measure_names()]  # what an attacker gains, where measured
     panels = [(m, c) for m, c in panels if any(k[1] == m and k[2] == c for k in band_by)]
     axes = plot_axes(sweep)
     fixed = _fixed(sweep, axes)
@@ -420,7 +472,8 @@ def figures(sweep: Sweep, rows: Sequence[dict], relay_classes: Sequence[str] = (
         for ax in grid.flat[len(panels):]:
             ax.set_visible(False)
         for ax, (metric, cls) in zip(grid.flat, panels, strict=False):
-            unit, factor = catalogue.display(metric)
+            attack = catalogue.attack_measure(metric)
+            unit, factor = (attack.unit, 1.0) if attack else catalogue.display(metric)
             points: dict[tuple, list] = {}
             for (point, m, c), b in band_by.items():
                 if m == metric and c == cls:
@@ -441,9 +494,11 @@ def figures(sweep: Sweep, rows: Sequence[dict], relay_classes: Sequence[str] = (
                             label="recommended")
             for x, text, colour in marks.vlines:
                 ax.axvline(x, color=colour, linestyle="--", linewidth=1.5, label=text)
-            ax.set_title(catalogue.label(metric) + (f", {_class_words(cls)}" if cls else ""), fontsize=10)
+            ax.set_title((attack.label + (" (higher: leakier)" if attack.leakier > 0 else " (lower: leakier)")
+                          if attack else catalogue.label(metric)) + (f", {_class_words(cls)}" if cls else ""),
+                         fontsize=10)
             ax.set_xlabel(axis.label, fontsize=9)
-            ax.set_ylabel(f"median ({unit or 'value'})", fontsize=9)
+            ax.set_ylabel(f"{'attack' if attack else 'median'} ({unit or 'value'})", fontsize=9)
             ax.set_xticks([axis.x(level) for level in axis.levels], [axis.tick(level) for level in axis.levels])
             ax.margins(x=0.06)  # a recommended value at either end of the axis is not hidden by the frame
             ax.tick_params(labelsize=8)
