@@ -168,7 +168,7 @@ def _attacks_cost(seeds: list[int], repeats: int) -> None:
     from kistexp.localnet import machine
     from kistexp.population import attacks
     from kistexp.population.classes import load_class_shares
-    from kistexp.population.predict import DEFAULT_BYTE_BUDGET, _plan_network
+    from kistexp.population.predict import FAST_BYTE_BUDGET, _plan_network
     from kistexp.population.relays import load_population
     from kistexp.population.sampling import sample
     from kistexp.population.simnet import TrafficModel
@@ -182,7 +182,7 @@ def _attacks_cost(seeds: list[int], repeats: int) -> None:
     plain_all = traced_all = measure_all = 0.0
     for seed in seeds:
         sn = _plan_network(sample(full, 0.02, seed), seed=seed, duration_s=duration, traffic=traffic,
-                           shares=load_class_shares(), scale=0.02, byte_budget=DEFAULT_BYTE_BUDGET)
+                           shares=load_class_shares(), scale=0.02, byte_budget=FAST_BYTE_BUDGET)
         plain, traced, measured = [], [], []
         for _ in range(repeats):
             for trace in (None, attacks.trace_config(sn, t0)):

@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 
 from kistexp.plan.loader import load_plan
-from kistexp.population.predict import DEFAULT_BYTE_BUDGET, plan_backend, simulate_plan
+from kistexp.population.predict import FAST_BYTE_BUDGET, plan_backend, simulate_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / "plans" / "kist-run-interval-2020.toml"
@@ -37,7 +37,7 @@ BEGIN, END = "<!-- rates:begin -->", "<!-- rates:end -->"
 #: name -> (population scale, byte budget): 0.02, 0.1 and 0.33 of the 6,088-relay consensus sample
 #: about 120, 600 and 2,000 relays
 CONFIGS = {
-    "scaled-120": (0.02, DEFAULT_BYTE_BUDGET),
+    "scaled-120": (0.02, FAST_BYTE_BUDGET),
     "full-120": (0.02, math.inf),
     "full-600": (0.1, math.inf),
     "full-2000": (0.33, math.inf),
@@ -194,10 +194,12 @@ def choose(found: list[Effect], info: dict) -> tuple[str, str]:
     return ref, f"smaller samples disagree with {ref} on some effects."
 
 
-def write(doc: Path, text: str) -> None:
+def write(doc: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
+    """``text`` (which starts with ``begin`` and ends with ``end``) in place of the page's section between
+    those markers, or at its end; the rest of the page kept."""
     old = doc.read_text() if doc.exists() else ""
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + text + old[old.index(end) + len(end):]
     else:
         new = old.rstrip("\n") + "\n\n" + text + "\n"
     doc.write_text(new)

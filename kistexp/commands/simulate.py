@@ -185,6 +185,10 @@ def simulate(
     probes: int = typer.Option(0, "--probes", help="Throughput-fingerprinting probes per network (attacker "
                                "clients that load the relays they measure, so every figure is of the probed "
                                "network; default 0: no fingerprinting measures)."),
+    fast: bool = typer.Option(False, "--fast", help="Scale the NICs down so that the offered traffic fits 75 MB/s "
+                              "per network: minutes faster, but each relay moves fewer cells per scheduler run, "
+                              "which shrinks a run-interval change's effects (docs/validation.md); the experiment, "
+                              "report and announcement say so."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Run the baseline and every stage (switchback: treatment and control) on the plan's sampled networks;
@@ -242,11 +246,13 @@ def simulate(
             task = bar.add_task("loading the consensus", total=1.0)
             result = simulate_plan(p.stage_runs(), consensus=consensus, certs=certs, traffic=traffic,
                                    backend=backend, probes=probes,
+                                   byte_budget=predict.FAST_BYTE_BUDGET if fast else predict.FULL_RATES,
                                    progress=lambda f, what: bar.update(task, completed=f, description=what),
                                    notify=lambda message: _notice(bar, message))
     finally:
         backend.close()
-    save_plan_predictions(path, plan, result.predictions, result.attack_values)
+    save_plan_predictions(path, plan, result.predictions, result.attack_values,
+                          predict.prediction_run(result, p.simulation.population_scale))
     if as_json:
         out = attrs.asdict(result, filter=lambda a, _v: a.name not in ("predictions", "figures", "attack_values",
                                                                        "attack_figures"))
@@ -260,7 +266,8 @@ def simulate(
         f"{result.clients_per_network[0]} client processes, scale "
         f"{p.simulation.population_scale:g}, {duration:g} s each (warm-up {traffic.warmup_s:g} s), load "
         f"{load:g} (reached {min(result.achieved_utilisation):.2f}-{max(result.achieved_utilisation):.2f}), "
-        f"NICs x {min(result.bandwidth_scale):.2g}; {result.wall_s:.0f} s on {backend.description}; "
+        + (f"fast mode: NICs x {min(result.bandwidth_scale):.2g}-{max(result.bandwidth_scale):.2g}, effects shrunk"
+           if result.rates == "fast" else "full NIC rates") + f"; {result.wall_s:.0f} s on {backend.description}; "
         f"{len(result.predictions)} predicted quantiles and {len(result.attack_values)} attack measures saved in "
         f"{path}" + (f"; {probes} fingerprinting probes per network load the relays" if probes else "")))
     _print(p.name, order, result.figures, header, classes)

@@ -44,6 +44,8 @@ asked for (``probes``), and then in every run of the plan alike.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import os
 import socket
 import time
@@ -56,7 +58,7 @@ import numpy as np
 
 from kistexp.anonymity import AttackFigure, add_probes, ks_distance_counts, stage_differences
 from kistexp.errors import DispatchError, PopulationError
-from kistexp.metrics.series import AttackValue, Prediction
+from kistexp.metrics.series import AttackValue, Prediction, PredictionRun
 from kistexp.population import attacks, costs
 from kistexp.population.adoption import SwitchSchedule, adoption_times, compress
 from kistexp.population.classes import ClassShares, load_class_shares, load_profiles
@@ -70,9 +72,18 @@ from kistexp.sim import RunConfig, Simulation, ensure_compiled, numbacache
 from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS, node_cpu_utilization, window_samples
 
 QUANTILES = tuple(round(q / 100, 2) for q in range(101))
-# offered client bytes per second per network that keep a run near 10-15 s wall on one core; the NICs
-# are scaled down (TrafficModel.bandwidth_scale) when the sampled network would ask for more
-DEFAULT_BYTE_BUDGET = 75e6
+# Fast mode (`kistexp simulate --fast`, sweeps' `--fast`): offered client bytes per second per network that
+# keep a run near 10-15 s wall on one core; the NICs are scaled down (TrafficModel.bandwidth_scale) when the
+# sampled network would ask for more. Each relay then moves fewer cells per scheduler run, which shrinks
+# what a run-interval change can gain or lose (docs/validation.md, "Scaled against full NIC rates"), so the
+# default is full rates: no budget.
+FAST_BYTE_BUDGET = 75e6
+FULL_RATES = math.inf
+
+
+def rates_name(byte_budget: float) -> str:
+    """"full" for relays at their consensus NIC rates, "fast" when a byte budget may scale them down."""
+    return "full" if math.isinf(byte_budget) else "fast"
 ALL = "all"
 # fingerprinting probes a plan's runs may add per network (each is a client, a channel and a circuit)
 MAX_PROBES = 256
@@ -111,6 +122,7 @@ class PlanPrediction:
     attack_values: tuple[AttackValue, ...] = attrs.field(default=(), repr=False)
     attack_figures: tuple[AttackFigure, ...] = ()
     probes: int = 0  # fingerprinting probes per network (they load the relays: see the module docstring)
+    rates: str = "full"  # "full": relays at their consensus NIC rates; "fast": NICs scaled to a byte budget
     cpu_s: float = 0.0  # CPU seconds of every run, the measures included
     attack_cpu_s: float = 0.0  # of those, computing the attack measures
 
@@ -271,7 +283,7 @@ def run_plan_cell(cell: PlanCell) -> PlanCellResult:
     trace = attacks.trace_config(sn, t0, probes.values()) if traced else None
     # the same network, clients and traffic for every transition: stages differ only by their values
     sim = Simulation(sn.network, RunConfig(duration_s=duration, seed=seed, circuit_trace=trace))
-    sim.apply(list(range(len(sn.network.nodes))), dict(t.from_values))
+    sn.apply(sim, range(len(sn.network.nodes)), dict(t.from_values))  # Arti clients read only Arti's
     sim.advance_to(a)
     # per-node switch times over the transition window
     is_cache = np.array(["V2Dir" in r.flags for r in pop.relays])
@@ -279,7 +291,7 @@ def run_plan_cell(cell: PlanCell) -> PlanCellResult:
     adopt = adoption_times(is_cache, len(clients), seed * 1000 + cell.index)
     when = dict(zip(sn.relay_nodes, compress(adopt.relays, adopt.span_s, a, b).tolist(), strict=True))
     when.update(zip(clients, compress(adopt.clients, adopt.span_s, a, b).tolist(), strict=True))
-    SwitchSchedule.build(when, t.to_values).apply_until(sim, b)
+    SwitchSchedule.build(when, t.to_values).apply_until(sim, b, apply=sn.apply)
     sim.advance_to(b)
     sim.advance_to(duration)
     rows = _window_predictions(sn, sim.window(a, b), f"transition:{t.to_stage}", cell.network, profiles, labels)
@@ -305,7 +317,7 @@ def plan_backend(workers: int | None = None, dask: str | None = None, dask_timeo
 
 def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs: str | Path | None = None,
                   traffic: TrafficModel | None = None, shares: ClassShares | None = None,
-                  byte_budget: float = DEFAULT_BYTE_BUDGET, backend=None, probes: int = 0,
+                  byte_budget: float = FULL_RATES, backend=None, probes: int = 0,
                   progress: Callable[[float, str], None] | None = None,
                   notify: Callable[[str], None] | None = None) -> PlanPrediction:
     """Run every transition of ``runs`` (a plan's: ``Plan.stage_runs()``) on each seed's network (see the
@@ -385,7 +397,8 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
                                         ("stage", b, duration)),
         predictions=tuple(rows), figures=tuple(figures), wall_s=time.perf_counter() - wall0,
         attack_values=tuple(values), attack_figures=tuple(stage_differences(values, stages)), probes=probes,
-        cpu_s=sum(r.cpu_s for r in results), attack_cpu_s=sum(r.attacks.cpu_s for r in results if r.attacks))
+        rates=rates_name(byte_budget), cpu_s=sum(r.cpu_s for r in results),
+        attack_cpu_s=sum(r.attacks.cpu_s for r in results if r.attacks))
 
 
 def attack_values(results: list[PlanCellResult], transitions: int, stages: list[str]) -> list[AttackValue]:
@@ -452,7 +465,7 @@ class ValuesRun:
 
 def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss_rate: float,
                     shares: ClassShares, seed: int, duration_s: float, scale: float,
-                    byte_budget: float = DEFAULT_BYTE_BUDGET) -> ValuesRun:
+                    byte_budget: float = FULL_RATES) -> ValuesRun:
     """A sampled network ``pop`` run for ``duration_s`` with ``values`` in every relay's and client's
     consensus from the start; measured over [warm-up, end) like a stage (one cell of a parameter sweep).
 
@@ -485,7 +498,7 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
     traced = t1 > t0
     sim = Simulation(sn.network, RunConfig(duration_s=duration_s, seed=seed,
                                            circuit_trace=attacks.trace_config(sn, t0) if traced else None))
-    sim.apply(list(range(len(sn.network.nodes))), dict(values))
+    sn.apply(sim, range(len(sn.network.nodes)), dict(values))
     sim.advance_to(sn.traffic.warmup_s)  # a window starts at a sample time or where the run stopped
     sim.advance_to(duration_s)
     window = sim.window(sn.traffic.warmup_s, duration_s)
@@ -526,14 +539,21 @@ def check_experiment_dir(path: str | Path) -> None:
         raise StoreError(f"{path}: cannot create the experiment directory: {existing} is not writable")
 
 
+def prediction_run(result: PlanPrediction, population_scale: float) -> PredictionRun:
+    """How ``result`` was made, as the experiment records it (the reports label fast-mode predictions)."""
+    return PredictionRun(dt.datetime.now(dt.timezone.utc), result.rates, population_scale, result.relays_per_network,
+                         min(result.bandwidth_scale), max(result.bandwidth_scale), result.duration_s, result.wall_s)
+
+
 def save_plan_predictions(path: str | Path, plan_file: str | Path,
                           predictions: tuple[Prediction, ...] | list[Prediction],
-                          attack_values: tuple[AttackValue, ...] | list[AttackValue] = ()) -> None:
-    """Store ``predictions`` and ``attack_values`` in the experiment at ``path``, creating it (with a copy of
-    ``plan_file``) if it has none. An existing experiment takes each in one transaction; a new one is built
-    in a temporary directory inside ``path`` and its database renamed into place last, so ``experiment.db``
-    exists only once it holds every prediction and attack measure (``make demo`` takes the file as the
-    sign that predictions are made)."""
+                          attack_values: tuple[AttackValue, ...] | list[AttackValue] = (),
+                          run: PredictionRun | None = None) -> None:
+    """Store ``predictions``, ``attack_values`` and how they were made (``run``, see ``prediction_run``) in
+    the experiment at ``path``, creating it (with a copy of ``plan_file``) if it has none. An existing
+    experiment takes each in one transaction; a new one is built in a temporary directory inside ``path``
+    and its database renamed into place last, so ``experiment.db`` exists only once it holds every
+    prediction and attack measure (``make demo`` takes the file as the sign that predictions are made)."""
     import shutil
     import tempfile
 
@@ -549,6 +569,8 @@ def save_plan_predictions(path: str | Path, plan_file: str | Path,
             store = MetricStore(exp.db)
             store.save_predictions(predictions)
             store.save_attack_values(attack_values)
+            if run is not None:
+                store.save_prediction_run(run)
         return
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -560,6 +582,8 @@ def save_plan_predictions(path: str | Path, plan_file: str | Path,
             store = MetricStore(exp.db)
             store.save_predictions(predictions)
             store.save_attack_values(attack_values)
+            if run is not None:
+                store.save_prediction_run(run)
         try:
             if not (path / PLAN_NAME).exists():
                 os.replace(tmp / PLAN_NAME, path / PLAN_NAME)

@@ -31,7 +31,7 @@ from kistexp.metrics import catalogue
 from kistexp.metrics.series import Prediction, PredictionRun
 from kistexp.metrics.store import MetricStore
 from kistexp.plan.model import Plan
-from kistexp.population.predict import DEFAULT_BYTE_BUDGET, StageFigure, summarize_predictions
+from kistexp.population.predict import FAST_BYTE_BUDGET, StageFigure, summarize_predictions
 from kistexp.report.wording import attack_number, effect_words, interval_words, limit_words
 from kistexp.rollout.dryrun import AuthorityFault, InjectionError, MetricGap, MetricShift, parse_injection
 from kistexp.rollout.engine import metric_source_of
@@ -94,7 +94,7 @@ class PredictionsMade:
     @property
     def budget(self) -> str:
         """The bytes per second a fast-mode network's offered traffic is scaled to fit."""
-        return f"{DEFAULT_BYTE_BUDGET / 1e6:g} MB/s"
+        return f"{FAST_BYTE_BUDGET / 1e6:g} MB/s"
 
     @property
     def label(self) -> str:

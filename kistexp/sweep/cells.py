@@ -62,6 +62,7 @@ class CellTask:
     population: object = attrs.field(eq=False, repr=False)  # kistexp.population.relays.Population
     shares: object = attrs.field(eq=False, repr=False)  # kistexp.population.classes.ClassShares
     model: str = ""  # model_version() of the submitting side, checked by the worker
+    fast: bool = False  # NICs scaled to the fast-mode byte budget (kistexp.population.predict.FAST_BYTE_BUDGET)
 
 
 @attrs.frozen
@@ -84,10 +85,13 @@ def _shares_digest(shares) -> str:
 
 
 def cell_key(*, model: str, consensus: str, geoip: str, scale: float, sample_seed: int, values: ValueSet,
-             load: float, loss_rate: float, shares_digest: str, seed: int, duration_s: float) -> str:
+             load: float, loss_rate: float, shares_digest: str, seed: int, duration_s: float,
+             fast: bool = False) -> str:
     doc = {"model": model, "consensus": consensus, "geoip": geoip, "scale": scale, "sample_seed": sample_seed,
            "values": sorted([list(v) for v in values]), "load": load, "loss_rate": loss_rate,
            "shares": shares_digest, "seed": seed, "duration_s": duration_s}
+    if fast:  # full-rate keys stay as they were; a fast cell is another cell
+        doc["rates"] = "fast"
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -131,9 +135,9 @@ class CellGrid(Sequence):
         sample_seed = s.samples[net_i]
         key = cell_key(model=self.model, consensus=self.consensus, geoip=self.geoip, scale=s.scale,
                        sample_seed=sample_seed, values=values, load=load, loss_rate=loss, shares_digest=digest,
-                       seed=seed, duration_s=s.duration_s)
+                       seed=seed, duration_s=s.duration_s, fast=s.fast)
         return CellTask(key, index, net_i, sample_seed, values, load, loss, mix, seed, s.duration_s, s.scale,
-                        self.networks[net_i], shares, self.model)
+                        self.networks[net_i], shares, self.model, s.fast)
 
     def __iter__(self) -> Iterator[CellTask]:
         return (self[i] for i in range(len(self)))
@@ -172,7 +176,7 @@ def expand(sweep: Sweep) -> CellGrid:
 def run_cell(task: CellTask) -> CellResult:
     """Run one cell (in a worker process): ``kistexp.population.predict.simulate_values``."""
     from kistexp.errors import SweepError
-    from kistexp.population.predict import simulate_values
+    from kistexp.population.predict import FAST_BYTE_BUDGET, FULL_RATES, simulate_values
 
     if task.model and task.model != model_version():
         raise SweepError(f"this worker ({socket.gethostname()}) runs another kistexp model ({model_version()}, "
@@ -180,6 +184,7 @@ def run_cell(task: CellTask) -> CellResult:
     # the simulation seed and the network's sample seed together draw the clients and traffic
     seed = (task.seed * 1_000_003 + task.sample_seed) % 2**31
     run = simulate_values(task.population, dict(task.values), load=task.load, loss_rate=task.loss_rate,
-                          shares=task.shares, seed=seed, duration_s=task.duration_s, scale=task.scale)
+                          shares=task.shares, seed=seed, duration_s=task.duration_s, scale=task.scale,
+                          byte_budget=FAST_BYTE_BUDGET if task.fast else FULL_RATES)
     return CellResult(task.key, run.figures, run.relays, run.clients, run.bandwidth_scale,
                       run.achieved_utilisation, run.wall_s, f"{socket.gethostname()}:{os.getpid()}", run.attacks)

@@ -65,6 +65,8 @@ class Sweep:
     consensus: str | None  # None: the population's default consensus
     class_mixes: tuple[tuple[str, str | None], ...]  # (name, relay-class TOML path or None = bundled)
     recommend: tuple[Recommend, ...]
+    # NICs scaled down to the fast-mode byte budget (`kistexp sweep --fast`); default: full NIC rates
+    fast: bool = False
 
     @property
     def n_cells(self) -> int:

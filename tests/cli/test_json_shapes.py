@@ -843,7 +843,7 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'bandwidth_scale', 'clients_per_network', 'cpu_s', 'dir', 'duration_s', 'expected_utilisation',
         'figures', 'figures[].change_vs_baseline', 'figures[].high_97_5', 'figures[].low_2_5', 'figures[].median',
         'figures[].metric', 'figures[].networks', 'figures[].relay_class', 'figures[].stage',
-        'networks', 'plan', 'probes', 'relays_per_network', 'stages', 'wall_s', 'windows_s',
+        'networks', 'plan', 'probes', 'rates', 'relays_per_network', 'stages', 'wall_s', 'windows_s',
     ),
     'simulate --stored': (
         'attack_figures', 'attack_figures[].baseline_mean', 'attack_figures[].high_97_5', 'attack_figures[].label',
@@ -856,8 +856,8 @@ SHAPES: dict[str, tuple[str, ...]] = {
     ),
     'sweep --check': (
         'axes', 'axes.class_mixes', 'axes.loads', 'axes.loss_rates', 'axes.samples', 'axes.seeds', 'axes.value_sets',
-        'cells', 'class_mixes', 'duration_s', 'loads', 'loss_rates', 'name', 'parameters', 'samples', 'scale',
-        'seeds', 'value_sets', 'value_sets[].KISTSchedRunInterval',
+        'cells', 'class_mixes', 'duration_s', 'loads', 'loss_rates', 'name', 'parameters', 'rates', 'samples',
+        'scale', 'seeds', 'value_sets', 'value_sets[].KISTSchedRunInterval',
     ),
 }
 

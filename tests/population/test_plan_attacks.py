@@ -30,7 +30,7 @@ def plan_cells(consensus_path, tmp_path_factory):
     runs = load_plan(path).stage_runs()
     pop = sample(load_population(consensus_path), 0.005, 1)
     traffic = TrafficModel(bandwidth_scale=0.2, warmup_s=4)
-    return [P.PlanCell(i, 0, 1, t, 16.0, 0.005, traffic, P.DEFAULT_BYTE_BUDGET, pop, load_class_shares())
+    return [P.PlanCell(i, 0, 1, t, 16.0, 0.005, traffic, P.FAST_BYTE_BUDGET, pop, load_class_shares())
             for i, t in enumerate(runs.transitions)]
 
 
