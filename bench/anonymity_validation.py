@@ -23,7 +23,8 @@ Printed: the paired differences (run minus baseline) over networks x seeds with 
 way each figure moves when the attack gets easier and whether the control moves it that way, the CPU
 model, and the cost of the measures: recording the trace (the first unit's baseline, traced and untraced,
 three alternating runs each) and computing them, relative to the simulations they are computed from
-(target < 10 %), plus what the probes add to the simulation.
+(target < 10 %), plus what the probes add to the simulation. With ``--doc`` (``bench/validation.py --anonymity``)
+the table also goes into docs/validation.md, section "Anonymity", between its markers.
 
     .venv/bin/python bench/anonymity_validation.py [--networks 3] [--seeds 3] [--scale 0.02] [--duration 40]
                                                    [--segment 6] [--targets 16] [--load 0.4] [--interval-ms 10]
@@ -145,7 +146,10 @@ def overhead(net, args, seed: int, repeats: int = 3) -> tuple[float, float]:
     return min(plain), min(traced)
 
 
-def main() -> None:
+SECTION_BEGIN, SECTION_END = "<!-- anonymity:begin -->", "<!-- anonymity:end -->"
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--networks", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
@@ -156,7 +160,8 @@ def main() -> None:
     ap.add_argument("--targets", type=int, default=16)
     ap.add_argument("--load", type=float, default=0.4)
     ap.add_argument("--interval-ms", type=int, default=10)
-    args = ap.parse_args()
+    ap.add_argument("--doc", action="store_true", help="also write the table into docs/validation.md")
+    args = ap.parse_args(argv)
     args.fprs = DEFAULT_FPRS
     wall0 = time.perf_counter()
     warm_up()
@@ -206,40 +211,60 @@ def main() -> None:
                   f"({len(probes)} probes), flows {mk.flow.n_flows:,} (false pairs {mk.flow.n_false_pairs:,}), "
                   f"fingerprinting targets {mk.fingerprint.targets if mk.fingerprint else 0}, NICs "
                   f"x{sn_k.traffic.bandwidth_scale:.3f}", flush=True)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
     diffs = {r: {d.measure: d for d in paired_differences(base_u, other_u[r])} for r in runs}
-    print()
-    print(f"CPU: {cpu_model()}")
-    print(f"units: {args.networks} networks x {args.seeds} seeds; scale {args.scale} of the bundled consensus; "
+    say("")
+    say(f"CPU: {cpu_model()}")
+    say(f"units: {args.networks} networks x {args.seeds} seeds; scale {args.scale} of the bundled consensus; "
           f"{args.duration:g} s simulated, measured over [{args.warmup:g}, {args.duration:g}) s; KIST at "
           f"{args.interval_ms} ms; load {args.load}; flow segments {args.segment:g} s; {args.targets} probes")
     n_flows = min(f for f, _ in flows)
     n_false = min(f for _, f in flows)
-    print(f"flows per unit >= {n_flows:,}, false pairs >= {n_false:,}: resolvable FPRs "
+    say(f"flows per unit >= {n_flows:,}, false pairs >= {n_false:,}: resolvable FPRs "
           f"{', '.join(f'{a:g}' for a in resolvable_fprs(n_flows, n_false))}")
-    print()
-    print("| measure | leakier | baseline (KIST) | Vanilla - KIST [95 % CI] | A/A: KIST - KIST [95 % CI] | "
+    say("")
+    say("| measure | leakier | baseline (KIST) | Vanilla - KIST [95 % CI] | A/A: KIST - KIST [95 % CI] | "
           "leaky control - KIST [95 % CI] | control |")
-    print("|---|---|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|---|")
     for name in diffs["Vanilla"]:
         c = diffs["control"][name]
         way = leakier(name)
         moved = "moves, leakier" if c.significant and c.mean_difference * way > 0 else \
             "moves, less leaky" if c.significant else "blind"
         base = np.nanmean([u.get(name, math.nan) for u in base_u])
-        print(f"| {name} | {'up' if way > 0 else 'down'} | {base:.3g} | {cell(diffs['Vanilla'][name])} | "
+        say(f"| {name} | {'up' if way > 0 else 'down'} | {base:.3g} | {cell(diffs['Vanilla'][name])} | "
               f"{cell(diffs['A/A'][name])} | {cell(c)} | {moved} |")
-    print("(* the 95 % interval excludes 0; the KS distance of a baseline to itself is 0, so its A/A row is the"
+    say("(* the 95 % interval excludes 0; the KS distance of a baseline to itself is 0, so its A/A row is the"
           " noise floor)")
-    print()
+    say("")
     share = meas_cpu / sim_cpu
     trace_cost = cost["traced"] / cost["untraced"] - 1
-    print(f"cost: computing the measures {meas_cpu:.1f} CPU-s for {sim_cpu:.1f} CPU-s of traced simulation "
+    say(f"cost: computing the measures {meas_cpu:.1f} CPU-s for {sim_cpu:.1f} CPU-s of traced simulation "
           f"({100 * share:.1f} %); recording the trace {100 * trace_cost:+.1f} % CPU of the run (least of 3 "
           f"alternating runs each, first unit); the probes add "
           f"{100 * (cost['untraced'] / cost['no probes'] - 1):+.1f} %"
           " to the simulation")
-    print(f"wall time {time.perf_counter() - wall0:.0f} s")
+    say(f"wall time {time.perf_counter() - wall0:.0f} s")
 
+    if args.doc:
+        import validation_rates
+
+        text = "\n".join([SECTION_BEGIN, "## Anonymity: KIST against Vanilla, and a leaky control", "",
+                          f"Written by `bench/validation.py --anonymity` (bench/anonymity_validation.py) on "
+                          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; the method, sources and limits "
+                          "are in "
+                          "[anonymity.md](anonymity.md). Stage minus baseline per network and seed, mean [95 % t "
+                          "interval]; the KIST papers (Jansen et al.) expect no significant change from KIST against "
+                          "Vanilla, and the leaky control (one circuit per channel, nothing else on the relays) must "
+                          "move a measure, or the measure is blind in this model.", "", *lines, SECTION_END])
+        validation_rates.write(validation_rates.ROOT / "docs" / "validation.md", text,
+                               begin=SECTION_BEGIN, end=SECTION_END)
+        print("wrote docs/validation.md")
 
 if __name__ == "__main__":
     main()

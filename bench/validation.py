@@ -18,7 +18,9 @@ is excluded. Measured in the window after it, as the KIST papers measured them:
 
     .venv/bin/python bench/validation.py [--scale 0.02] [--seeds 1,2] [--duration 40] [--quick]
 
-With ``--rates`` it writes instead the section "Scaled against full NIC rates" (bench/validation_rates.py):
+With ``--anonymity`` it writes instead the section "Anonymity" (bench/anonymity_validation.py --doc): the
+attack measures with KIST against Vanilla and a leaky control. With ``--rates`` it writes instead the section
+"Scaled against full NIC rates" (bench/validation_rates.py):
 the bundled plan's stage effects at scaled and full NIC rates and at three sample sizes, and the default
 sample chosen from them; each part of the page keeps the other's text.
 
@@ -117,12 +119,24 @@ def main() -> None:
     ap.add_argument("--configs", default="scaled-120,full-120,full-600,full-2000")
     ap.add_argument("--stages", type=int, default=3, help="the plan's first runs (baseline first)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--from-history", action="store_true",
+                    help="--rates: write the section from bench/history/rates-validation.csv, running nothing")
+    ap.add_argument("--anonymity", action="store_true",
+                    help="write the anonymity section (bench/anonymity_validation.py with its defaults)")
     a = ap.parse_args()
+    if a.anonymity:
+        import anonymity_validation
+
+        anonymity_validation.main(["--doc"])
+        return
     if a.rates:
         import validation_rates as vr
 
         rate_seeds = tuple(int(s) for s in (a.seeds if a.seeds != "1,2" else "1,2,3").split(","))
-        found, info = vr.run(a.configs.split(","), rate_seeds, a.stages, a.workers)
+        if a.from_history:
+            found, info, rate_seeds = vr.from_history(a.configs.split(","))
+        else:
+            found, info = vr.run(a.configs.split(","), rate_seeds, a.stages, a.workers)
         default, reason = vr.choose(found, info)
         vr.write(DOC, vr.section(found, info, rate_seeds, default, reason))
         print(f"default: {default}: {reason}\nwrote {DOC}")
@@ -312,9 +326,11 @@ def write_doc(results, a, seeds, duration, warmup, relays, wall) -> None:
         "",
     ]
     old = DOC.read_text() if DOC.exists() else ""
-    keep = ""  # the rates section (--rates) survives a rewrite of the rest
-    if "<!-- rates:begin -->" in old and "<!-- rates:end -->" in old:
-        keep = "\n" + old[old.index("<!-- rates:begin -->"):old.index("<!-- rates:end -->") + 18] + "\n"
+    keep = ""  # the sections of --rates and --anonymity survive a rewrite of the rest
+    for name in ("rates", "anonymity"):
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin in old and end in old:
+            keep += "\n" + old[old.index(begin):old.index(end) + len(end)] + "\n"
     DOC.write_text("\n".join(lines) + keep)
     print(f"wrote {DOC} and {', '.join(plots)}")
 

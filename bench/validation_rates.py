@@ -10,7 +10,10 @@ median relay of a position); the table gives the mean over networks with a 95 % 
 the raw figures go to bench/history/rates-validation.csv.
 
     .venv/bin/python bench/validation.py --rates [--configs scaled-120,full-120,full-600,full-2000]
-                                                 [--seeds 1,2,3] [--stages 3] [--workers 2]
+                                                 [--seeds 1,2,3] [--stages 3] [--workers 2] [--from-history]
+
+``--from-history`` writes the section from the latest recorded run of each configuration instead of
+running them (configurations can then be run one at a time, e.g. the 2,000-relay one with fewer stages).
 """
 
 from __future__ import annotations
@@ -131,13 +134,14 @@ def _history(name: str, got: list[Effect], info: dict, seeds) -> None:
         w = csv.writer(f)
         if new:
             w.writerow(["date", "cpu", "config", "seeds", "relays", "stage", "row", "mean", "low", "high",
-                        "per_network", "wall_s"])
+                        "per_network", "wall_s", "nic_min", "nic_max"])
         when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
         for e in got:
             lo, hi = e.interval
             w.writerow([when, cpu_model(), name, " ".join(map(str, seeds)), " ".join(map(str, info["relays"])),
                         e.stage, e.row, f"{e.mean:.5f}", f"{lo:.5f}", f"{hi:.5f}",
-                        " ".join(f"{x:.5f}" for x in e.per_network), f"{info['wall_s']:.0f}"])
+                        " ".join(f"{x:.5f}" for x in e.per_network), f"{info['wall_s']:.0f}",
+                        f"{min(info['nic']):.4f}", f"{max(info['nic']):.4f}"])
 
 
 def _cell(e: Effect | None) -> str:
@@ -178,20 +182,59 @@ def section(found: list[Effect], info: dict, seeds, default: str, reason: str) -
     return "\n".join(lines)
 
 
+def width(e: Effect) -> float:
+    lo, hi = e.interval
+    return hi - lo
+
+
 def choose(found: list[Effect], info: dict) -> tuple[str, str]:
-    """The smallest full-rate sample whose effects all agree with the largest full-rate sample's."""
+    """The smallest full-rate sample whose effects all agree with the largest full-rate sample's (its mean
+    inside that one's interval or the reverse) and are about as precise (an interval at most twice as wide,
+    plus 5 points so that two very narrow intervals never disqualify): a sample whose interval is wide
+    enough to agree with anything tells nothing."""
     fulls = [c for c in info if c.startswith("full-")]
     if not fulls:
         return "n/a", "no full-rate configuration was run."
     ref = fulls[-1]
     by = {(e.config, e.stage, e.row): e for e in found}
     keys = [(e.stage, e.row) for e in found if e.config == ref]
+    notes = []
     for c in fulls:
-        bad = [f"{s} {r}" for s, r in keys if (c, s, r) in by and not agree(by[(c, s, r)], by[(ref, s, r)])]
-        if not bad:
-            return c, (f"every effect at {c} agrees with {ref} within their intervals (the smaller sample's "
-                       f"mean inside the larger's interval or the reverse).")
-    return ref, f"smaller samples disagree with {ref} on some effects."
+        pairs = [(s, r, by[(c, s, r)], by[(ref, s, r)]) for s, r in keys if (c, s, r) in by]
+        off = [f"{s} {r}" for s, r, e, f in pairs if not agree(e, f)]
+        loose = [f"{s} {r} ({100 * width(e):.0f} points wide against {100 * width(f):.0f})"
+                 for s, r, e, f in pairs if width(e) > 2 * width(f) + 0.05]
+        if not off and not loose:
+            return c, (f"every effect at {c} agrees with {ref} within their intervals and is about as precise "
+                       f"(interval at most twice as wide, plus 5 points)." + (" " + " ".join(notes) if notes else ""))
+        notes.append(f"{c} was not chosen: " + "; ".join(
+            ([f"disagrees on {', '.join(off)}"] if off else []) + ([f"too imprecise on {', '.join(loose)}"]
+                                                                    if loose else [])) + ".")
+    return ref, f"only {ref} itself qualifies. " + " ".join(notes)
+
+
+def from_history(configs: list[str], path: Path = HISTORY) -> tuple[list[Effect], dict, tuple[int, ...]]:
+    """The latest recorded run of each of ``configs`` (bench/history/rates-validation.csv), as ``run``
+    returns them: configurations run at different times (the 2,000-relay one takes an hour) make one
+    table."""
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    found: list[Effect] = []
+    info: dict[str, dict] = {}
+    seeds: tuple[int, ...] = ()
+    for name in configs:
+        mine = [r for r in rows if r["config"] == name]
+        if not mine:
+            raise SystemExit(f"{path}: no recorded run of {name}: run bench/validation.py --rates --configs {name}")
+        last = max(r["date"] for r in mine)
+        mine = [r for r in mine if r["date"] == last]
+        r0 = mine[0]
+        seeds = tuple(int(x) for x in r0["seeds"].split())
+        info[name] = {"relays": tuple(int(x) for x in r0["relays"].split()), "wall_s": float(r0["wall_s"]),
+                      "nic": (float(r0["nic_min"]), float(r0["nic_max"]))}
+        found += [Effect(name, r["stage"], r["row"], tuple(float(x) for x in r["per_network"].split()))
+                  for r in mine]
+    return found, info, seeds
 
 
 def write(doc: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
