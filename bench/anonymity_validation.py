@@ -57,7 +57,7 @@ from kistexp.population.sampling import sample
 from kistexp.population.simnet import TrafficModel, build_network
 from kistexp.sim import CircuitTraceConfig, RunConfig, Simulation, warm_up
 
-BYTE_BUDGET = 75e6  # as kistexp simulate: NICs scaled down above this offered load
+BYTE_BUDGET = 75e6  # as kistexp simulate --fast: NICs scaled down above this offered load (--fast only)
 
 
 def cpu_model() -> str:
@@ -70,7 +70,7 @@ def build(pop, seed: int, args, scheduler: str):
     traffic = TrafficModel(load=args.load, warmup_s=args.warmup)
     kw = dict(duration_s=args.duration, seed=seed, interval_ms=args.interval_ms, geoip=geoip, scheduler=scheduler)
     sn = build_network(pop, traffic=traffic, **kw)
-    if sn.offered_bytes_per_s > BYTE_BUDGET:
+    if args.fast and sn.offered_bytes_per_s > BYTE_BUDGET:
         traffic = attrs.evolve(traffic, bandwidth_scale=BYTE_BUDGET / sn.offered_bytes_per_s)
         sn = build_network(pop, traffic=traffic, **kw)
     return sn
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--targets", type=int, default=16)
     ap.add_argument("--load", type=float, default=0.4)
     ap.add_argument("--interval-ms", type=int, default=10)
+    ap.add_argument("--fast", action="store_true", help="NICs scaled down to 75 MB/s per network, as "
+                    "kistexp simulate --fast (default: full NIC rates, as kistexp simulate)")
     ap.add_argument("--doc", action="store_true", help="also write the table into docs/validation.md")
     args = ap.parse_args(argv)
     args.fprs = DEFAULT_FPRS
@@ -222,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     say(f"CPU: {cpu_model()}")
     say(f"units: {args.networks} networks x {args.seeds} seeds; scale {args.scale} of the bundled consensus; "
           f"{args.duration:g} s simulated, measured over [{args.warmup:g}, {args.duration:g}) s; KIST at "
-          f"{args.interval_ms} ms; load {args.load}; flow segments {args.segment:g} s; {args.targets} probes")
+          f"{args.interval_ms} ms; load {args.load}; {'NICs scaled to 75 MB/s' if args.fast else 'full NIC rates'}; "
+          f"flow segments {args.segment:g} s; {args.targets} probes")
     n_flows = min(f for f, _ in flows)
     n_false = min(f for _, f in flows)
     say(f"flows per unit >= {n_flows:,}, false pairs >= {n_false:,}: resolvable FPRs "
