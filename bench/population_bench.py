@@ -28,13 +28,14 @@ bench/history/simulator-speed.csv as ``bench/sim_bench.py --history`` does.
     .venv/bin/python bench/population_bench.py --speed [--speed-seconds 20] [--whole-consensus] [--history]
 
 Issue 37's cost of the attack measures (``--attacks``): one run of ``kistexp simulate``'s cells at the
-bundled plan's settings (scale 0.02, 60 simulated s, load 0.4, NICs scaled to the budget, KIST at 10 ms)
+bundled plan's settings (scale 0.02, 60 simulated s, load 0.4, full NIC rates or with ``--fast`` NICs
+scaled to the fast-mode budget, KIST at 10 ms)
 untraced and with the circuit trace of the stage window (``kistexp.population.attacks``), ``--repeats``
 alternating runs each, the least CPU-seconds of each kept (the machine is shared: the least is the run
 least disturbed); then the CPU-seconds of computing the measures from the trace. Both are printed as a
 share of the untraced run, with the CPU model; target: together below 10 %.
 
-    .venv/bin/python bench/population_bench.py --attacks [--repeats 3] [--attack-seeds 1,2]
+    .venv/bin/python bench/population_bench.py --attacks [--repeats 3] [--attack-seeds 1,2] [--fast]
 """
 
 from __future__ import annotations
@@ -163,12 +164,12 @@ def _speed(a: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def _attacks_cost(seeds: list[int], repeats: int) -> None:
+def _attacks_cost(seeds: list[int], repeats: int, fast: bool = False) -> None:
     """The cost of the attack measures against the run they come from (see the module docstring)."""
     from kistexp.localnet import machine
     from kistexp.population import attacks
     from kistexp.population.classes import load_class_shares
-    from kistexp.population.predict import FAST_BYTE_BUDGET, _plan_network
+    from kistexp.population.predict import FAST_BYTE_BUDGET, FULL_RATES, _plan_network
     from kistexp.population.relays import load_population
     from kistexp.population.sampling import sample
     from kistexp.population.simnet import TrafficModel
@@ -182,13 +183,14 @@ def _attacks_cost(seeds: list[int], repeats: int) -> None:
     plain_all = traced_all = measure_all = 0.0
     for seed in seeds:
         sn = _plan_network(sample(full, 0.02, seed), seed=seed, duration_s=duration, traffic=traffic,
-                           shares=load_class_shares(), scale=0.02, byte_budget=FAST_BYTE_BUDGET)
+                           shares=load_class_shares(), scale=0.02,
+                           byte_budget=FAST_BYTE_BUDGET if fast else FULL_RATES)
         plain, traced, measured = [], [], []
         for _ in range(repeats):
             for trace in (None, attacks.trace_config(sn, t0)):
                 c0 = time.process_time()
                 sim = Simulation(sn.network, RunConfig(duration_s=duration, seed=seed, circuit_trace=trace))
-                sim.apply(list(range(len(sn.network.nodes))), {"KISTSchedRunInterval": 10})
+                sn.apply(sim, range(len(sn.network.nodes)), {"KISTSchedRunInterval": 10})
                 sim.advance_to(duration)
                 (plain if trace is None else traced).append(time.process_time() - c0)
                 if trace is not None:
@@ -202,7 +204,8 @@ def _attacks_cost(seeds: list[int], repeats: int) -> None:
         measure_all += m.cpu_s
     record = traced_all / plain_all - 1
     compute = measure_all / plain_all
-    print(f"(m) attack measures on {machine.cpu_model()}: recording the trace {100 * record:+.1f} % "
+    print(f"(m) attack measures ({'fast mode, NICs scaled to 75 MB/s' if fast else 'full NIC rates'}) on "
+          f"{machine.cpu_model()}: recording the trace {100 * record:+.1f} % "
           f"({traced_all - plain_all:.2f} CPU-s), computing the measures {100 * compute:.1f} % ({measure_all:.2f} "
           f"CPU-s), together {100 * (record + compute):.1f} % of the {plain_all:.2f} CPU-s of untraced stage "
           f"simulation (target < 10 %)", flush=True)
@@ -273,10 +276,11 @@ def main() -> None:
     ap.add_argument("--attacks", action="store_true", help="issue 37: the cost of the attack measures")
     ap.add_argument("--repeats", type=int, default=3, help="with --attacks: alternating runs each")
     ap.add_argument("--attack-seeds", default="1,2", help="with --attacks: the sampled networks' seeds")
+    ap.add_argument("--fast", action="store_true", help="with --attacks: NICs scaled as kistexp simulate --fast")
     a = ap.parse_args()
     if a.attacks:
         print("uptime before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-        _attacks_cost([int(x) for x in a.attack_seeds.split(",")], a.repeats)
+        _attacks_cost([int(x) for x in a.attack_seeds.split(",")], a.repeats, a.fast)
         print("uptime after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
         return
     if a.speed_child:

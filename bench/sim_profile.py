@@ -15,7 +15,14 @@ magnitude slower, so the profile would not be of the code that runs. This script
 A software clock samples a few instructions after the one that stalled: a hot instruction is
 usually just after a load that missed the cache.
 
-    .venv/bin/python bench/sim_profile.py [--case a|b|c] [--duration S] [--top N] [--annotate kist_run]
+Case ``p`` is the population benchmark's: a 2,000-relay sample of the bundled consensus at full NIC
+rates (``bench/population_bench.py``), whose shares docs/simulator.md ("Where the time goes") lists.
+``--python`` instead times, without ``perf``, what a stepped run (a rollout, ``kistexp simulate``) does in
+Python around the compiled loop on that network: building it, the steps, a window, a new consensus for
+every relay, the result.
+
+    .venv/bin/python bench/sim_profile.py [--case a|b|c|p] [--duration S] [--top N] [--annotate kist_run]
+    .venv/bin/python bench/sim_profile.py --python [--duration S]
 """
 
 from __future__ import annotations
@@ -57,6 +64,60 @@ def _text_symbols(obj: Path) -> list[tuple[int, int, str, str]]:
     return syms
 
 
+def population_case(duration_s: float, scale: float = 2000 / 6075):
+    """The network and run of ``bench/population_bench.py``'s full-rate case: a sample of the bundled
+    consensus, NICs at their capacity estimates (``TrafficModel.bandwidth_scale`` 1), load 0.4."""
+    from kistexp.population.relays import load_population
+    from kistexp.population.sampling import sample
+    from kistexp.population.simnet import TrafficModel, build_network
+    from kistexp.sim import RunConfig
+
+    pop = sample(load_population(), scale, 1) if scale < 1 else load_population()
+    sn = build_network(pop, duration_s=duration_s, seed=1, interval_ms=2, scale=scale,
+                       traffic=TrafficModel(load=0.4, warmup_s=min(10.0, duration_s / 6)))
+    return sn.network, RunConfig(duration_s=duration_s, seed=1, memory_limit_bytes=12 * 1024**3)
+
+
+def python_side(duration_s: float) -> None:
+    """CPU time (``time.process_time``) of the Python around the compiled loop, case ``p``."""
+    import time
+
+    from kistexp.localnet import machine
+    from kistexp.sim import Simulation, warm_up
+
+    warm_up()
+    c = time.process_time()
+    net, rc = population_case(duration_s)
+    build = time.process_time() - c
+    c = time.process_time()
+    sim = Simulation(net, rc)
+    init = time.process_time() - c
+    half = duration_s / 2
+    c = time.process_time()
+    sim.advance_to(half)
+    first = time.process_time() - c
+    c = time.process_time()
+    sim.advance_to(half + 1e-6)  # a step with (nearly) nothing to run: the cost of a call
+    empty = time.process_time() - c
+    c = time.process_time()
+    sim.window(0.0, half)
+    window = time.process_time() - c
+    relays = [i for i, n in enumerate(net.nodes) if n.role != "client"]
+    c = time.process_time()
+    sim.apply(relays, {"KISTSchedRunInterval": 10})
+    apply = time.process_time() - c
+    c = time.process_time()
+    sim.advance_to(duration_s)
+    second = time.process_time() - c
+    c = time.process_time()
+    sim.result()
+    result = time.process_time() - c
+    print(f"case (p) on {machine.cpu_model()}, {duration_s:g} simulated s, core-seconds: network built {build:.2f}, "
+          f"Simulation() {init:.2f}, advance_to 0-{half:g} s {first:.2f}, an empty advance_to {empty * 1e3:.2f} ms, "
+          f"window {window:.3f}, apply to {len(relays)} relays {apply:.3f}, advance_to {half:g}-{duration_s:g} s "
+          f"{second:.2f}, result() {result:.3f}")
+
+
 def child(case: str, duration_s: float, outdir: Path) -> None:
     """Compile afresh, run the case, write every library's object code and load address."""
     sys.path.insert(0, str(HERE))
@@ -67,8 +128,12 @@ def child(case: str, duration_s: float, outdir: Path) -> None:
     from kistexp.sim.numbacache import COMPILED_MODULES
 
     warm_up()
-    net = sim_bench.CASES[case]("kist", duration_s)
-    res = run(net, RunConfig(duration_s=duration_s, seed=7, sample_interval_s=1.0))
+    if case == "p":
+        net, rc = population_case(duration_s)
+    else:
+        net = sim_bench.CASES[case]("kist", duration_s)
+        rc = RunConfig(duration_s=duration_s, seed=7, sample_interval_s=1.0)
+    res = run(net, rc)
     libs, n = [], 0
     for name in COMPILED_MODULES:
         module = importlib.import_module(f"kistexp.sim.{name}")
@@ -151,12 +216,16 @@ def report(outdir: Path, top: int, annotate: str | None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", default="a", choices=("a", "b", "c"))
+    ap.add_argument("--case", default="a", choices=("a", "b", "c", "p"))
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--annotate", help="a function's name, e.g. kist_run or on_arrival")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--python", action="store_true", help="time the Python around the compiled loop (case p)")
     args = ap.parse_args()
+    if args.python:
+        python_side(args.duration)
+        return
     if args.child:
         child(args.case, args.duration, Path(args.child))
         return

@@ -147,7 +147,8 @@ entity; cells and streams as 32-byte record arrays); kernel send queues are ring
 (an arriving flight's cells are found, and prefetched, without walking a list through the cell
 pool), free cells a stack of ids, each node's scheduler event one timer slot, and each chan's
 later arrivals and acks a queue behind one event in the heap.  ``bench/sim_bench.py`` measures
-it (docs/simulator.md, "Speed").
+it (docs/simulator.md, "Speed"), ``bench/population_bench.py --speed`` on a sampled consensus at full NIC
+rates, ``bench/sim_profile.py`` says where the time goes.
 
 Model limits are documented in docs/simulator.md.
 """

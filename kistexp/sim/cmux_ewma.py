@@ -37,9 +37,9 @@ def current_tick(S, node, t):
 def _refresh_chan_key(S, c):
     """Mirror the head count into ``S.ckey`` (+inf without active circuits, §10.1)."""
     if S.ci[L.CI_CMUX_N, c] == 0:
-        S.ckey[0, c] = math.inf
+        S.ckey[L.CK_KEY, c] = math.inf
     else:
-        S.ckey[0, c] = S.qf[L.QF_COUNT, S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]]
+        S.ckey[L.CK_KEY, c] = S.qf[L.QF_COUNT, S.cmux_heap[S.ci[L.CI_CMUX_BASE, c]]]
 
 
 @njit(cache=True, inline="always")
@@ -47,7 +47,7 @@ def _cmux_push(S, c, q):
     S.ci[L.CI_CMUX_N, c] = pq_push(S.cmux_heap, S.ci[L.CI_CMUX_BASE, c], S.ci[L.CI_CMUX_N, c], q,
                                    S.qf, L.QF_COUNT, S.qi, L.QI_HEAP_IDX)
     if S.qi[L.QI_HEAP_IDX, q] == 0:
-        S.ckey[0, c] = S.qf[L.QF_COUNT, q]
+        S.ckey[L.CK_KEY, c] = S.qf[L.QF_COUNT, q]
 
 
 @njit(cache=True, inline="always")

@@ -134,7 +134,7 @@ def kist_run(S, node, t, lite):
         c = S.readd[i]
         S.ci[L.CI_READD, c] = 0
         S.ci[L.CI_STATE, c] = L.ST_PENDING
-        if S.ci[L.CI_HEAP_IDX, c] < 0:
+        if S.ckey[L.CK_POS, c] < 0:
             pend_push(S, node, c)
     return moved
 

@@ -295,78 +295,84 @@ C_EWMA_MAX = 18
 C_EWMA_SS = 19
 N_CC = 20
 
+# the pending heap's key of a chan and the chan's position in it (``S.ckey``)
+CK_KEY = 0
+CK_POS = 1
+N_CK = 2
+
 # chans: the sending side of one direction of a channel (one tor channel object + its socket)
+# grouped by what reads them together, eight fields (a cache line) a group: a KIST run's loop per
+# cell, then per chan of the run, the kernel queue and stream offsets, the TCP sender
 CI_NODE = 0
-CI_PEER = 1
-CI_STATE = 2
-CI_HEAP_IDX = 3
-CI_CMUX_BASE = 4
-CI_CMUX_N = 5
-CI_REF_TICK = 6
-CI_OB_HEAD = 7
-CI_OB_TAIL = 8
-CI_OB_BYTES = 9
-CI_KQ_BASE = 10
-CI_KQ_POS = 11
-CI_WRITE_SEQ = 12
-CI_SND_NXT = 13
-CI_SND_UNA = 14
-CI_UNACKED = 15
-CI_MSS = 16
-CI_SNDBUF = 17
-CI_SNDBUF_MAX = 18
-CI_OWD_NS = 19
-CI_LAST_ARRIVAL = 20
-CI_LAST_SEND = 21
-CI_RATE_LIMITED = 22
-CI_WRITE_EV = 23
-CI_KS_ENTRY = 24
-CI_KS_LIMIT = 25
-CI_KS_WRITTEN = 26
-CI_TOUCHED = 27
-CI_READD = 28
-CI_BYTES_SENT = 29
-CI_CELLS_SENT = 30
-CI_CWND_LIMITED = 31
-CI_INIT_CWND = 32
-CI_LOSSES = 33
-CI_CMUX_CAP = 34
-CI_WW = 35
-CI_ARR_SEQ = 36
-CI_ARMED = 37
-CI_KQ_CAP = 38
-CI_KQ_N = 39
+CI_STATE = 1
+CI_CMUX_BASE = 2
+CI_CMUX_N = 3
+CI_REF_TICK = 4
+CI_OB_HEAD = 5
+CI_OB_TAIL = 6
+CI_OB_BYTES = 7
+CI_KS_ENTRY = 8
+CI_KS_LIMIT = 9
+CI_KS_WRITTEN = 10
+CI_TOUCHED = 11
+CI_READD = 12
+CI_ARMED = 13
+CI_WW = 14
+CI_WRITE_EV = 15
+CI_PEER = 16
+CI_KQ_BASE = 17
+CI_KQ_POS = 18
+CI_KQ_CAP = 19
+CI_KQ_N = 20
+CI_WRITE_SEQ = 21
+CI_SND_NXT = 22
+CI_SND_UNA = 23
+CI_UNACKED = 24
+CI_MSS = 25
+CI_SNDBUF = 26
+CI_SNDBUF_MAX = 27
+CI_OWD_NS = 28
+CI_LAST_ARRIVAL = 29
+CI_LAST_SEND = 30
+CI_RATE_LIMITED = 31
+CI_BYTES_SENT = 32
+CI_CELLS_SENT = 33
+CI_CWND_LIMITED = 34
+CI_INIT_CWND = 35
+CI_LOSSES = 36
+CI_CMUX_CAP = 37
+CI_ARR_SEQ = 38
 # Nagle at the sender, delayed ACKs at the receiver (tcp.py; lossless links only)
-CI_NAGLE = 40
-CI_SND_SML = 41
-CI_RCV_SEQ = 42
-CI_ACK_SEGS = 43
-CI_ACK_BYTES = 44
-CI_RCV_MSS = 45
-CI_LRCV = 46
-CI_PINGPONG = 47
-CI_DELACK_GEN = 48
-CI_DELACK_AT = 49
-CI_DELACK_NS = 50
-CI_ACK_PUSHED = 51
-CI_LSS = 52
-CI_RWND = 53
+CI_NAGLE = 39
+CI_SND_SML = 40
+CI_RCV_SEQ = 41
+CI_ACK_SEGS = 42
+CI_ACK_BYTES = 43
+CI_RCV_MSS = 44
+CI_LRCV = 45
+CI_PINGPONG = 46
+CI_DELACK_GEN = 47
+CI_DELACK_AT = 48
+CI_DELACK_NS = 49
+CI_ACK_PUSHED = 50
+CI_LSS = 51
+CI_RWND = 52
 # the clamp up to which tcp_grow_window raises CI_RWND (0: a fixed window)
-CI_RWND_MAX = 54
+CI_RWND_MAX = 53
 # quick ACKs left (icsk_ack.quick, tcp_incr_quickack in net/ipv4/tcp_input.c)
-CI_QUICK = 55
+CI_QUICK = 54
 # the chan's queues of arrivals and of acks waiting behind their heap
 # representative (events.ev_push_chan): head row, tail row, whether one is in the
 # heap, time of the latest; the ack queue's fields follow the arrival queue's
-CI_EQ_HEAD = 56
-CI_EQ_TAIL = 57
-CI_EQ_ON = 58
-CI_EQ_LAST = 59
-CI_EQK_HEAD = 60
-CI_EQK_TAIL = 61
-CI_EQK_ON = 62
-CI_EQK_LAST = 63
-N_CI = 64
+CI_EQ_HEAD = 55
+CI_EQ_TAIL = 56
+CI_EQ_ON = 57
+CI_EQ_LAST = 58
+CI_EQK_HEAD = 59
+CI_EQK_TAIL = 60
+CI_EQK_ON = 61
+CI_EQK_LAST = 62
+N_CI = 63
 # CI_EQK_* = CI_EQ_* + CI_EQ_STRIDE
 CI_EQ_STRIDE = CI_EQK_HEAD - CI_EQ_HEAD
 
@@ -548,7 +554,9 @@ FIELDS = (
     ("chg", np.int64, 2),
     ("runlog", np.int64, 2),
     ("trace", np.int64, 2),
-    ("ckey", np.float64, 2),
+    # per chan: its pending-heap key (§10.1) and its position in that heap (-1: absent), side by side
+    # so that a sift step reads and writes one small array instead of the chan's wide ci row
+    ("ckey", np.float64, 2, ENTITY_MAJOR),
     ("armed", np.int64, 1),
     ("nq", np.int64, 2),
     ("evq", np.int64, 2),

@@ -40,6 +40,15 @@ def _cell_pool(n: int) -> np.ndarray:
     return buf[skip:skip + n * size].view(L.CELL_DTYPE)
 
 
+def _chan_keys(n_chan: int) -> np.ndarray:
+    """``S.ckey``: every chan's pending-heap key +inf (no active circuit, §10.1), out of the heap (-1).
+    The position is kept as a float beside the key (exact: heaps hold far fewer than 2**53 chans)."""
+    keys = np.empty((L.N_CK, n_chan), np.float64, order=L.ENTITY_MAJOR)
+    keys[L.CK_KEY] = np.inf
+    keys[L.CK_POS] = -1
+    return keys
+
+
 @functools.cache
 def _hist_edges_cached() -> np.ndarray:
     return hist_edges()
@@ -155,7 +164,7 @@ def build_state(net: Network, rc: RunConfig):
             ci[L.CI_DELACK_AT, c] = -1
             ci[L.CI_DELACK_NS, c] = int(round(link.delayed_ack_ms * L.MS))
     ci[L.CI_STATE] = L.ST_WAITING_FOR_CELLS  # the OR connection opened with room: wants_writes on IDLE
-    for f in (L.CI_HEAP_IDX, L.CI_OB_HEAD, L.CI_OB_TAIL, L.CI_EQ_HEAD, L.CI_EQ_TAIL, L.CI_EQK_HEAD, L.CI_EQK_TAIL):
+    for f in (L.CI_OB_HEAD, L.CI_OB_TAIL, L.CI_EQ_HEAD, L.CI_EQ_TAIL, L.CI_EQK_HEAD, L.CI_EQK_TAIL):
         ci[f] = -1
     # kernel-queue rings (tcp.kq_push): small, doubling with their content
     ci[L.CI_KQ_CAP] = KQ_RING_START
@@ -358,7 +367,7 @@ def build_state(net: Network, rc: RunConfig):
         raw=np.zeros((4, rc.cell_delays_max), np.int64), chg=chg,
         runlog=np.zeros((4, rc.run_log_max), np.int64),
         trace=np.zeros((4, rc.trace_max if rc.trace_chan >= 0 else 0), np.int64),
-        ckey=np.full((1, max(n_chan, 1)), np.inf), armed=np.zeros(max(n_chan, 1), np.int64),
+        ckey=_chan_keys(max(n_chan, 1)), armed=np.zeros(max(n_chan, 1), np.int64),
         nq=np.zeros((ev_cap, L.N_EV), np.int64), evq=np.zeros((ev_cap, L.N_EQ), np.int64),
         eqfree=np.arange(ev_cap - 1, -1, -1, dtype=np.int64), kq=np.zeros(kq_len + _kq_reserve(cell_cap), np.int32),
         free=np.arange(cell_cap - 1, -1, -1, dtype=np.int32),
