@@ -176,6 +176,15 @@ def section(found: list[Effect], info: dict, seeds, default: str, reason: str) -
     for s in stages:
         for *_, row in ROWS:
             lines.append(f"| {s} | {row} | " + " | ".join(_cell(by.get((c, s, row))) for c in configs) + " |")
+    fulls = [c for c in configs if c.startswith("full-")]
+    for c in (c for c in configs if not c.startswith("full-")):
+        if not fulls:
+            break
+        ref = fulls[-1]
+        off = [f"{s} {r} ({_cell(by[(c, s, r)])} against {_cell(by[(ref, s, r)])})" for s in stages
+               for *_, r in ROWS if (c, s, r) in by and (ref, s, r) in by and not agree(by[(c, s, r)], by[(ref, s, r)])]
+        lines += ["", f"**{c} against {ref}**: " + (f"disagrees on {'; '.join(off)}." if off else
+                                                   "agrees on every effect.")]
     lines += ["", "Wall time per configuration (2 worker processes): " + ", ".join(
         f"{c} {info[c]['wall_s']:.0f} s" for c in configs) + ".", "",
         f"**Default chosen: {default}.** {reason}", "", END]
@@ -189,9 +198,9 @@ def width(e: Effect) -> float:
 
 def choose(found: list[Effect], info: dict) -> tuple[str, str]:
     """The smallest full-rate sample whose effects all agree with the largest full-rate sample's (its mean
-    inside that one's interval or the reverse) and are about as precise (an interval at most twice as wide,
-    plus 5 points so that two very narrow intervals never disqualify): a sample whose interval is wide
-    enough to agree with anything tells nothing."""
+    inside that one's interval or the reverse); where its intervals are much wider than the largest's
+    (more than twice, plus 5 points), the reason says so: agreement is what decides, precision is what a
+    plan buys with more seeds or a larger sample."""
     fulls = [c for c in info if c.startswith("full-")]
     if not fulls:
         return "n/a", "no full-rate configuration was run."
@@ -202,15 +211,19 @@ def choose(found: list[Effect], info: dict) -> tuple[str, str]:
     for c in fulls:
         pairs = [(s, r, by[(c, s, r)], by[(ref, s, r)]) for s, r in keys if (c, s, r) in by]
         off = [f"{s} {r}" for s, r, e, f in pairs if not agree(e, f)]
+        if off:
+            notes.append(f"{c} disagrees with {ref} on {', '.join(off)}.")
+            continue
         loose = [f"{s} {r} ({100 * width(e):.0f} points wide against {100 * width(f):.0f})"
                  for s, r, e, f in pairs if width(e) > 2 * width(f) + 0.05]
-        if not off and not loose:
-            return c, (f"every effect at {c} agrees with {ref} within their intervals and is about as precise "
-                       f"(interval at most twice as wide, plus 5 points)." + (" " + " ".join(notes) if notes else ""))
-        notes.append(f"{c} was not chosen: " + "; ".join(
-            ([f"disagrees on {', '.join(off)}"] if off else []) + ([f"too imprecise on {', '.join(loose)}"]
-                                                                    if loose else [])) + ".")
-    return ref, f"only {ref} itself qualifies. " + " ".join(notes)
+        why = (f"every effect at {c} agrees with {ref} within their intervals (each mean inside the other's "
+               f"interval), in direction and size." + (" " + " ".join(notes) if notes else ""))
+        if loose and c != ref:
+            why += (f" Its intervals over {len(info[c]['relays'])} networks are wider, though: "
+                    f"{'; '.join(loose)}: a plan that needs those effects precisely raises its seeds or "
+                    "population_scale.")
+        return c, why
+    return ref, " ".join(notes)
 
 
 def from_history(configs: list[str], path: Path = HISTORY) -> tuple[list[Effect], dict, tuple[int, ...]]:
