@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import attrs
 import numpy as np
 from scipy import stats
 
+from kistexp.localnet.machine import cpu_model
 from kistexp.plan.loader import load_plan
 from kistexp.population.predict import FAST_BYTE_BUDGET, plan_backend, simulate_plan
 
@@ -57,11 +57,6 @@ ROWS = (
     ("relay_cpu_utilization", "middle", 0.5, "relay CPU, middles"),
     ("relay_cpu_utilization", "exit", 0.5, "relay CPU, exits"),
 )
-
-
-def cpu_model() -> str:
-    out = subprocess.run(["grep", "-m1", "model name", "/proc/cpuinfo"], capture_output=True, text=True).stdout
-    return out.split(":", 1)[-1].strip() or "unknown"
 
 
 @attrs.frozen
