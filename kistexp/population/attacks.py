@@ -34,7 +34,7 @@ from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import SimNetwork, TrafficModel, build_network
-from kistexp.population.stageruns import StageRuns
+from kistexp.population.stageruns import StageRuns, run_windows
 
 #: flow-correlation segment in seconds: a whole number of the circuit trace's 100-ms windows
 FLOW_SEGMENT_S = 4.0
@@ -63,9 +63,8 @@ def trace_window(start_s: float, end_s: float) -> tuple[float, float]:
 
 
 def stage_trace_window(duration_s: float, warmup_s: float) -> tuple[float, float]:
-    """The traced span of a prediction run's stage window ``[b, end)`` (the last third after the
-    warm-up, ``kistexp.population.predict``'s layout)."""
-    return trace_window(warmup_s + 2 * (duration_s - warmup_s) / 3, duration_s)
+    """The traced span of a prediction run's stage window ``[b, end)`` (``stageruns.run_windows``)."""
+    return trace_window(run_windows(duration_s, warmup_s)[2], duration_s)
 
 
 def stage_window_s(duration_s: float, warmup_s: float) -> float:

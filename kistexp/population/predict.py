@@ -67,7 +67,7 @@ from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import POSITION_NAMES, SimNetwork, TrafficModel, build_network, relay_class_label
-from kistexp.population.stageruns import StageRun, StageRuns
+from kistexp.population.stageruns import StageRun, StageRuns, run_windows
 from kistexp.sim import RunConfig, Simulation, ensure_compiled, numbacache
 from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS, node_cpu_utilization, window_samples
 
@@ -197,8 +197,7 @@ def _layout(duration_s: float, warmup_s: float) -> tuple[float, float, float]:
     if duration_s < 3 * 2.0 + warmup_s:
         raise PopulationError(f"[simulation] duration {duration_s:g} s is too short: need the warm-up "
                               f"{warmup_s:g} s plus three windows of at least 2 s")
-    r = (duration_s - warmup_s) / 3
-    return warmup_s, warmup_s + r, warmup_s + 2 * r
+    return run_windows(duration_s, warmup_s)
 
 
 def _plan_network(pop, *, seed: int, duration_s: float, traffic: TrafficModel, shares: ClassShares,

@@ -39,3 +39,11 @@ class StageRuns:
     def stages(self) -> tuple[str, ...]:
         """The stage each run ends in, in order: the names predictions are stored under."""
         return tuple(t.to_stage for t in self.transitions)
+
+
+def run_windows(duration_s: float, warmup_s: float) -> tuple[float, float, float]:
+    """Where a prediction run's windows start: (warm-up end ``w0``, transition ``a``, stage ``b``); the
+    stage window is [b, end). After the warm-up the run is cut in thirds: old values | transition |
+    new values (``kistexp.population.predict``, which refuses a run too short for them)."""
+    r = (duration_s - warmup_s) / 3
+    return warmup_s, warmup_s + r, warmup_s + 2 * r
