@@ -212,6 +212,7 @@ def simulate(
         summarize_predictions,
     )
     from kistexp.population.simnet import TrafficModel
+    from kistexp.population.stageruns import default_warmup_s
 
     p = load_plan(plan)
     path = exp_dir if exp_dir is not None else Path("experiments") / p.name
@@ -233,7 +234,7 @@ def simulate(
             _print_attacks(p.name, stages, attack_figures)
         return
     duration = p.simulation.duration.total_seconds()
-    traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=min(10.0, duration / 6))
+    traffic = TrafficModel(load=load, loss_rate=loss, warmup_s=default_warmup_s(duration))
     traffic.validate()
     check_options(workers, dask, dask_timeout)  # as `kistexp sweep` checks them
     if not 0 <= probes <= predict.MAX_PROBES:

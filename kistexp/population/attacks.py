@@ -34,12 +34,10 @@ from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import SimNetwork, TrafficModel, build_network
-from kistexp.population.stageruns import StageRuns, run_windows
+from kistexp.population.stageruns import StageRuns, default_warmup_s, run_windows
 
 #: flow-correlation segment in seconds: a whole number of the circuit trace's 100-ms windows
 FLOW_SEGMENT_S = 4.0
-#: the warm-up simulate_plan uses when the caller gives no traffic model
-DEFAULT_WARMUP_S = 10.0
 
 
 def flow_circuits(sn: SimNetwork) -> list[int]:
@@ -88,7 +86,7 @@ def plan_flow_capacity(runs: StageRuns, consensus: str | Path | None = None,
     """The fewest (flows, false pairs) any of ``runs``' sampled networks can give (see the module
     docstring): each seed's network is sampled and built as the prediction builds it, no run made."""
     duration = runs.duration.total_seconds()
-    warmup = min(DEFAULT_WARMUP_S, duration / 6) if warmup_s is None else warmup_s
+    warmup = default_warmup_s(duration) if warmup_s is None else warmup_s
     full = load_population(consensus)
     geoip = load_geoip()
     best: tuple[int, int] | None = None

@@ -67,7 +67,7 @@ from kistexp.population.geoip import load_geoip
 from kistexp.population.relays import load_population
 from kistexp.population.sampling import sample
 from kistexp.population.simnet import POSITION_NAMES, SimNetwork, TrafficModel, build_network, relay_class_label
-from kistexp.population.stageruns import StageRun, StageRuns, run_windows
+from kistexp.population.stageruns import StageRun, StageRuns, default_warmup_s, run_windows
 from kistexp.sim import RunConfig, Simulation, ensure_compiled, numbacache
 from kistexp.sim.vocabulary import CLIENT_METRICS, RELAY_METRICS, node_cpu_utilization, window_samples
 
@@ -330,7 +330,7 @@ def simulate_plan(runs: StageRuns, *, consensus: str | Path | None = None, certs
     (``DispatchError`` naming it)."""
     wall0 = time.perf_counter()
     duration = runs.duration.total_seconds()
-    traffic = traffic or TrafficModel(warmup_s=min(10.0, duration / 6))
+    traffic = traffic or TrafficModel(warmup_s=default_warmup_s(duration))
     w0, a, b = _layout(duration, traffic.warmup_s)
     transitions = runs.transitions
     if len(transitions) < 2:
@@ -476,7 +476,7 @@ def simulate_values(pop, values: Mapping[str, int | float], *, load: float, loss
     ``simulate_plan``), and the attack measures of the window (``ValuesRun.attacks``; the circuit trace
     they come from changes no other figure)."""
     wall0 = time.perf_counter()
-    traffic = TrafficModel(load=load, loss_rate=loss_rate, warmup_s=min(10.0, duration_s / 6))
+    traffic = TrafficModel(load=load, loss_rate=loss_rate, warmup_s=default_warmup_s(duration_s))
     if duration_s < traffic.warmup_s + 2.0:
         raise PopulationError(f"duration {duration_s:g} s is too short: need the warm-up plus 2 s")
     geoip = load_geoip()

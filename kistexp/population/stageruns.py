@@ -41,6 +41,11 @@ class StageRuns:
         return tuple(t.to_stage for t in self.transitions)
 
 
+def default_warmup_s(duration_s: float) -> float:
+    """The warm-up a prediction excludes unless told otherwise: 10 s, at most a sixth of the run."""
+    return min(10.0, duration_s / 6)
+
+
 def run_windows(duration_s: float, warmup_s: float) -> tuple[float, float, float]:
     """Where a prediction run's windows start: (warm-up end ``w0``, transition ``a``, stage ``b``); the
     stage window is [b, end). After the warm-up the run is cut in thirds: old values | transition |
